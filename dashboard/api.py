@@ -1,0 +1,3 @@
+from ninja import NinjaAPI
+
+api = NinjaAPI(title="Airboard API", version="1")

@@ -1,0 +1,185 @@
+"""Airboard settings: every value comes from the environment (see `.env.example`).
+
+Embedded default: SQLite under `var/` (WAL mode) and a Celery broker on the filesystem, so
+one machine with only Python runs the whole product. `DATABASE_URL` and `REDIS_URL` switch
+to PostgreSQL and Redis for a team deployment.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from dashboard.env import env_bool, env_float, env_int, env_list, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("AIRBOARD_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if env_bool("AIRBOARD_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when AIRBOARD_REQUIRE_SECRET_KEY is on")
+    # The embedded default: a random key made once per checkout and kept under var/.
+    _key_file = VAR_DIR / "secret_key"
+    if not _key_file.exists():
+        _key_file.write_text(secrets.token_urlsafe(50))
+        _key_file.chmod(0o600)
+    SECRET_KEY = _key_file.read_text().strip()
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "ninja",
+    "dashboard",
+    "runs",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+WSGI_APPLICATION = "dashboard.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASE_URL = env_url("DATABASE_URL", {"postgres", "postgresql", "sqlite"})
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "airboard.sqlite3",
+        }
+    }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # WAL lets the web process read while the worker writes; the timeout covers the short
+    # write locks two processes take on the same file. The test database is a file too (not
+    # in-memory) so that a real Celery worker in another process can reach it.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-airboard.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth -----------------------------------------------------------------------------
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- I18N / time ----------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("AIRBOARD_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+# --- Static files ---------------------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# Served by WhiteNoise from the app's own files, in every mode: no CDN, no network.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- Celery ---------------------------------------------------------------------------
+REDIS_URL = env_url("REDIS_URL", {"redis", "rediss"})
+CELERY_BROKER_DIR = Path(env_str("AIRBOARD_BROKER_DIR", str(VAR_DIR / "broker")))
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # A task whose worker died unacknowledged comes back after this many seconds.
+        "visibility_timeout": env_int("AIRBOARD_BROKER_VISIBILITY_TIMEOUT", 3600, minimum=1),
+    }
+else:
+    # kombu's filesystem transport: a folder of message files, no server to run.
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_BROKER_DIR / "queue"),
+        "data_folder_out": str(CELERY_BROKER_DIR / "queue"),
+        "control_folder": str(CELERY_BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_DEFAULT_QUEUE = "ingest"
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Never eager: a task always goes through the broker to a worker.
+CELERY_TASK_ALWAYS_EAGER = False
+
+# --- Airboard -------------------------------------------------------------------------
+# Largest GPU sample batch one API request may carry.
+AIRBOARD_MAX_SAMPLES_PER_BATCH = env_int("AIRBOARD_MAX_SAMPLES_PER_BATCH", 10_000, minimum=1)
+# Largest log chunk one request may carry, in bytes of UTF-8.
+AIRBOARD_MAX_LOG_CHUNK_BYTES = env_int("AIRBOARD_MAX_LOG_CHUNK_BYTES", 1_048_576, minimum=1024)
+# Largest request body Django reads into memory (a 10,000-sample batch is about 2 MB).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AIRBOARD_MAX_REQUEST_BYTES", 8 * 1_048_576, minimum=1024)
+# How far in the future a sample may be stamped before it is refused (clock skew allowance).
+AIRBOARD_MAX_FUTURE_SKEW_SECONDS = env_int("AIRBOARD_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
+# Runs listed per page.
+AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
+# Link to the MLflow UI; `{run_id}` is replaced by the MLflow run id.
+AIRBOARD_MLFLOW_UI_URL = env_str("AIRBOARD_MLFLOW_UI_URL", "")
+# Runs below this GPU utilization (percent) count as idle.
+AIRBOARD_IDLE_UTILIZATION_PERCENT = env_float("AIRBOARD_IDLE_UTILIZATION_PERCENT", 5.0, minimum=0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("AIRBOARD_LOG_LEVEL", "INFO")},
+}
+
+if not REDIS_URL:
+    for _folder in ("queue", "control"):
+        (CELERY_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)

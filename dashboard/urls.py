@@ -1,0 +1,15 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from dashboard import views
+from dashboard.api import api
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("runs/", include("runs.urls")),
+    path("api/v1/", api.urls),
+    path("admin/", admin.site.urls),
+]

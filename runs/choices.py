@@ -1,0 +1,73 @@
+"""Statuses and kinds used by runs/, as TextChoices (never bare strings)."""
+
+from django.db import models
+
+
+class RunSource(models.TextChoices):
+    SERVERLESS = "serverless", "Serverless GPU workload"
+    CLASSIC = "classic", "Classic GPU cluster"
+    LOCAL = "local", "Local"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+
+    @classmethod
+    def active(cls) -> list[str]:
+        return [cls.QUEUED, cls.RUNNING]
+
+    @classmethod
+    def finished(cls) -> list[str]:
+        return [cls.SUCCEEDED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT]
+
+
+class AcceleratorType(models.TextChoices):
+    A10_1 = "GPU_1xA10", "1x A10 (24 GB)"
+    H100_1 = "GPU_1xH100", "1x H100 (80 GB)"
+    H100_8 = "GPU_8xH100", "8x H100 (80 GB each)"
+    B300_8 = "GPU_8xB300", "8x B300"
+
+
+# GPUs a node of each shape carries, and its GPU memory in GB (from the runtime documentation).
+GPUS_PER_NODE = {
+    AcceleratorType.A10_1: 1,
+    AcceleratorType.H100_1: 1,
+    AcceleratorType.H100_8: 8,
+    AcceleratorType.B300_8: 8,
+}
+
+
+class Region(models.TextChoices):
+    """Regions where serverless GPUs run."""
+
+    US_WEST_2 = "us-west-2"
+    US_WEST_1 = "us-west-1"
+    US_EAST_1 = "us-east-1"
+    US_EAST_2 = "us-east-2"
+    CA_CENTRAL_1 = "ca-central-1"
+    SA_EAST_1 = "sa-east-1"
+
+
+class TelemetrySource(models.TextChoices):
+    NVML = "nvml", "NVML agent"
+    MLFLOW = "mlflow", "MLflow system metrics"
+    NVIDIA_SMI = "nvidia-smi", "nvidia-smi import"
+    DCGM = "dcgm", "DCGM exporter import"
+    API = "api", "API"
+    DEMO = "demo", "Demo data"
+
+
+class BatchKind(models.TextChoices):
+    GPU_SAMPLES = "gpu_samples", "GPU samples"
+    METRICS = "metrics", "MLflow metric points"
+
+
+class BatchStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"

@@ -1,0 +1,322 @@
+"""Runs, their attempts and nodes, logs, MLflow metrics and GPU telemetry."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import models
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from runs.choices import (
+    AcceleratorType,
+    BatchKind,
+    BatchStatus,
+    RunSource,
+    RunStatus,
+    TelemetrySource,
+)
+
+
+class RunQuerySet(models.QuerySet):
+    def for_user(self, user: User) -> RunQuerySet:
+        """Runs the user may see: their teams' runs, or everything for staff."""
+        if user.is_staff or user.is_superuser:
+            return self
+        return self.filter(team__in=user.groups.all())
+
+    def active(self) -> RunQuerySet:
+        return self.filter(status__in=RunStatus.active())
+
+
+class Run(models.Model):
+    """One training run as its source knows it, with the workload it was submitted as."""
+
+    source = models.CharField(max_length=16, choices=RunSource.choices, default=RunSource.SERVERLESS)
+    external_id = models.CharField(max_length=200, help_text="The source's own run id.")
+    team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="runs")
+    user = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    creator = models.CharField(max_length=254, blank=True, help_text="Who submitted it, as the source names them.")
+    experiment_name = models.CharField(max_length=500, blank=True)
+    mlflow_run_id = models.CharField(max_length=64, blank=True)
+    mlflow_url = models.URLField(max_length=1000, blank=True)
+    run_page_url = models.URLField(max_length=1000, blank=True)
+    accelerator_type = models.CharField(max_length=32, choices=AcceleratorType.choices, blank=True)
+    instance_type = models.CharField(max_length=64, blank=True, help_text="Classic clusters: GPU worker type.")
+    num_accelerators = models.PositiveIntegerField(default=1)
+    gpus_per_node = models.PositiveIntegerField(default=1)
+    region = models.CharField(max_length=32, blank=True, help_text="Region where the GPUs ran.")
+    home_region = models.CharField(max_length=32, blank=True, help_text="The workspace's own region.")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    state_message = models.TextField(blank=True)
+    submitted_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    timeout_minutes = models.PositiveIntegerField(null=True, blank=True)
+    max_retries = models.PositiveIntegerField(default=0)
+    usage_policy_name = models.CharField(max_length=200, blank=True)
+    parameters = models.JSONField(default=dict, blank=True)
+    workload_yaml = models.TextField(blank=True, help_text="As submitted; secrets only as scope/key references.")
+    is_demo = models.BooleanField(default=False, help_text="Made by seed_demo.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Upserts from a source key on this; a resend updates, never duplicates.
+            models.UniqueConstraint(
+                fields=["source", "external_id"],
+                name="run_source_external_id_unique",
+                violation_error_message="A run with this source and external id already exists.",
+            ),
+        ]
+        indexes = [
+            # Run list: a team's runs, newest first.
+            models.Index(fields=["team", "-submitted_at"], name="run_team_submitted_idx"),
+            # Run list default ordering and the date-range filter across teams (staff).
+            models.Index(fields=["-submitted_at"], name="run_submitted_idx"),
+            # Overview: runs active now, failures in the last 7 days.
+            models.Index(fields=["status", "submitted_at"], name="run_status_submitted_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.external_id} ({self.experiment_name or 'no experiment'})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in RunStatus.active()
+
+    @property
+    def is_cross_region(self) -> bool:
+        return bool(self.region and self.home_region and self.region != self.home_region)
+
+    @property
+    def duration(self) -> timedelta | None:
+        if not self.started_at:
+            return None
+        end = self.ended_at or timezone.now()
+        return max(end - self.started_at, timedelta(0))
+
+    def mlflow_link(self) -> str:
+        """The MLflow UI link: the recorded one, else one built from AIRBOARD_MLFLOW_UI_URL."""
+        if self.mlflow_url:
+            return self.mlflow_url
+        template = settings.AIRBOARD_MLFLOW_UI_URL
+        if template and self.mlflow_run_id:
+            return template.replace("{run_id}", self.mlflow_run_id)
+        return ""
+
+
+class Attempt(models.Model):
+    """One try of a run; each retry is a new attempt with its own MLflow run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField(help_text="1 for the first try.")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    state_message = models.TextField(blank=True)
+    mlflow_run_id = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [
+            # Upserts of a run's attempts key on the attempt number.
+            models.UniqueConstraint(fields=["run", "number"], name="attempt_run_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run.external_id} attempt {self.number}"
+
+    def billed_seconds(self, now: datetime | None = None) -> float:
+        """Seconds this attempt held its GPUs: start to end, or to now while running."""
+        if not self.started_at:
+            return 0.0
+        end = self.ended_at or now or timezone.now()
+        return max((end - self.started_at).total_seconds(), 0.0)
+
+
+class Node(models.Model):
+    """One machine within an attempt."""
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="nodes")
+    index = models.PositiveIntegerField(help_text="0 for the first (driver) node.")
+    host = models.CharField(max_length=255, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["attempt", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "index"], name="node_attempt_index_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt} node {self.index}"
+
+
+class LogChunk(models.Model):
+    """An ordered piece of one node's log; a resend of the same (node, seq) is a no-op."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="log_chunks")
+    seq = models.PositiveIntegerField(help_text="Order of the chunk within the node's log, from 0.")
+    text = models.TextField()
+    line_count = models.PositiveIntegerField(default=0)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["node", "seq"]
+        constraints = [
+            # Idempotent appends: the natural key of a chunk.
+            models.UniqueConstraint(fields=["node", "seq"], name="logchunk_node_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node} chunk {self.seq}"
+
+
+class GpuSample(models.Model):
+    """One GPU of one node at one instant. Units: percent, bytes, watts, Celsius, MHz."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_samples")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_samples")
+    gpu_index = models.PositiveSmallIntegerField()
+    ts = models.DateTimeField()
+    # Missing (NULL) when the GPU does not report the field: never stored as zero.
+    utilization_gpu = models.FloatField(null=True, blank=True)
+    utilization_memory = models.FloatField(null=True, blank=True)
+    memory_used_bytes = models.BigIntegerField(null=True, blank=True)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    power_watts = models.FloatField(null=True, blank=True)
+    power_limit_watts = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    sm_clock_mhz = models.FloatField(null=True, blank=True)
+    source = models.CharField(max_length=16, choices=TelemetrySource.choices, default=TelemetrySource.API)
+
+    class Meta:
+        constraints = [
+            # Idempotent ingest: a resent sample conflicts here and is skipped. Its index
+            # (run first) also serves the run page's chart query by run and time.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index", "ts"], name="gpusample_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.ts.isoformat()}"
+
+
+# Fields of GpuSample folded into the per-minute rollup as min / avg / max.
+ROLLUP_FIELDS = (
+    "utilization_gpu",
+    "utilization_memory",
+    "memory_used_bytes",
+    "power_watts",
+    "temperature_c",
+    "sm_clock_mhz",
+)
+
+
+class GpuMinute(models.Model):
+    """Per-minute rollup of GpuSample (min / avg / max per field); long runs chart from it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_minutes")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_minutes")
+    gpu_index = models.PositiveSmallIntegerField()
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+    samples = models.PositiveIntegerField(default=0)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    power_limit_watts = models.FloatField(null=True, blank=True)
+    utilization_gpu_min = models.FloatField(null=True, blank=True)
+    utilization_gpu_avg = models.FloatField(null=True, blank=True)
+    utilization_gpu_max = models.FloatField(null=True, blank=True)
+    utilization_memory_min = models.FloatField(null=True, blank=True)
+    utilization_memory_avg = models.FloatField(null=True, blank=True)
+    utilization_memory_max = models.FloatField(null=True, blank=True)
+    memory_used_bytes_min = models.FloatField(null=True, blank=True)
+    memory_used_bytes_avg = models.FloatField(null=True, blank=True)
+    memory_used_bytes_max = models.FloatField(null=True, blank=True)
+    power_watts_min = models.FloatField(null=True, blank=True)
+    power_watts_avg = models.FloatField(null=True, blank=True)
+    power_watts_max = models.FloatField(null=True, blank=True)
+    temperature_c_min = models.FloatField(null=True, blank=True)
+    temperature_c_avg = models.FloatField(null=True, blank=True)
+    temperature_c_max = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_min = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_avg = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One row per GPU-minute; the rollup step upserts on it. Run first: the chart
+            # query reads one run's minutes in time order.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index", "minute"], name="gpuminute_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.minute.isoformat()}"
+
+
+class MetricPoint(models.Model):
+    """One value of an MLflow metric; `value` is NULL where MLflow logged NaN or infinity."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    key = models.CharField(max_length=250)
+    step = models.BigIntegerField(default=0)
+    ts = models.DateTimeField()
+    value = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Idempotent ingest, and the metric chart's (run, key) lookup by prefix.
+            models.UniqueConstraint(fields=["run", "key", "step", "ts"], name="metricpoint_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.key}@{self.step}"
+
+
+class IngestBatch(models.Model):
+    """A telemetry batch as received: recorded before it is queued, so a lost message is re-sent."""
+
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="ingest_batches")
+    kind = models.CharField(max_length=16, choices=BatchKind.choices)
+    content_hash = models.CharField(max_length=64, help_text="sha256 of the normalised rows.")
+    rows = models.JSONField(help_text="Validated rows, run and node resolved to ids.")
+    row_count = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=BatchStatus.choices, default=BatchStatus.PENDING)
+    inserted = models.PositiveIntegerField(null=True, blank=True)
+    duplicates = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # A resent batch (same rows) is recognised and reported as a duplicate.
+            models.UniqueConstraint(fields=["team", "kind", "content_hash"], name="ingestbatch_content_unique"),
+        ]
+        indexes = [
+            # The sweeper that re-queues batches a broker lost: pending ones, oldest first.
+            models.Index(fields=["status", "received_at"], name="ingestbatch_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} batch {self.pk} ({self.row_count} rows, {self.status})"
+
+
+def runs_visible_to(user: User) -> QuerySet[Run]:
+    """Shorthand used by views and the API: the runs this user may see."""
+    return Run.objects.for_user(user)
+
+
+def team_filter(user: User, field: str = "team") -> Q:
+    """A Q object limiting `field` to the user's teams (all for staff)."""
+    if user.is_staff or user.is_superuser:
+        return Q()
+    return Q(**{f"{field}__in": user.groups.all()})

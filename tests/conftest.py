@@ -1,0 +1,165 @@
+"""Shared fixtures: the personas and a real Celery worker.
+
+Personas: alice and bob are members of team "vision"; charlie is in team "nlp" and must never
+see vision's data; sam is staff and sees everything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test import Client
+
+from dashboard.models import ApiKey, ApiKeyRole
+from runs.choices import AcceleratorType, RunStatus
+from runs.models import Attempt, Node, Run
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "correct horse battery staple"
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+
+@dataclass
+class World:
+    vision: Group
+    nlp: Group
+    alice: User
+    bob: User
+    charlie: User
+    sam: User
+
+    def client_for(self, user: User) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    def key(self, team: Group, role: str = ApiKeyRole.INGEST) -> str:
+        return ApiKey.issue(team, role, name="test")[1]
+
+    def api(self, team: Group, role: str = ApiKeyRole.INGEST) -> Client:
+        return Client(headers={"authorization": f"Bearer {self.key(team, role)}"})
+
+
+@pytest.fixture
+def world(db: None) -> World:
+    vision = Group.objects.create(name="vision")
+    nlp = Group.objects.create(name="nlp")
+
+    def user(name: str, team: Group | None, **extra: object) -> User:
+        u = User.objects.create_user(name, f"{name}@example.com", PASSWORD, **extra)
+        if team is not None:
+            u.groups.add(team)
+        return u
+
+    return World(
+        vision=vision,
+        nlp=nlp,
+        alice=user("alice", vision),
+        bob=user("bob", vision),
+        charlie=user("charlie", nlp),
+        sam=user("sam", None, is_staff=True),
+    )
+
+
+def make_run(team: Group, external_id: str = "run-1", **fields: object) -> Run:
+    """A serverless 8xH100 run with one attempt and one node, started at T0 and finished."""
+    defaults: dict[str, object] = {
+        "experiment_name": "/Workspace/Users/alice/llama-ft",
+        "accelerator_type": AcceleratorType.H100_8,
+        "num_accelerators": 8,
+        "gpus_per_node": 8,
+        "region": "us-west-2",
+        "home_region": "us-west-2",
+        "status": RunStatus.SUCCEEDED,
+        "submitted_at": T0 - timedelta(minutes=2),
+        "started_at": T0,
+        "ended_at": T0 + timedelta(hours=1),
+        "creator": "alice@example.com",
+    }
+    defaults.update(fields)
+    run = Run.objects.create(team=team, external_id=external_id, **defaults)
+    attempt = Attempt.objects.create(
+        run=run, number=1, status=run.status, started_at=run.started_at, ended_at=run.ended_at
+    )
+    Node.objects.create(attempt=attempt, index=0, host="10.0.0.1", status=run.status)
+    return run
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def _database_url_for_test_db() -> str:
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    auth = f"{user}@" if user else ""
+    return f"postgres://{auth}{host}:{port}/{db['NAME']}"
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_worker(tmp_dir: Path, queues: str = "ingest,collect,billing,alerts") -> WorkerProcess:
+    """Start `celery worker` as its own process on the test database and the configured broker."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = _database_url_for_test_db()
+    env["AIRBOARD_BROKER_DIR"] = str(settings.CELERY_BROKER_DIR)
+    env["PYTHONUNBUFFERED"] = "1"
+    log_path = tmp_dir / "worker.log"
+    log = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", queues, "--pool=solo",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    worker = WorkerProcess(process, log_path)
+    if not wait_for(lambda: "ready." in worker.log() or process.poll() is not None, timeout=60):
+        process.kill()
+        raise RuntimeError(f"Celery worker did not start:\n{worker.log()}")
+    if process.poll() is not None:
+        raise RuntimeError(f"Celery worker exited:\n{worker.log()}")
+    return worker
+
+
+def stop_worker(worker: WorkerProcess) -> None:
+    worker.process.terminate()
+    try:
+        worker.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        worker.process.kill()
+        worker.process.wait()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup: None, django_db_blocker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:  # noqa: ANN001
+    """One real worker process for the session, consuming from the real broker."""
+    with django_db_blocker.unblock():
+        worker = start_worker(tmp_path_factory.mktemp("worker"))
+    yield worker
+    stop_worker(worker)
