@@ -1,3 +1,134 @@
-from ninja import NinjaAPI
+"""The versioned JSON API: `/api/v1/`, described at `/api/v1/openapi.json`, browsable at `/api/v1/docs`.
 
-api = NinjaAPI(title="Airboard API", version="1")
+Machines authenticate with `Authorization: Bearer <key>` (keys from `manage.py create_api_key`);
+a logged-in browser session may read. Every error answers JSON with `detail` (a sentence) and,
+for invalid input, `errors`: one entry per bad field or row, with its location.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer, django_auth
+
+from dashboard.models import ApiKey
+
+logger = logging.getLogger(__name__)
+
+
+class BearerKey(HttpBearer):
+    """`Authorization: Bearer ab_...`: an API key bound to one team and one role."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
+        if not token or len(token) > 200:
+            return None
+        return ApiKey.authenticate(token)
+
+
+bearer = BearerKey()
+
+api = NinjaAPI(
+    title="Airboard API",
+    version="1",
+    description=(
+        "Push runs, logs, GPU telemetry and MLflow metrics into Airboard, and read runs back. "
+        "Authenticate with `Authorization: Bearer <key>` (see `manage.py create_api_key`)."
+    ),
+    urls_namespace="api",
+)
+
+
+def error_response(
+    request: HttpRequest, status: int, detail: str, errors: list[dict[str, Any]] | None = None
+) -> HttpResponse:
+    body: dict[str, Any] = {"detail": detail}
+    if errors is not None:
+        body["errors"] = errors
+    return api.create_response(request, body, status=status)
+
+
+def _location(loc: tuple | list) -> str:
+    """('body', 'payload', 'samples', 3, 'ts') -> 'samples[3].ts'."""
+    parts = [p for p in loc if p not in ("body", "payload", "query", "path")]
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "body"
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = [{"field": _location(e.get("loc", ())), "message": e.get("msg", "invalid")} for e in exc.errors]
+    return error_response(request, 422, f"{len(errors)} invalid field(s); nothing was stored.", errors)
+
+
+@api.exception_handler(AuthenticationError)
+def _auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(request, 401, "Authentication required: send 'Authorization: Bearer <api key>'.")
+
+
+class InvalidRows(HttpError):
+    """A 422 naming each bad row of a batch (nothing of the batch is stored)."""
+
+    def __init__(self, errors: list[dict[str, str]]) -> None:
+        super().__init__(422, f"{len(errors)} invalid row(s); nothing was stored.")
+        self.errors = errors
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error_response(request, exc.status_code, str(exc), getattr(exc, "errors", None))
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return error_response(request, 413, "Request body too large; split it into smaller batches.")
+
+
+@api.exception_handler(DatabaseError)
+def _database_down(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    # The request's transaction rolled back: nothing was half-written. Ask the client to retry.
+    logger.exception("database error during API request")
+    response = error_response(request, 503, "The database is unavailable; nothing was stored. Retry shortly.")
+    response["Retry-After"] = "5"
+    return response
+
+
+class Access:
+    """Who is calling: an API key (one team, one role) or a logged-in user (their teams)."""
+
+    def __init__(self, request: HttpRequest) -> None:
+        principal = request.auth
+        self.key: ApiKey | None = principal if isinstance(principal, ApiKey) else None
+        self.user: User | None = principal if isinstance(principal, User) else None
+
+    def teams(self) -> QuerySet[Group]:
+        if self.key is not None:
+            return Group.objects.filter(pk=self.key.team_id)
+        assert self.user is not None
+        if self.user.is_staff or self.user.is_superuser:
+            return Group.objects.all()
+        return self.user.groups.all()
+
+    def require_write(self) -> Group:
+        """Writes need an ingest key; they land in the key's team."""
+        if self.key is None or not self.key.can_write:
+            raise HttpError(403, "This operation needs an API key with the 'ingest' role.")
+        return self.key.team
+
+
+# Reads accept a key or a logged-in session; writes check the key's role in the view.
+read_auth = [bearer, django_auth]
+
+api.add_router("/", "runs.api.router")

@@ -11,4 +11,3 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 app = Celery("airboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-

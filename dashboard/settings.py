@@ -14,12 +14,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from dashboard.env import env_bool, env_float, env_int, env_list, env_str, env_url
+from dashboard.schedule import BEAT_SCHEDULE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AIRBOARD_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+(VAR_DIR / "static").mkdir(exist_ok=True)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
 if not SECRET_KEY:
     if env_bool("AIRBOARD_REQUIRE_SECRET_KEY", False):
@@ -123,7 +125,7 @@ USE_TZ = True
 # --- Static files ---------------------------------------------------------------------
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = VAR_DIR / "static"
 # Served by WhiteNoise from the app's own files, in every mode: no CDN, no network.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -151,8 +153,17 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
+# One queue per kind of work, so a flood of telemetry never delays billing or alerts.
+CELERY_TASK_ROUTES = {
+    "runs.ingest_*": {"queue": "ingest"},
+    "runs.requeue_*": {"queue": "ingest"},
+    "runs.collect_*": {"queue": "collect"},
+    "billing.*": {"queue": "billing"},
+    "alerts.*": {"queue": "alerts"},
+}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Never eager: a task always goes through the broker to a worker.
 CELERY_TASK_ALWAYS_EAGER = False

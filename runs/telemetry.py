@@ -125,4 +125,3 @@ def refresh_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> int:
         batch_size=500,
     )
     return len(rows)
-

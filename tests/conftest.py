@@ -157,7 +157,9 @@ def stop_worker(worker: WorkerProcess) -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup: None, django_db_blocker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:  # noqa: ANN001
+def celery_worker(
+    django_db_setup: None, django_db_blocker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """One real worker process for the session, consuming from the real broker."""
     with django_db_blocker.unblock():
         worker = start_worker(tmp_path_factory.mktemp("worker"))

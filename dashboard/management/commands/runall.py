@@ -1,0 +1,102 @@
+"""`manage.py runall`: migrate, seed an empty database, then run web + worker + beat together.
+
+This is what `make run` calls. One Ctrl-C stops all three; if one of them dies, the others
+are stopped too, so a half-running dashboard never lingers.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command, get_commands
+from django.core.management.base import BaseCommand, CommandParser
+
+from dashboard.env import env_int, env_str
+
+QUEUES = "ingest,collect,billing,alerts"
+
+
+class Command(BaseCommand):
+    help = "Run Airboard on this machine: web server, Celery worker and Celery beat."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--no-seed", action="store_true", help="Do not load the demo workspace.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host = env_str("AIRBOARD_HOST", "127.0.0.1")
+        port = env_int("AIRBOARD_PORT", 8000, minimum=1)
+        web_workers = env_int("AIRBOARD_WEB_WORKERS", 2, minimum=1)
+        concurrency = env_int("AIRBOARD_WORKER_CONCURRENCY", 2, minimum=1)
+
+        self.stdout.write("Migrating the database…")
+        call_command("migrate", interactive=False, verbosity=0)
+        commands = get_commands()
+        if "load_prices" in commands:
+            call_command("load_prices", "--default")
+        if not options["no_seed"] and "seed_demo" in commands:
+            call_command("seed_demo", "--if-empty")
+
+        python = sys.executable
+        beat_schedule = str(settings.VAR_DIR / "celerybeat-schedule")
+        specs = {
+            "web": [python, "-m", "gunicorn", "dashboard.wsgi", "--bind", f"{host}:{port}",
+                    "--workers", str(web_workers), "--access-logfile", "-", "--timeout", "60"],
+            "worker": [python, "-m", "celery", "-A", "dashboard", "worker", "-Q", QUEUES,
+                       "--concurrency", str(concurrency), "-l", "INFO"],
+            "beat": [python, "-m", "celery", "-A", "dashboard", "beat", "-s", beat_schedule, "-l", "INFO"],
+        }  # fmt: skip
+        processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in specs.items()}
+        self._banner(host, port)
+        stopping = False
+
+        def stop(signum: int, frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        exit_code = 0
+        try:
+            while not stopping:
+                for name, process in processes.items():
+                    if process.poll() is not None:
+                        self.stderr.write(f"{name} exited with status {process.returncode}; stopping the others.")
+                        exit_code = process.returncode or 1
+                        stopping = True
+                        break
+                time.sleep(0.5)
+        finally:
+            self._stop_all(processes)
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _banner(self, host: str, port: int) -> None:
+        from runs.models import Run
+
+        shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host  # noqa: S104
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(f"Airboard is running at http://{shown_host}:{port}/"))
+        if Run.objects.filter(is_demo=True).exists():
+            from runs.demo_constants import DEMO_PASSWORD
+
+            self.stdout.write(f"Demo login: alice / {DEMO_PASSWORD}   (staff: admin / {DEMO_PASSWORD})")
+        self.stdout.write("Press Ctrl-C to stop the web server, the worker and beat.")
+        self.stdout.write("")
+
+    def _stop_all(self, processes: dict[str, subprocess.Popen]) -> None:
+        for process in processes.values():
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + 15
+        for name, process in processes.items():
+            try:
+                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"{name} did not stop in time; killing it.")
+                process.kill()
+                process.wait()

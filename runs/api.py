@@ -1,0 +1,284 @@
+"""Runs API: upsert runs, append logs, push GPU samples and MLflow metrics, read runs.
+
+Scoping: a key sees and writes its own team's runs only; a user sees their teams' runs.
+Anything outside that answers 404, exactly as a run that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Prefetch, QuerySet
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from ninja import Query, Router, Schema, Status
+from ninja.errors import HttpError
+from pydantic import Field
+
+from dashboard.api import Access, InvalidRows, bearer, read_auth
+from runs import ingest
+from runs.choices import BatchKind, RunSource, RunStatus
+from runs.models import Attempt, IngestBatch, Node, Run
+from runs.schemas import (
+    BatchOut,
+    ErrorOut,
+    GpuSampleBatchIn,
+    LogChunkIn,
+    LogChunkOut,
+    MetricBatchIn,
+    RunDetailOut,
+    RunIn,
+    RunOut,
+    UpsertOut,
+)
+
+router = Router(tags=["runs"])
+
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+
+
+def _visible_runs(request: HttpRequest) -> QuerySet[Run]:
+    return Run.objects.filter(team__in=Access(request).teams())
+
+
+def _run_out(run: Run, detail: bool = False) -> dict[str, Any]:
+    out = {
+        "id": run.pk, "source": run.source, "external_id": run.external_id, "team": run.team.name,
+        "creator": run.creator, "experiment_name": run.experiment_name, "status": run.status,
+        "accelerator_type": run.accelerator_type, "instance_type": run.instance_type,
+        "num_accelerators": run.num_accelerators, "gpus_per_node": run.gpus_per_node, "region": run.region,
+        "home_region": run.home_region, "submitted_at": run.submitted_at, "started_at": run.started_at,
+        "ended_at": run.ended_at, "timeout_minutes": run.timeout_minutes, "max_retries": run.max_retries,
+        "usage_policy_name": run.usage_policy_name, "mlflow_run_id": run.mlflow_run_id,
+        "mlflow_url": run.mlflow_link(), "url": reverse("run_detail", args=[run.pk]),
+    }  # fmt: skip
+    if detail:
+        out["parameters"] = run.parameters
+        out["state_message"] = run.state_message
+        out["attempts"] = [
+            {
+                "number": a.number,
+                "status": a.status,
+                "started_at": a.started_at,
+                "ended_at": a.ended_at,
+                "exit_code": a.exit_code,
+                "state_message": a.state_message,
+                "mlflow_run_id": a.mlflow_run_id,
+                "nodes": [
+                    {
+                        "index": n.index,
+                        "host": n.host,
+                        "status": n.status,
+                        "started_at": n.started_at,
+                        "ended_at": n.ended_at,
+                        "exit_code": n.exit_code,
+                    }
+                    for n in a.nodes.all()
+                ],
+            }
+            for a in run.attempts.all()
+        ]
+    return out
+
+
+def _with_attempts(qs: QuerySet[Run]) -> QuerySet[Run]:
+    return qs.select_related("team").prefetch_related(
+        Prefetch("attempts", queryset=Attempt.objects.order_by("number").prefetch_related(
+            Prefetch("nodes", queryset=Node.objects.order_by("index"))
+        ))
+    )  # fmt: skip
+
+
+def _get_run(request: HttpRequest, external_id: str, source: str | None) -> Run:
+    runs = _visible_runs(request).filter(external_id=external_id)
+    if source:
+        runs = runs.filter(source=source)
+    found = list(_with_attempts(runs)[:2])
+    if not found:
+        raise HttpError(404, f"No run {external_id!r} in your teams.")
+    if len(found) > 1:
+        raise HttpError(409, f"Several sources have a run {external_id!r}; add ?source=serverless|classic|local.")
+    return found[0]
+
+
+@router.post(
+    "/runs", response={200: UpsertOut, 201: UpsertOut, **ERRORS}, auth=bearer, summary="Create or update a run"
+)
+def upsert_run(request: HttpRequest, payload: RunIn) -> Status:
+    """Upsert a run with its attempts and nodes by (source, external_id). Fields left out keep their value."""
+    team = Access(request).require_write()
+    try:
+        result = ingest.upsert_run(team, payload.model_dump(exclude_unset=True) | {"source": payload.source})
+    except ingest.IngestConflict as exc:
+        raise HttpError(409, str(exc)) from None
+    run = _with_attempts(Run.objects.filter(pk=result.run.pk)).get()
+    body = {"created": result.created, "ignored": result.ignored, "run": _run_out(run, detail=True)}
+    return Status(201 if result.created else 200, body)
+
+
+class RunFilter(Schema):
+    status: RunStatus | None = None
+    source: RunSource | None = None
+    experiment: str | None = Field(default=None, max_length=500)
+    submitted_after: str | None = Field(default=None, description="ISO 8601 time")
+    limit: int = Field(default=50, ge=1, le=500)
+    offset: int = Field(default=0, ge=0)
+
+
+class RunListOut(Schema):
+    count: int
+    results: list[RunOut]
+
+
+@router.get("/runs", response={200: RunListOut, **ERRORS}, auth=read_auth, summary="List runs")
+def list_runs(request: HttpRequest, filters: Query[RunFilter]) -> dict[str, Any]:
+    runs = _visible_runs(request).select_related("team").order_by("-submitted_at", "-pk")
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.source:
+        runs = runs.filter(source=filters.source)
+    if filters.experiment:
+        runs = runs.filter(experiment_name__icontains=filters.experiment)
+    if filters.submitted_after:
+        after = parse_datetime(filters.submitted_after)
+        if after is None:
+            raise InvalidRows([{"field": "submitted_after", "message": "must be an ISO 8601 time"}])
+        runs = runs.filter(submitted_at__gte=after)
+    page = runs[filters.offset : filters.offset + filters.limit]
+    return {"count": runs.count(), "results": [_run_out(r) for r in page]}
+
+
+@router.get("/runs/{external_id}", response={200: RunDetailOut, **ERRORS}, auth=read_auth, summary="Get a run")
+def get_run(request: HttpRequest, external_id: str, source: RunSource | None = None) -> dict[str, Any]:
+    return _run_out(_get_run(request, external_id, source), detail=True)
+
+
+@router.post(
+    "/runs/{external_id}/logs",
+    response={200: LogChunkOut, 201: LogChunkOut, **ERRORS},
+    auth=bearer,
+    summary="Append a log chunk",
+)
+def append_log(request: HttpRequest, external_id: str, payload: LogChunkIn, source: RunSource | None = None) -> Status:
+    """Append one ordered chunk of a node's log. Resending a chunk (same seq, same text) is a no-op."""
+    Access(request).require_write()
+    limit = settings.AIRBOARD_MAX_LOG_CHUNK_BYTES
+    if len(payload.text.encode("utf-8", "surrogatepass")) > limit:
+        raise HttpError(413, f"text is larger than {limit} bytes; send it as several chunks")
+    run = _get_run(request, external_id, source)
+    try:
+        status, chunk = ingest.append_log_chunk(
+            run, payload.attempt, payload.node, payload.seq, payload.text, payload.host
+        )
+    except ingest.IngestConflict as exc:
+        raise HttpError(409, str(exc)) from None
+    body = {"status": status, "attempt": payload.attempt, "node": payload.node, "seq": payload.seq,
+            "lines": chunk.line_count}  # fmt: skip
+    return Status(201 if status == "stored" else 200, body)
+
+
+def _resolve_runs(request: HttpRequest, refs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Run]:
+    wanted = set(refs)
+    external_ids = {ext for _, ext in wanted}
+    runs = _visible_runs(request).filter(external_id__in=external_ids)
+    return {(r.source, r.external_id): r for r in runs if (r.source, r.external_id) in wanted}
+
+
+def _check_count(rows: list[Any], what: str) -> None:
+    cap = settings.AIRBOARD_MAX_SAMPLES_PER_BATCH
+    if len(rows) > cap:
+        raise HttpError(413, f"{len(rows)} {what} in one request; the limit is {cap}. Split the batch.")
+
+
+def _batch_out(batch: IngestBatch, duplicate: bool) -> dict[str, Any]:
+    return {
+        "id": batch.pk, "kind": batch.kind, "status": batch.status, "rows": batch.row_count, "duplicate": duplicate,
+        "inserted": batch.inserted, "duplicates": batch.duplicates, "received_at": batch.received_at,
+        "processed_at": batch.processed_at,
+    }  # fmt: skip
+
+
+def _accept_batch(request: HttpRequest, kind: str, rows: list[list[Any]], source: str = "") -> Status:
+    team = Access(request).require_write()
+    with transaction.atomic():
+        batch, duplicate = ingest.record_batch(team, kind, rows, source)
+        if not duplicate:
+            ingest.enqueue_batch(batch)
+    return Status(200 if duplicate else 202, _batch_out(batch, duplicate))
+
+
+@router.post(
+    "/gpu-samples",
+    response={200: BatchOut, 202: BatchOut, **ERRORS},
+    auth=bearer,
+    summary="Push a batch of GPU samples",
+)
+def push_gpu_samples(request: HttpRequest, payload: GpuSampleBatchIn) -> Status:
+    """Accept up to AIRBOARD_MAX_SAMPLES_PER_BATCH samples; a worker writes them (202).
+
+    The same batch sent again answers 200 with `duplicate: true` and is stored once. Every
+    bad row is named in a 422, and then nothing of the batch is stored.
+    """
+    Access(request).require_write()
+    samples = payload.samples
+    _check_count(samples, "samples")
+    runs = _resolve_runs(request, {(s.run_source, s.run) for s in samples})
+    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
+    errors: list[dict[str, str]] = []
+    for i, s in enumerate(samples):
+        if (s.run_source, s.run) not in runs:
+            errors.append({"field": f"samples[{i}].run", "message": f"no run {s.run!r} ({s.run_source}) in your team"})
+        if s.ts > horizon:
+            errors.append({"field": f"samples[{i}].ts", "message": "is more than the allowed skew in the future"})
+    if errors:
+        raise InvalidRows(errors[:500])
+    with transaction.atomic():
+        nodes: dict[tuple[int, int | None, int], Node] = {}
+        rows = []
+        for s in samples:
+            run = runs[(s.run_source, s.run)]
+            node_key = (run.pk, s.attempt, s.node)
+            if node_key not in nodes:
+                nodes[node_key] = ingest.node_for(run, s.attempt, s.node, s.host)
+            rows.append([
+                run.pk, nodes[node_key].pk, s.gpu, s.ts.isoformat(), s.utilization_gpu, s.utilization_memory,
+                s.memory_used_bytes, s.memory_total_bytes, s.power_watts, s.power_limit_watts, s.temperature_c,
+                s.sm_clock_mhz,
+            ])  # fmt: skip
+        return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload.source)
+
+
+@router.post(
+    "/metrics",
+    response={200: BatchOut, 202: BatchOut, **ERRORS},
+    auth=bearer,
+    summary="Push a batch of MLflow metric points",
+)
+def push_metrics(request: HttpRequest, payload: MetricBatchIn) -> Status:
+    """MLflow metric points (key, step, timestamp, value); NaN/Infinity are stored as missing."""
+    Access(request).require_write()
+    points = payload.points
+    _check_count(points, "points")
+    runs = _resolve_runs(request, {(p.run_source, p.run) for p in points})
+    errors = [
+        {"field": f"points[{i}].run", "message": f"no run {p.run!r} ({p.run_source}) in your team"}
+        for i, p in enumerate(points)
+        if (p.run_source, p.run) not in runs
+    ]
+    if errors:
+        raise InvalidRows(errors[:500])
+    rows = [[runs[(p.run_source, p.run)].pk, p.key, p.step, p.ts.isoformat(), p.value] for p in points]
+    return _accept_batch(request, BatchKind.METRICS, rows)
+
+
+@router.get("/batches/{batch_id}", response={200: BatchOut, **ERRORS}, auth=read_auth, summary="A batch's status")
+def get_batch(request: HttpRequest, batch_id: int) -> dict[str, Any]:
+    batch = get_object_or_404(IngestBatch, pk=batch_id, team__in=Access(request).teams())
+    return _batch_out(batch, duplicate=False)

@@ -1,0 +1,278 @@
+"""Writing what sources push: run upserts, log chunks and telemetry batches.
+
+Everything here is idempotent on natural keys: a resend updates or is recognised as a
+duplicate, never doubles. A stale update (a late 'running' after 'succeeded') never moves a
+run backwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from runs.choices import GPUS_PER_NODE, AcceleratorType, BatchKind, BatchStatus, RunStatus, TelemetrySource
+from runs.models import Attempt, GpuSample, IngestBatch, LogChunk, MetricPoint, Node, Run
+from runs.telemetry import StoreResult, store_gpu_samples, store_metric_points
+
+logger = logging.getLogger(__name__)
+
+RUN_FIELDS = (
+    "experiment_name", "creator", "state_message", "accelerator_type", "instance_type", "num_accelerators",
+    "gpus_per_node", "region", "home_region", "submitted_at", "started_at", "ended_at", "timeout_minutes",
+    "max_retries", "usage_policy_name", "parameters", "workload_yaml", "mlflow_run_id", "mlflow_url",
+    "run_page_url",
+)  # fmt: skip
+
+
+class IngestConflict(Exception):
+    """The write contradicts what is stored; nothing was changed."""
+
+
+@dataclass
+class UpsertResult:
+    run: Run
+    created: bool
+    ignored: list[str] = field(default_factory=list)
+
+
+def _moves_backwards(current: str, incoming: str) -> bool:
+    """A finished run (or attempt) never returns to queued/running on a late message."""
+    return current in RunStatus.finished() and incoming in RunStatus.active()
+
+
+def _user_for(creator: str) -> User | None:
+    if not creator:
+        return None
+    return User.objects.filter(Q(email__iexact=creator) | Q(username=creator)).order_by("pk").first()
+
+
+def upsert_run(team: Group, data: dict[str, Any]) -> UpsertResult:
+    """Create or update a run (and its attempts and nodes) by (source, external_id).
+
+    1. Lock the existing row, if any; a run of another team is a conflict, never touched.
+    2. Apply only the fields the caller sent; a status that would move backwards is ignored.
+    3. Upsert attempts by number and their nodes by index, with the same status rule.
+    """
+    source, external_id = data["source"], data["external_id"]
+    ignored: list[str] = []
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(source=source, external_id=external_id).first()
+        created = run is None
+        if run is None:
+            run = Run(source=source, external_id=external_id, team=team)
+        elif run.team_id != team.pk:
+            raise IngestConflict(f"external_id {external_id!r} is already used by a run outside your team")
+
+        for name in RUN_FIELDS:
+            if name in data and data[name] is not None:
+                setattr(run, name, data[name])
+        status = data.get("status")
+        if status:
+            if not created and _moves_backwards(run.status, status):
+                ignored.append(f"status: stored '{run.status}' is final, '{status}' ignored")
+            else:
+                run.status = status
+        if "gpus_per_node" not in data and run.accelerator_type:
+            run.gpus_per_node = GPUS_PER_NODE.get(AcceleratorType(run.accelerator_type), run.gpus_per_node)
+        if "creator" in data:
+            run.user = _user_for(run.creator)
+        _check_shape(run)
+        try:
+            with transaction.atomic():
+                run.save()
+        except IntegrityError:
+            # Another request created the same run between our read and write: retry as an update.
+            return upsert_run(team, data)
+
+        for attempt_data in data.get("attempts") or []:
+            ignored += _upsert_attempt(run, attempt_data)
+    return UpsertResult(run=run, created=created, ignored=ignored)
+
+
+def _check_shape(run: Run) -> None:
+    from runs.schemas import accelerator_count_problem
+
+    if run.accelerator_type:
+        problem = accelerator_count_problem(run.accelerator_type, run.num_accelerators)
+        if problem:
+            raise IngestConflict(problem)
+    if run.started_at and run.ended_at and run.ended_at < run.started_at:
+        raise IngestConflict("ended_at is before started_at")
+
+
+def _upsert_attempt(run: Run, data: dict[str, Any]) -> list[str]:
+    ignored: list[str] = []
+    attempt, _ = Attempt.objects.get_or_create(run=run, number=data["number"])
+    for name in ("started_at", "ended_at", "exit_code", "mlflow_run_id", "state_message"):
+        if data.get(name) not in (None, ""):
+            setattr(attempt, name, data[name])
+    status = data.get("status")
+    if status:
+        if _moves_backwards(attempt.status, status):
+            ignored.append(f"attempts[{attempt.number}].status: stored '{attempt.status}' is final")
+        else:
+            attempt.status = status
+    attempt.save()
+    for node_data in data.get("nodes") or []:
+        node, _ = Node.objects.get_or_create(attempt=attempt, index=node_data["index"])
+        for name in ("host", "started_at", "ended_at", "exit_code"):
+            if node_data.get(name) not in (None, ""):
+                setattr(node, name, node_data[name])
+        node_status = node_data.get("status")
+        if node_status and not _moves_backwards(node.status, node_status):
+            node.status = node_status
+        node.save()
+    return ignored
+
+
+def clean_log_text(text: str) -> str:
+    """Keep bad bytes visible instead of failing: lone surrogates and NULs become U+FFFD.
+
+    PostgreSQL text cannot hold NUL, and a str with lone surrogates cannot be encoded to UTF-8.
+    """
+    cleaned = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return cleaned.replace("\x00", "\ufffd")
+
+
+def node_for(run: Run, attempt_number: int | None, node_index: int, host: str = "") -> Node:
+    """The node a pushed row belongs to, created on first sight (agents may report before the source)."""
+    if attempt_number is None:
+        attempt = run.attempts.order_by("-number").first()
+        if attempt is None:
+            attempt, _ = Attempt.objects.get_or_create(
+                run=run, number=1, defaults={"status": run.status, "started_at": run.started_at}
+            )
+    else:
+        attempt, _ = Attempt.objects.get_or_create(run=run, number=attempt_number, defaults={"status": run.status})
+    node, _ = Node.objects.get_or_create(attempt=attempt, index=node_index, defaults={"host": host})
+    if host and not node.host:
+        Node.objects.filter(pk=node.pk).update(host=host)
+    return node
+
+
+def append_log_chunk(
+    run: Run, attempt: int, node_index: int, seq: int, text: str, host: str = ""
+) -> tuple[str, LogChunk]:
+    """Store one chunk; the same chunk again is 'duplicate', a different text for its seq a conflict."""
+    text = clean_log_text(text)
+    with transaction.atomic():
+        node = node_for(run, attempt, node_index, host)
+        existing = LogChunk.objects.filter(node=node, seq=seq).first()
+        if existing is not None:
+            if existing.text == text:
+                return "duplicate", existing
+            raise IngestConflict(
+                f"chunk seq {seq} of attempt {attempt} node {node_index} is already stored with other text"
+            )
+        try:
+            with transaction.atomic():
+                chunk = LogChunk.objects.create(node=node, seq=seq, text=text, line_count=_count_lines(text))
+        except IntegrityError:
+            return append_log_chunk(run, attempt, node_index, seq, text, host)
+    return "stored", chunk
+
+
+def _count_lines(text: str) -> int:
+    if not text:
+        return 0
+    return text.count("\n") + (0 if text.endswith("\n") else 1)
+
+
+# --- Telemetry batches ----------------------------------------------------------------------
+
+SAMPLE_COLUMNS = (
+    "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
+    "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz",
+)  # fmt: skip
+METRIC_COLUMNS = ("run_id", "key", "step", "ts", "value")
+
+
+def _content_hash(rows: list[list[Any]], extra: str = "") -> str:
+    payload = json.dumps(rows, separators=(",", ":"), sort_keys=True, default=str) + extra
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def record_batch(team: Group, kind: str, rows: list[list[Any]], source: str = "") -> tuple[IngestBatch, bool]:
+    """Store the batch durably (before any queueing); returns (batch, duplicate)."""
+    digest = _content_hash(rows, source)
+    existing = IngestBatch.objects.filter(team=team, kind=kind, content_hash=digest).first()
+    if existing is not None:
+        return existing, True
+    try:
+        with transaction.atomic():
+            batch = IngestBatch.objects.create(
+                team=team, kind=kind, content_hash=digest, rows={"source": source, "rows": rows}, row_count=len(rows)
+            )
+    except IntegrityError:
+        return IngestBatch.objects.get(team=team, kind=kind, content_hash=digest), True
+    return batch, False
+
+
+def enqueue_batch(batch: IngestBatch) -> None:
+    """Queue the batch's task once the transaction that recorded it commits.
+
+    If the broker is down the batch stays pending in the database and the sweeper
+    (`runs.requeue_pending_batches`) queues it again later: nothing accepted is lost.
+    """
+    from runs import tasks
+
+    task = tasks.ingest_gpu_samples if batch.kind == BatchKind.GPU_SAMPLES else tasks.ingest_metrics
+
+    def send() -> None:
+        try:
+            task.apply_async(args=[batch.pk], retry=False)
+        except Exception:  # the broker's errors vary by transport; the sweeper recovers
+            logger.warning("could not queue %s; it stays pending for the sweeper", batch, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def _ts(value: str) -> datetime:
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ValueError(f"bad timestamp {value!r} in a stored batch")
+    return parsed
+
+
+def process_batch(batch_id: int) -> StoreResult | None:
+    """Write a recorded batch's rows; safe to run twice (the natural keys skip what is stored)."""
+    batch = IngestBatch.objects.filter(pk=batch_id).first()
+    if batch is None or batch.status == BatchStatus.DONE:
+        return None
+    body = batch.rows
+    rows: list[list[Any]] = body["rows"]
+    if batch.kind == BatchKind.GPU_SAMPLES:
+        source = body.get("source") or TelemetrySource.API
+        objects = [GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=True)), source=source) for row in rows]
+        for obj in objects:
+            obj.ts = _ts(obj.ts)
+        result = store_gpu_samples(objects)
+    else:
+        points = [MetricPoint(**dict(zip(METRIC_COLUMNS, row, strict=True))) for row in rows]
+        for point in points:
+            point.ts = _ts(point.ts)
+        result = store_metric_points(points)
+    # Conditional update: when a redelivered task races the first, the first result stands.
+    IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.PENDING).update(
+        status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now()
+    )
+    return result
+
+
+def pending_batches(older_than: datetime) -> Iterable[int]:
+    return (
+        IngestBatch.objects.filter(status=BatchStatus.PENDING, received_at__lt=older_than)
+        .order_by("received_at")
+        .values_list("pk", flat=True)
+    )

@@ -1,0 +1,268 @@
+"""Request and response shapes of the runs API (pydantic, via django-ninja).
+
+Every bound is checked here so that a bad field or row is named in a 422 before anything is
+written. Units follow NVML: percent, bytes, watts, Celsius, MHz.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any
+
+from ninja import Schema
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+
+from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, TelemetrySource
+
+ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/]+$")]
+RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]+)+|internet)?$")]
+
+
+def _aware(value: datetime) -> datetime:
+    """Timestamps without an offset are taken as UTC (NVML and MLflow clocks are epoch-based)."""
+    from datetime import UTC
+
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+Timestamp = Annotated[datetime, AfterValidator(_aware)]
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _metric_value(value: Any) -> Any:
+    """MLflow logs NaN and infinities; JSON carries them as the strings MLflow's REST API uses."""
+    if isinstance(value, str) and value.strip().lower() in {"nan", "inf", "infinity", "-inf", "-infinity"}:
+        return None
+    return value
+
+
+def bounded(low: float, high: float) -> Any:
+    return Annotated[float | None, Field(default=None, ge=low, le=high), AfterValidator(_finite)]
+
+
+class NodeIn(Schema):
+    index: int = Field(ge=0, le=4096)
+    host: str = Field(default="", max_length=255)
+    status: RunStatus | None = None
+    started_at: Timestamp | None = None
+    ended_at: Timestamp | None = None
+    exit_code: int | None = Field(default=None, ge=-255, le=255)
+
+
+class AttemptIn(Schema):
+    number: int = Field(ge=1, le=1000)
+    status: RunStatus | None = None
+    started_at: Timestamp | None = None
+    ended_at: Timestamp | None = None
+    exit_code: int | None = Field(default=None, ge=-255, le=255)
+    state_message: str = Field(default="", max_length=10_000)
+    mlflow_run_id: str = Field(default="", max_length=64)
+    nodes: list[NodeIn] = Field(default_factory=list, max_length=4096)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AttemptIn:
+        if self.started_at and self.ended_at and self.ended_at < self.started_at:
+            raise ValueError("ended_at is before started_at")
+        indexes = [n.index for n in self.nodes]
+        if len(indexes) != len(set(indexes)):
+            raise ValueError("node indexes must be unique within an attempt")
+        return self
+
+
+class RunIn(Schema):
+    """A run as its source reports it. Fields left out keep their stored value."""
+
+    source: RunSource = RunSource.SERVERLESS
+    external_id: ExternalId
+    experiment_name: str = Field(default="", max_length=500)
+    creator: str = Field(default="", max_length=254)
+    status: RunStatus | None = None
+    state_message: str = Field(default="", max_length=10_000)
+    accelerator_type: AcceleratorType | None = None
+    instance_type: str = Field(default="", max_length=64)
+    num_accelerators: int | None = Field(default=None, ge=1, le=100_000)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64)
+    region: RegionName = ""
+    home_region: RegionName = ""
+    submitted_at: Timestamp | None = None
+    started_at: Timestamp | None = None
+    ended_at: Timestamp | None = None
+    timeout_minutes: int | None = Field(default=None, ge=1, le=60 * 24 * 30)
+    max_retries: int | None = Field(default=None, ge=0, le=100)
+    usage_policy_name: str = Field(default="", max_length=200)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    workload_yaml: str = Field(default="", max_length=200_000)
+    mlflow_run_id: str = Field(default="", max_length=64)
+    mlflow_url: str = Field(default="", max_length=1000, pattern=r"^(https?://\S+)?$")
+    run_page_url: str = Field(default="", max_length=1000, pattern=r"^(https?://\S+)?$")
+    attempts: list[AttemptIn] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunIn:
+        if self.started_at and self.ended_at and self.ended_at < self.started_at:
+            raise ValueError("ended_at is before started_at")
+        numbers = [a.number for a in self.attempts]
+        if len(numbers) != len(set(numbers)):
+            raise ValueError("attempt numbers must be unique")
+        if self.accelerator_type and self.num_accelerators:
+            problem = accelerator_count_problem(self.accelerator_type, self.num_accelerators)
+            if problem:
+                raise ValueError(problem)
+        return self
+
+
+def accelerator_count_problem(accelerator_type: str, num_accelerators: int) -> str:
+    """Why num_accelerators does not fit the shape, or '' when it does (rules from DESIGN.md)."""
+    per_node = GPUS_PER_NODE.get(AcceleratorType(accelerator_type), 1)
+    if accelerator_type == AcceleratorType.H100_1 and num_accelerators != 1:
+        return "GPU_1xH100 takes num_accelerators: 1 exactly"
+    if per_node > 1 and num_accelerators % per_node:
+        return f"{accelerator_type} takes num_accelerators in multiples of {per_node}"
+    return ""
+
+
+class LogChunkIn(Schema):
+    attempt: int = Field(default=1, ge=1, le=1000)
+    node: int = Field(default=0, ge=0, le=4096)
+    host: str = Field(default="", max_length=255)
+    seq: int = Field(ge=0, le=10_000_000)
+    text: str
+
+
+class GpuSampleIn(Schema):
+    run: ExternalId
+    run_source: RunSource = RunSource.SERVERLESS
+    attempt: int | None = Field(default=None, ge=1, le=1000, description="Default: the run's latest attempt.")
+    node: int = Field(default=0, ge=0, le=4096)
+    host: str = Field(default="", max_length=255)
+    gpu: int = Field(ge=0, le=255)
+    ts: Timestamp
+    utilization_gpu: bounded(0, 100)
+    utilization_memory: bounded(0, 100)
+    memory_used_bytes: Annotated[int | None, Field(default=None, ge=0, le=2**50)]
+    memory_total_bytes: Annotated[int | None, Field(default=None, ge=0, le=2**50)]
+    power_watts: bounded(0, 10_000)
+    power_limit_watts: bounded(0, 10_000)
+    temperature_c: bounded(-50, 200)
+    sm_clock_mhz: bounded(0, 100_000)
+
+
+class GpuSampleBatchIn(Schema):
+    source: TelemetrySource = TelemetrySource.API
+    samples: list[GpuSampleIn] = Field(min_length=1)
+
+
+class MetricPointIn(Schema):
+    run: ExternalId
+    run_source: RunSource = RunSource.SERVERLESS
+    key: str = Field(min_length=1, max_length=250)
+    step: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
+    ts: Timestamp
+    value: Annotated[float | None, BeforeValidator(_metric_value)]
+
+    @field_validator("value")
+    @classmethod
+    def _nan_is_missing(cls, value: float | None) -> float | None:
+        # Stored as NULL: SQLite cannot hold NaN, and a chart gap is the honest picture.
+        if value is not None and not math.isfinite(value):
+            return None
+        return value
+
+
+class MetricBatchIn(Schema):
+    points: list[MetricPointIn] = Field(min_length=1)
+
+
+class NodeOut(Schema):
+    index: int
+    host: str
+    status: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+
+
+class AttemptOut(Schema):
+    number: int
+    status: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+    state_message: str
+    mlflow_run_id: str
+    nodes: list[NodeOut]
+
+
+class RunOut(Schema):
+    id: int
+    source: str
+    external_id: str
+    team: str
+    creator: str
+    experiment_name: str
+    status: str
+    accelerator_type: str
+    instance_type: str
+    num_accelerators: int
+    gpus_per_node: int
+    region: str
+    home_region: str
+    submitted_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    timeout_minutes: int | None
+    max_retries: int
+    usage_policy_name: str
+    mlflow_run_id: str
+    mlflow_url: str
+    url: str
+
+
+class RunDetailOut(RunOut):
+    parameters: dict[str, Any]
+    state_message: str
+    attempts: list[AttemptOut]
+
+
+class UpsertOut(Schema):
+    created: bool
+    ignored: list[str] = Field(description="Fields not applied, with why (for example a stale status).")
+    run: RunDetailOut
+
+
+class LogChunkOut(Schema):
+    status: str = Field(description="'stored' or 'duplicate'.")
+    attempt: int
+    node: int
+    seq: int
+    lines: int
+
+
+class BatchOut(Schema):
+    id: int
+    kind: str
+    status: str
+    rows: int
+    duplicate: bool = Field(description="True when this exact batch was received before.")
+    inserted: int | None
+    duplicates: int | None
+    received_at: datetime
+    processed_at: datetime | None
+
+
+class ErrorItem(Schema):
+    field: str
+    message: str
+
+
+class ErrorOut(Schema):
+    detail: str
+    errors: list[ErrorItem] | None = None

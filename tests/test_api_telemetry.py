@@ -1,0 +1,150 @@
+"""Telemetry batches through the API: validation in the request, writes in a real Celery worker."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from runs.choices import BatchStatus
+from runs.models import GpuMinute, GpuSample, IngestBatch, MetricPoint
+from tests.conftest import T0, World, make_run, wait_for
+
+GIB = 1024**3
+
+
+def samples(run: str = "r1", n_seconds: int = 90, gpus: int = 8, start=T0) -> list[dict]:
+    rows = []
+    for second in range(n_seconds):
+        for gpu in range(gpus):
+            rows.append({
+                "run": run, "node": 0, "gpu": gpu, "ts": (start + timedelta(seconds=second)).isoformat(),
+                "utilization_gpu": 90 + (second + gpu) % 10, "utilization_memory": 40.0,
+                "memory_used_bytes": 60 * GIB, "memory_total_bytes": 80 * GIB, "power_watts": 650.5,
+                "power_limit_watts": 700.0, "temperature_c": 71, "sm_clock_mhz": 1980,
+            })  # fmt: skip
+    return rows
+
+
+def batch_done(batch_id: int) -> bool:
+    return IngestBatch.objects.filter(pk=batch_id, status=BatchStatus.DONE).exists()
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_stores_a_batch_once_and_rolls_it_up(world: World, celery_worker) -> None:
+    make_run(world.vision, "r1")
+    api = world.api(world.vision)
+    body = {"source": "nvml", "samples": samples()}
+    first = api.post("/api/v1/gpu-samples", body, content_type="application/json")
+    assert first.status_code == 202, first.content
+    batch_id = first.json()["id"]
+    assert wait_for(lambda: batch_done(batch_id), timeout=60), celery_worker.log()
+    assert GpuSample.objects.count() == 90 * 8
+    assert set(GpuSample.objects.values_list("source", flat=True)) == {"nvml"}
+
+    again = api.post("/api/v1/gpu-samples", body, content_type="application/json")
+    assert again.status_code == 200
+    assert again.json()["duplicate"] is True
+    assert again.json()["id"] == batch_id
+
+    # A different batch overlapping the first: only the new seconds are stored.
+    overlap = api.post("/api/v1/gpu-samples", {"samples": samples(n_seconds=120)}, content_type="application/json")
+    assert overlap.status_code == 202
+    assert wait_for(lambda: batch_done(overlap.json()["id"]), timeout=60), celery_worker.log()
+    assert GpuSample.objects.count() == 120 * 8
+    status = api.get(f"/api/v1/batches/{overlap.json()['id']}").json()
+    assert (status["inserted"], status["duplicates"]) == (30 * 8, 90 * 8)
+
+    minute = GpuMinute.objects.get(gpu_index=0, minute=T0)
+    assert minute.samples == 60
+    assert minute.utilization_gpu_min == 90
+    assert minute.utilization_gpu_max == 99
+    assert minute.memory_used_bytes_max == 60 * GIB
+    assert GpuMinute.objects.filter(gpu_index=0).count() == 2
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_metrics_go_through_the_worker_and_nan_is_stored_as_missing(world: World, celery_worker) -> None:
+    make_run(world.vision, "r1")
+    points = [
+        {"run": "r1", "key": "train/loss", "step": step, "ts": (T0 + timedelta(seconds=step)).isoformat(),
+         "value": 2.5 - step * 0.01}
+        for step in range(50)
+    ]  # fmt: skip
+    points.append({"run": "r1", "key": "train/loss", "step": 50, "ts": (T0 + timedelta(seconds=50)).isoformat(),
+                   "value": "NaN"})  # fmt: skip
+    api = world.api(world.vision)
+    response = api.post("/api/v1/metrics", {"points": points}, content_type="application/json")
+    assert response.status_code == 202, response.content
+    assert wait_for(lambda: batch_done(response.json()["id"]), timeout=60), celery_worker.log()
+    assert MetricPoint.objects.count() == 51
+    assert MetricPoint.objects.get(step=50).value is None
+    assert api.post("/api/v1/metrics", {"points": points}, content_type="application/json").json()["duplicate"]
+    assert MetricPoint.objects.count() == 51
+
+
+@pytest.mark.django_db
+class TestRefusals:
+    def post(self, world: World, body: dict, path: str = "/api/v1/gpu-samples"):
+        return world.api(world.vision).post(path, body, content_type="application/json")
+
+    def test_each_bad_row_is_named_and_nothing_is_recorded(self, world: World) -> None:
+        make_run(world.vision, "r1")
+        rows = samples(n_seconds=2, gpus=2)
+        rows[1]["utilization_gpu"] = 140
+        rows[2]["ts"] = "not a time"
+        rows[3]["memory_used_bytes"] = -5
+        response = self.post(world, {"samples": rows})
+        assert response.status_code == 422
+        fields = {e["field"] for e in response.json()["errors"]}
+        assert {"samples[1].utilization_gpu", "samples[2].ts", "samples[3].memory_used_bytes"} <= fields
+        assert not IngestBatch.objects.exists()
+
+    def test_non_finite_values_are_refused(self, world: World) -> None:
+        make_run(world.vision, "r1")
+        raw = samples(n_seconds=1, gpus=1)
+        body = (
+            '{"samples": [{"run": "r1", "gpu": 0, "ts": "%s", "power_watts": Infinity}]}' % raw[0]["ts"]  # noqa: UP031
+        )
+        response = world.api(world.vision).post("/api/v1/gpu-samples", body, content_type="application/json")
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["field"] == "samples[0].power_watts"
+
+    def test_unknown_or_foreign_runs_are_named(self, world: World) -> None:
+        make_run(world.nlp, "nlp-run")
+        rows = samples(run="nlp-run", n_seconds=1, gpus=1) + samples(run="nope", n_seconds=1, gpus=1)
+        response = self.post(world, {"samples": rows})
+        assert response.status_code == 422
+        assert [e["field"] for e in response.json()["errors"]] == ["samples[0].run", "samples[1].run"]
+
+    def test_samples_from_the_future_are_refused(self, world: World) -> None:
+        make_run(world.vision, "r1")
+        rows = samples(n_seconds=1, gpus=1, start=timezone.now() + timedelta(hours=1))
+        response = self.post(world, {"samples": rows})
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["field"] == "samples[0].ts"
+
+    def test_too_many_samples_is_413(self, world: World, settings) -> None:
+        settings.AIRBOARD_MAX_SAMPLES_PER_BATCH = 10
+        make_run(world.vision, "r1")
+        response = self.post(world, {"samples": samples(n_seconds=2, gpus=8)})
+        assert response.status_code == 413
+        assert "limit is 10" in response.json()["detail"]
+
+    def test_an_empty_batch_is_refused(self, world: World) -> None:
+        assert self.post(world, {"samples": []}).status_code == 422
+
+    def test_body_over_the_size_cap_is_413(self, world: World, settings) -> None:
+        settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2048
+        make_run(world.vision, "r1")
+        response = self.post(world, {"samples": samples(n_seconds=10, gpus=8)})
+        assert response.status_code == 413
+
+    def test_the_default_cap_takes_ten_thousand_samples(self, world: World) -> None:
+        make_run(world.vision, "r1")
+        response = self.post(world, {"samples": samples(n_seconds=1250, gpus=8)})
+        assert response.status_code == 202, response.content[:500]
+        assert IngestBatch.objects.get().row_count == 10_000
