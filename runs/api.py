@@ -38,6 +38,7 @@ from runs.schemas import (
     RunOut,
     UpsertOut,
 )
+from runs.workload import WorkloadError
 
 router = Router(tags=["runs"])
 
@@ -114,8 +115,13 @@ def _get_run(request: HttpRequest, external_id: str, source: str | None) -> Run:
 def upsert_run(request: HttpRequest, payload: RunIn) -> Status:
     """Upsert a run with its attempts and nodes by (source, external_id). Fields left out keep their value."""
     team = Access(request).require_write()
+    data = payload.model_dump(exclude_unset=True) | {"source": payload.source}
     try:
-        result = ingest.upsert_run(team, payload.model_dump(exclude_unset=True) | {"source": payload.source})
+        data = ingest.with_workload(data)
+    except WorkloadError as exc:
+        raise InvalidRows([{"field": "workload_yaml", "message": str(problem)} for problem in exc.problems]) from None
+    try:
+        result = ingest.upsert_run(team, data)
     except ingest.IngestConflict as exc:
         raise HttpError(409, str(exc)) from None
     run = _with_attempts(Run.objects.filter(pk=result.run.pk)).get()

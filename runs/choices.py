@@ -42,6 +42,23 @@ GPUS_PER_NODE = {
 }
 
 
+def accelerator_count_problem(accelerator_type: str, num_accelerators: int) -> str:
+    """Why num_accelerators does not fit the shape, or '' when it does.
+
+    GPU_1xA10 takes any positive count, GPU_1xH100 exactly one, and the 8-GPU shapes whole
+    nodes (multiples of 8): multi-GPU distributed training runs only on the 8-GPU shapes.
+    """
+    per_node = GPUS_PER_NODE[AcceleratorType(accelerator_type)]
+    if accelerator_type == AcceleratorType.H100_1 and num_accelerators != 1:
+        return f"{accelerator_type} takes exactly 1 accelerator, got {num_accelerators}"
+    if num_accelerators % per_node:
+        return (
+            f"{accelerator_type} takes a multiple of {per_node} accelerators "
+            f"({per_node} GPUs a node), got {num_accelerators}"
+        )
+    return ""
+
+
 class Region(models.TextChoices):
     """Regions where serverless GPUs run."""
 

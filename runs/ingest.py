@@ -21,7 +21,15 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from runs.choices import GPUS_PER_NODE, AcceleratorType, BatchKind, BatchStatus, RunStatus, TelemetrySource
+from runs.choices import (
+    GPUS_PER_NODE,
+    AcceleratorType,
+    BatchKind,
+    BatchStatus,
+    RunStatus,
+    TelemetrySource,
+    accelerator_count_problem,
+)
 from runs.models import Attempt, GpuSample, IngestBatch, LogChunk, MetricPoint, Node, Run
 from runs.telemetry import StoreResult, store_gpu_samples, store_metric_points
 
@@ -44,6 +52,29 @@ class UpsertResult:
     run: Run
     created: bool
     ignored: list[str] = field(default_factory=list)
+
+
+def with_workload(data: dict[str, Any]) -> dict[str, Any]:
+    """Validate `workload_yaml` (raising WorkloadError) and fill fields the caller left out from it."""
+    from runs.workload import parse_workload
+
+    text = data.get("workload_yaml") or ""
+    if not text.strip():
+        return data
+    workload = parse_workload(text)
+    derived = {
+        "experiment_name": workload.experiment_name,
+        "accelerator_type": workload.accelerator_type,
+        "num_accelerators": workload.num_accelerators,
+        "gpus_per_node": workload.gpus_per_node,
+        "timeout_minutes": workload.timeout_minutes,
+        "max_retries": workload.max_retries,
+        "usage_policy_name": workload.usage_policy_name,
+        "parameters": workload.parameters,
+    }
+    merged = {key: value for key, value in derived.items() if value is not None}
+    merged.update({key: value for key, value in data.items() if value not in (None, "", {})})
+    return merged
 
 
 def _moves_backwards(current: str, incoming: str) -> bool:
@@ -101,8 +132,6 @@ def upsert_run(team: Group, data: dict[str, Any]) -> UpsertResult:
 
 
 def _check_shape(run: Run) -> None:
-    from runs.schemas import accelerator_count_problem
-
     if run.accelerator_type:
         problem = accelerator_count_problem(run.accelerator_type, run.num_accelerators)
         if problem:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from ninja import Schema
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
-from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, TelemetrySource
+from runs.choices import AcceleratorType, RunSource, RunStatus, TelemetrySource, accelerator_count_problem
 
 ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/]+$")]
 RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]+)+|internet)?$")]
@@ -117,16 +117,6 @@ class RunIn(Schema):
             if problem:
                 raise ValueError(problem)
         return self
-
-
-def accelerator_count_problem(accelerator_type: str, num_accelerators: int) -> str:
-    """Why num_accelerators does not fit the shape, or '' when it does (rules from DESIGN.md)."""
-    per_node = GPUS_PER_NODE.get(AcceleratorType(accelerator_type), 1)
-    if accelerator_type == AcceleratorType.H100_1 and num_accelerators != 1:
-        return "GPU_1xH100 takes num_accelerators: 1 exactly"
-    if per_node > 1 and num_accelerators % per_node:
-        return f"{accelerator_type} takes num_accelerators in multiples of {per_node}"
-    return ""
 
 
 class LogChunkIn(Schema):

@@ -51,6 +51,12 @@ class World:
         return Client(headers={"authorization": f"Bearer {self.key(team, role)}"})
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    """Argon2 is deliberately slow; tests hash many passwords and prove nothing about its cost."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def world(db: None) -> World:
     vision = Group.objects.create(name="vision")

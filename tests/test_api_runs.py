@@ -222,3 +222,43 @@ def test_create_api_key_command_prints_the_key_once_and_stores_a_hash(world: Wor
     assert raw not in key.key_hash
     assert ApiKey.authenticate(raw) == key
     assert ApiKey.authenticate(raw + "x") is None
+
+
+WORKLOAD = """\
+experiment_name: /Workspace/Users/alice/llama-ft
+compute:
+  accelerator_type: GPU_8xH100
+  num_accelerators: 16
+command: torchrun --nproc_per_node 8 train.py
+parameters:
+  epochs: 3
+secrets:
+  HF_TOKEN: ml-team/hf-token
+max_retries: 2
+timeout_minutes: 720
+usage_policy_name: ml-research
+"""
+
+
+def test_the_workload_yaml_is_validated_and_fills_the_run(world: World) -> None:
+    body = {"external_id": "wl-1", "status": "queued", "workload_yaml": WORKLOAD}
+    response = world.api(world.vision).post("/api/v1/runs", body, content_type="application/json")
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(external_id="wl-1")
+    assert (run.accelerator_type, run.num_accelerators, run.gpus_per_node) == ("GPU_8xH100", 16, 8)
+    assert (run.timeout_minutes, run.max_retries, run.usage_policy_name) == (720, 2, "ml-research")
+    assert run.workload_yaml == WORKLOAD
+
+
+def test_a_workload_with_a_literal_token_is_refused_and_not_stored(world: World) -> None:
+    token = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
+    leaky = WORKLOAD + f"env_variables:\n  HF_TOKEN: {token}\n"
+    body = {"external_id": "wl-2", "workload_yaml": leaky}
+    response = world.api(world.vision).post("/api/v1/runs", body, content_type="application/json")
+    assert response.status_code == 422
+    errors = response.json()["errors"]
+    assert errors[0]["field"] == "workload_yaml"
+    assert "line 14" in errors[0]["message"]
+    assert "secrets" in errors[0]["message"]
+    assert token not in response.content.decode()
+    assert not Run.objects.exists()
