@@ -1,0 +1,423 @@
+"""Telemetry importers: the pure parsers (no database) and `manage.py import_telemetry`."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from io import StringIO
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runs.choices import RunSource, TelemetrySource
+from runs.importers import (
+    DCGM_FP64_BLANK,
+    DCGM_INT32_BLANK,
+    DCGM_INT64_BLANK,
+    MIB,
+    ParsedSample,
+    detect_format,
+    parse_telemetry,
+)
+from runs.models import GpuMinute, GpuSample
+from tests.conftest import World, make_run
+
+DATA = Path(__file__).resolve().parent / "data" / "telemetry"
+START = datetime(2024, 1, 15, 10, 0, tzinfo=UTC)
+NOHEADER_FIELDS = ["index", "utilization.gpu", "memory.used", "power.draw", "temperature.gpu"]
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def at(samples: list[ParsedSample], gpu: int, ts: datetime) -> ParsedSample:
+    return next(s for s in samples if s.gpu_index == gpu and s.ts == ts)
+
+
+def problem_lines(result) -> list[int]:
+    return [p.line for p in result.problems]
+
+
+# --- Detection ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [
+        ("smi_units.csv", "nvidia-smi-csv"),
+        ("smi_nounits.csv", "nvidia-smi-csv"),
+        ("smi_noheader.csv", "nvidia-smi-csv"),
+        ("smi_looped.csv", "nvidia-smi-csv"),
+        ("dmon_plain.txt", "dmon"),
+        ("dmon_dt.txt", "dmon"),
+        ("dmon_t.txt", "dmon"),
+        ("dcgm_scrapes.prom", "dcgm"),
+        ("dcgm_untimed.prom", "dcgm"),
+    ],
+)
+def test_detects_each_format(name: str, fmt: str) -> None:
+    assert detect_format(read(name)) == fmt
+
+
+def test_unrecognised_or_empty_text_is_one_file_problem() -> None:
+    for text in ("", "hello\nthis is not telemetry\n"):
+        result = parse_telemetry(text)
+        assert result.samples == []
+        assert problem_lines(result) == [0]
+        assert "cannot tell the format" in result.problems[0].message
+
+
+# --- nvidia-smi CSV -------------------------------------------------------------------------
+
+
+def test_csv_with_units_converts_exactly_and_keeps_missing_as_none() -> None:
+    result = parse_telemetry(read("smi_units.csv"))
+    assert result.format == "nvidia-smi-csv"
+    first = at(result.samples, 0, datetime(2024, 1, 15, 10, 23, 45, 123000, tzinfo=UTC))
+    assert first.utilization_gpu == 36.0
+    assert first.utilization_memory == 12.0
+    assert first.memory_used_bytes == 4567 * 1048576
+    assert first.memory_total_bytes == 81559 * 1048576
+    assert first.power_watts == 106.56
+    assert first.power_limit_watts == 700.0
+    assert first.temperature_c == 45.0
+    assert first.sm_clock_mhz == 1980.0  # header spells it clocks.current.sm
+    no_power = at(result.samples, 1, datetime(2024, 1, 15, 10, 23, 45, 125000, tzinfo=UTC))
+    assert no_power.power_watts is None  # [N/A]
+    assert no_power.utilization_gpu == 0.0  # a real zero stays zero
+    unsupported = at(result.samples, 1, datetime(2024, 1, 15, 10, 23, 46, 132000, tzinfo=UTC))
+    assert unsupported.utilization_gpu is None  # [Not Supported]
+    assert unsupported.utilization_memory is None  # N/A
+    assert unsupported.power_limit_watts is None
+
+
+def test_csv_bad_lines_are_reported_with_numbers() -> None:
+    result = parse_telemetry(read("smi_units.csv"))
+    assert len(result.samples) == 5
+    assert problem_lines(result) == [6, 7]
+    assert "above 100%" in result.problems[0].message
+    assert "expected 11 fields, got 6" in result.problems[1].message
+
+
+def test_csv_nounits_uses_header_units_and_bus_id_order() -> None:
+    result = parse_telemetry(read("smi_nounits.csv"))
+    assert result.gpu_indexes == [0, 1]  # 00000000:18:00.0 first seen -> 0, :3B -> 1
+    second = at(result.samples, 1, datetime(2024, 1, 15, 10, 23, 45, 2000, tzinfo=UTC))
+    assert second.memory_used_bytes == 20480 * MIB
+    assert second.power_watts == 140.0  # power.draw.instant
+    assert second.power_limit_watts == 150.0  # enforced.power.limit
+    assert at(result.samples, 0, datetime(2024, 1, 15, 10, 23, 46, 1000, tzinfo=UTC)).power_watts is None
+    assert problem_lines(result) == [5]
+    assert "temperature_c is negative" in result.problems[0].message
+
+
+def test_csv_noheader_needs_fields_and_start() -> None:
+    without_fields = parse_telemetry(read("smi_noheader.csv"), fmt="nvidia-smi-csv", start=START)
+    assert without_fields.samples == []
+    assert "--fields" in without_fields.problems[0].message
+    without_start = parse_telemetry(read("smi_noheader.csv"), fields=NOHEADER_FIELDS)
+    assert without_start.samples == []
+    assert "--start" in without_start.problems[0].message
+
+
+def test_csv_noheader_with_fields_synthesizes_one_second_per_round() -> None:
+    result = parse_telemetry(read("smi_noheader.csv"), fields=NOHEADER_FIELDS, start=START)
+    assert [(s.gpu_index, s.ts.second) for s in result.samples] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
+    assert result.samples[1].memory_used_bytes == 65000 * MIB
+    assert result.samples[3].temperature_c is None
+    assert problem_lines(result) == [6]
+
+
+def test_csv_loop_with_repeated_headers_and_a_repeated_line() -> None:
+    result = parse_telemetry(read("smi_looped.csv"))
+    assert len(result.samples) == 8
+    assert result.first_ts == datetime(2024, 1, 15, 23, 59, 58, 500000, tzinfo=UTC)
+    assert result.last_ts == datetime(2024, 1, 16, 0, 0, 1, 505000, tzinfo=UTC)
+    assert problem_lines(result) == [9]
+    assert "already read on line 7" in result.problems[0].message
+
+
+def test_csv_local_timestamps_are_read_in_the_given_zone() -> None:
+    result = parse_telemetry(read("smi_units.csv"), tz=ZoneInfo("Europe/Paris"))
+    assert result.first_ts == datetime(2024, 1, 15, 9, 23, 45, 123000, tzinfo=UTC)
+
+
+# --- dmon -----------------------------------------------------------------------------------
+
+
+def test_dmon_without_time_columns_needs_start() -> None:
+    result = parse_telemetry(read("dmon_plain.txt"))
+    assert result.format == "dmon"
+    assert result.samples == []
+    assert "--start" in result.problems[0].message
+
+
+def test_dmon_plain_maps_columns_and_advances_when_the_index_wraps() -> None:
+    result = parse_telemetry(read("dmon_plain.txt"), start=START)
+    assert [(s.gpu_index, s.ts.second) for s in result.samples] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (0, 3)]
+    busy = result.samples[2]
+    assert (busy.power_watts, busy.temperature_c, busy.utilization_gpu, busy.utilization_memory) == (412, 55, 97, 45)
+    assert busy.sm_clock_mhz == 1980  # pclk
+    assert busy.memory_used_bytes is None  # no `-s m` columns
+    assert problem_lines(result) == [8, 12]  # short line; sm 101%
+
+
+def test_dmon_with_date_time_and_framebuffer() -> None:
+    result = parse_telemetry(read("dmon_dt.txt"))
+    assert len(result.samples) == 4
+    big = at(result.samples, 1, datetime(2024, 1, 15, 10, 23, 45, tzinfo=UTC))
+    assert big.memory_used_bytes == 70001 * MIB
+    assert big.power_watts == 412.0
+    gap = at(result.samples, 0, datetime(2024, 1, 15, 10, 23, 46, tzinfo=UTC))
+    assert gap.power_watts is None  # "-"
+    assert at(result.samples, 1, datetime(2024, 1, 15, 10, 23, 46, tzinfo=UTC)).sm_clock_mhz is None
+    assert problem_lines(result) == [7]
+
+
+def test_dmon_time_only_takes_the_date_from_start_and_rolls_over_midnight() -> None:
+    assert "--start" in parse_telemetry(read("dmon_t.txt")).problems[0].message
+    result = parse_telemetry(read("dmon_t.txt"), start=START)
+    assert [s.ts for s in result.samples] == [
+        datetime(2024, 1, 15, 23, 59, 59, tzinfo=UTC),
+        datetime(2024, 1, 16, 0, 0, 0, tzinfo=UTC),
+    ]
+
+
+def test_dmon_csv_format() -> None:
+    result = parse_telemetry(read("dmon_csv.txt"))
+    assert result.format == "dmon"
+    assert result.problems == []
+    busy = at(result.samples, 1, datetime(2024, 1, 15, 10, 23, 45, tzinfo=UTC))
+    assert (busy.power_watts, busy.utilization_gpu, busy.sm_clock_mhz) == (412.0, 97.0, 1980.0)
+
+
+# --- DCGM -----------------------------------------------------------------------------------
+
+
+def test_dcgm_groups_scrapes_by_gpu_and_timestamp() -> None:
+    result = parse_telemetry(read("dcgm_scrapes.prom"))
+    assert result.format == "dcgm"
+    first_scrape = datetime.fromtimestamp(1705314225, tz=UTC)
+    second_scrape = datetime.fromtimestamp(1705314240, tz=UTC)
+    assert sorted((s.gpu_index, s.ts) for s in result.samples) == [
+        (0, first_scrape),
+        (0, second_scrape),
+        (1, first_scrape),
+    ]
+    gpu0 = at(result.samples, 0, first_scrape)
+    assert gpu0.utilization_gpu == 87.0
+    assert gpu0.utilization_memory == 12.0
+    assert gpu0.memory_used_bytes == 4567 * MIB  # the MIG slice's 1024 MiB is not mixed in
+    assert gpu0.memory_total_bytes == (4567 + 76992) * MIB  # used + free
+    assert gpu0.power_watts == 106.56
+    assert gpu0.temperature_c == 45.0
+    assert gpu0.sm_clock_mhz == 1980.0
+    later = at(result.samples, 0, second_scrape)
+    assert later.memory_total_bytes == 81559 * MIB  # FB_TOTAL when present
+    assert later.power_watts is None  # its line was garbage
+
+
+def test_dcgm_blank_sentinels_are_missing_not_values() -> None:
+    gpu1 = at(parse_telemetry(read("dcgm_scrapes.prom")).samples, 1, datetime.fromtimestamp(1705314225, tz=UTC))
+    assert gpu1.temperature_c is None  # DCGM_INT32_BLANK
+    assert gpu1.power_watts is None  # DCGM_FP64_BLANK
+    assert gpu1.utilization_gpu is None  # 250% was reported and dropped
+    assert gpu1.sm_clock_mhz == 1755.0
+    line = 'DCGM_FI_DEV_SM_CLOCK{gpu="0"} %s 1705314225000\n'
+    for blank in (DCGM_INT32_BLANK, DCGM_INT32_BLANK + 2, DCGM_INT64_BLANK, DCGM_FP64_BLANK):
+        (sample,) = parse_telemetry(line % blank).samples
+        assert sample.sm_clock_mhz is None
+
+
+def test_dcgm_problems_name_mig_garbage_and_out_of_range_lines() -> None:
+    result = parse_telemetry(read("dcgm_scrapes.prom"))
+    messages = {p.line: p.message for p in result.problems}
+    assert sorted(messages) == [16, 29, 37, 38]
+    assert "above 100%" in messages[16]
+    assert "MIG instance 13 (1g.10gb) of GPU 0" in messages[29]
+    assert "bad value" in messages[37]
+
+
+def test_dcgm_mig_only_file_has_nothing_usable() -> None:
+    result = parse_telemetry(read("dcgm_mig_only.prom"))
+    assert result.samples == []
+    assert problem_lines(result) == [3, 4]
+
+
+def test_dcgm_untimed_uses_start_and_without_it_says_so() -> None:
+    timed = parse_telemetry(read("dcgm_untimed.prom"), start=START)
+    assert [(s.gpu_index, s.ts, s.utilization_gpu, s.temperature_c) for s in timed.samples] == [
+        (0, START, 55.0, 50.0),
+        (1, START, 60.0, 52.0),
+    ]
+    untimed = parse_telemetry(read("dcgm_untimed.prom"))
+    assert untimed.samples == []
+    assert "--start" in untimed.problems[0].message
+
+
+def test_dcgm_second_hostname_is_skipped() -> None:
+    text = (
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="node-1"} 10 1705314225000\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="node-2"} 20 1705314225000\n'
+    )
+    result = parse_telemetry(text)
+    assert [s.utilization_gpu for s in result.samples] == [10.0]
+    assert problem_lines(result) == [2]
+
+
+# --- Robustness -----------------------------------------------------------------------------
+
+ALPHABET = st.sampled_from(list('0123456789 ,.-:#[]{}="%/\nabcdeDGFIMNW_gpuxsm\t')) | st.characters()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=ALPHABET, max_size=400),
+    fmt=st.sampled_from(["auto", "nvidia-smi-csv", "dmon", "dcgm", "bogus"]),
+    with_start=st.booleans(),
+)
+def test_parse_telemetry_never_raises(text: str, fmt: str, with_start: bool) -> None:
+    result = parse_telemetry(text, fmt=fmt, start=START if with_start else None, fields=None)
+    for sample in result.samples:
+        assert sample.ts.tzinfo is not None
+    for problem in result.problems:
+        assert problem.line >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    header=st.sampled_from([read("smi_units.csv").splitlines()[0], read("dmon_dt.txt"), "# gpu pwr sm\n"]),
+    body=st.text(alphabet=ALPHABET, max_size=300),
+)
+def test_parse_telemetry_never_raises_after_a_real_header(header: str, body: str) -> None:
+    parse_telemetry(header + "\n" + body, start=START, fields=NOHEADER_FIELDS)
+
+
+# --- The command ----------------------------------------------------------------------------
+
+
+def run_import(*args: str) -> str:
+    out = StringIO()
+    call_command("import_telemetry", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_import_csv_stores_samples_and_rollups(world: World) -> None:
+    run = make_run(world.vision, "r1")
+    output = run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    assert output.startswith(
+        "imported 5 samples for GPUs [0, 1] from 2024-01-15T10:23:45.123000+00:00 "
+        "to 2024-01-15T10:23:47.150000+00:00; skipped 2 lines:\n"
+    )
+    assert "  line 6: utilization_gpu above 100% (140)" in output
+    assert "5 new, 0 already stored" in output
+    samples = GpuSample.objects.filter(run=run)
+    assert samples.count() == 5
+    assert set(samples.values_list("source", flat=True)) == {TelemetrySource.NVIDIA_SMI}
+    assert set(samples.values_list("node__index", "node__attempt__number")) == {(0, 1)}
+    stored = samples.get(gpu_index=1, ts=datetime(2024, 1, 15, 10, 23, 45, 125000, tzinfo=UTC))
+    assert stored.power_watts is None
+    assert stored.memory_total_bytes == 81559 * MIB
+    minutes = GpuMinute.objects.filter(run=run)
+    assert minutes.count() == 2  # two GPUs, one minute
+    assert minutes.get(gpu_index=0).samples == 3
+
+
+@pytest.mark.django_db
+def test_reimport_is_idempotent(world: World) -> None:
+    run = make_run(world.vision, "r1")
+    run_import(str(DATA / "dcgm_scrapes.prom"), "--run", "r1")
+    again = run_import(str(DATA / "dcgm_scrapes.prom"), "--run", "r1")
+    assert "0 new, 3 already stored" in again
+    assert GpuSample.objects.filter(run=run, source=TelemetrySource.DCGM).count() == 3
+    assert GpuMinute.objects.filter(run=run).count() == 3  # (gpu0, 2 minutes), (gpu1, 1 minute)
+
+
+@pytest.mark.django_db
+def test_import_to_another_node_attempt_and_source(world: World) -> None:
+    run = make_run(world.vision, "c-1", source=RunSource.CLASSIC)
+    output = run_import(
+        str(DATA / "dmon_plain.txt"),
+        "--run",
+        "c-1",
+        "--source-run-type",
+        "classic",
+        "--node",
+        "2",
+        "--attempt",
+        "2",
+        "--start",
+        "2024-01-15T11:00:00+01:00",
+    )
+    assert "imported 6 samples for GPUs [0, 1] from 2024-01-15T10:00:00+00:00" in output
+    assert set(GpuSample.objects.filter(run=run).values_list("node__index", "node__attempt__number")) == {(2, 2)}
+
+
+@pytest.mark.django_db
+def test_noheader_csv_through_the_command(world: World) -> None:
+    make_run(world.vision, "r1")
+    output = run_import(
+        str(DATA / "smi_noheader.csv"),
+        "--run",
+        "r1",
+        "--fields",
+        ",".join(NOHEADER_FIELDS),
+        "--start",
+        "2024-01-15T10:00",
+    )
+    assert "imported 5 samples" in output
+
+
+@pytest.mark.django_db
+def test_untimed_dcgm_uses_the_file_time(world: World, tmp_path: Path) -> None:
+    run = make_run(world.vision, "r1")
+    path = tmp_path / "scrape.prom"
+    path.write_text(read("dcgm_untimed.prom"))
+    os.utime(path, (1705314225, 1705314225))
+    output = run_import(str(path), "--run", "r1")
+    assert "using the file time 2024-01-15T10:23:45+00:00" in output
+    assert set(GpuSample.objects.filter(run=run).values_list("ts", flat=True)) == {
+        datetime.fromtimestamp(1705314225, tz=UTC)
+    }
+
+
+@pytest.mark.django_db
+def test_unknown_run_exits_1(world: World) -> None:
+    make_run(world.vision, "r1")  # serverless: the classic one does not exist
+    with pytest.raises(CommandError, match="no classic run with external id 'r1'") as excinfo:
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--source-run-type", "classic")
+    assert excinfo.value.returncode == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("garbage.txt", "cannot tell the format"), ("dcgm_mig_only.prom", "MIG instance"), ("dmon_plain.txt", "--start")],
+)
+def test_nothing_usable_exits_1_with_the_reason(world: World, name: str, reason: str) -> None:
+    run = make_run(world.vision, "r1")
+    with pytest.raises(CommandError, match="nothing to import") as excinfo:
+        run_import(str(DATA / name), "--run", "r1")
+    assert reason in str(excinfo.value)
+    assert excinfo.value.returncode == 1
+    assert not GpuSample.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_bad_options_are_clear_errors(world: World) -> None:
+    make_run(world.vision, "r1")
+    with pytest.raises(CommandError, match="not an ISO time"):
+        run_import(str(DATA / "dmon_plain.txt"), "--run", "r1", "--start", "yesterday")
+    with pytest.raises(CommandError, match="unknown time zone"):
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--tz", "Mars/Olympus")
+    with pytest.raises(CommandError, match="--node counts from 0"):
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--node", "-1")
+    with pytest.raises(CommandError, match="cannot read"):
+        run_import(str(DATA / "missing.csv"), "--run", "r1")
