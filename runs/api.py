@@ -24,7 +24,8 @@ from pydantic import Field
 
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs import ingest
-from runs.choices import BatchKind, RunSource, RunStatus
+from runs.choices import BatchKind, RunSource, RunStatus, TelemetrySource
+from runs.importers import TelemetryFormat, parse_telemetry
 from runs.models import Attempt, IngestBatch, Node, Run
 from runs.schemas import (
     BatchOut,
@@ -36,6 +37,8 @@ from runs.schemas import (
     RunDetailOut,
     RunIn,
     RunOut,
+    TelemetryFileIn,
+    TelemetryFileOut,
     UpsertOut,
 )
 from runs.workload import WorkloadError
@@ -259,6 +262,46 @@ def push_gpu_samples(request: HttpRequest, payload: GpuSampleBatchIn) -> Status:
                 s.sm_clock_mhz,
             ])  # fmt: skip
         return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload.source)
+
+
+@router.post(
+    "/runs/{external_id}/telemetry-file",
+    response={200: TelemetryFileOut, 202: TelemetryFileOut, **ERRORS},
+    auth=bearer,
+    summary="Import an nvidia-smi / dmon / DCGM telemetry file",
+)
+def import_telemetry_file(
+    request: HttpRequest, external_id: str, payload: TelemetryFileIn, source: RunSource | None = None
+) -> Status:
+    """The API twin of `manage.py import_telemetry`: parse the file, then store its samples like any batch.
+
+    Lines that cannot be used are listed in `skipped` with their line numbers; a file with
+    nothing usable is a 422 naming why.
+    """
+    Access(request).require_write()
+    run = _get_run(request, external_id, source)
+    result = parse_telemetry(payload.text, fmt=payload.format, start=payload.start, fields=payload.fields)
+    skipped = [{"line": p.line, "message": p.message} for p in result.problems]
+    if not result.samples:
+        raise InvalidRows([{"field": f"text:line {p['line']}", "message": p["message"]} for p in skipped[:100]])
+    telemetry_source = TelemetrySource.DCGM if result.format == TelemetryFormat.DCGM else TelemetrySource.NVIDIA_SMI
+    with transaction.atomic():
+        node = ingest.node_for(run, payload.attempt, payload.node)
+        rows = []
+        for sample in result.samples:
+            values = sample.values()
+            rows.append(
+                [
+                    run.pk,
+                    node.pk,
+                    sample.gpu_index,
+                    sample.ts.isoformat(),
+                    *map(values.get, ingest.SAMPLE_VALUE_COLUMNS),
+                ]
+            )
+        status = _accept_batch(request, BatchKind.GPU_SAMPLES, rows, telemetry_source)
+    body = status.value | {"format": result.format, "skipped": skipped[:1000]}
+    return Status(status.status_code, body)
 
 
 @router.post(

@@ -224,6 +224,8 @@ SAMPLE_COLUMNS = (
     "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
     "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz",
 )  # fmt: skip
+# A sample row: ids and time first, then the value fields in this order.
+SAMPLE_VALUE_COLUMNS = SAMPLE_COLUMNS[4:]
 METRIC_COLUMNS = ("run_id", "key", "step", "ts", "value")
 
 

@@ -256,3 +256,24 @@ class ErrorItem(Schema):
 class ErrorOut(Schema):
     detail: str
     errors: list[ErrorItem] | None = None
+
+
+class TelemetryFileIn(Schema):
+    """A telemetry file a team already has: nvidia-smi CSV, nvidia-smi dmon or DCGM exporter text."""
+
+    text: str = Field(min_length=1)
+    format: str = Field(default="auto", pattern=r"^(auto|nvidia-smi-csv|dmon|dcgm)$")
+    attempt: int | None = Field(default=None, ge=1, le=1000)
+    node: int = Field(default=0, ge=0, le=4096)
+    start: Timestamp | None = Field(default=None, description="Time of the first sample when the file has none.")
+    fields: list[str] | None = Field(default=None, description="The --query-gpu list of a noheader CSV.")
+
+
+class LineProblemOut(Schema):
+    line: int
+    message: str
+
+
+class TelemetryFileOut(BatchOut):
+    format: str
+    skipped: list[LineProblemOut]

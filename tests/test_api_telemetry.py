@@ -148,3 +148,42 @@ class TestRefusals:
         response = self.post(world, {"samples": samples(n_seconds=1250, gpus=8)})
         assert response.status_code == 202, response.content[:500]
         assert IngestBatch.objects.get().row_count == 10_000
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_an_nvidia_smi_file_imports_through_the_api(world: World, celery_worker) -> None:
+    make_run(world.vision, "r1")
+    text = (
+        "timestamp, index, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W]\n"
+        "2026/11/02 09:00:01.000, 0, 36 %, 4567 MiB, 81559 MiB, 106.56 W\n"
+        "2026/11/02 09:00:01.000, 1, [N/A], 4000 MiB, 81559 MiB, [Not Supported]\n"
+        "this line is noise\n"
+        "2026/11/02 09:00:02.000, 0, 38 %, 4600 MiB, 81559 MiB, 110.00 W\n"
+    )
+    api = world.api(world.vision)
+    response = api.post("/api/v1/runs/r1/telemetry-file", {"text": text}, content_type="application/json")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["format"] == "nvidia-smi-csv"
+    assert [p["line"] for p in body["skipped"]] == [4]
+    assert wait_for(lambda: batch_done(body["id"]), timeout=60), celery_worker.log()
+    first = GpuSample.objects.get(gpu_index=0, ts=T0 + timedelta(seconds=1))
+    assert first.memory_used_bytes == 4567 * 1024 * 1024
+    assert first.power_watts == pytest.approx(106.56)
+    assert first.source == "nvidia-smi"
+    missing = GpuSample.objects.get(gpu_index=1)
+    assert missing.utilization_gpu is None
+    assert missing.power_watts is None
+    again = api.post("/api/v1/runs/r1/telemetry-file", {"text": text}, content_type="application/json")
+    assert again.json()["duplicate"] is True
+
+
+@pytest.mark.django_db
+def test_a_telemetry_file_with_nothing_usable_is_422(world: World) -> None:
+    make_run(world.vision, "r1")
+    api = world.api(world.vision)
+    response = api.post("/api/v1/runs/r1/telemetry-file", {"text": "hello\nworld\n"}, content_type="application/json")
+    assert response.status_code == 422
+    assert "format" in response.json()["errors"][0]["message"]
+    assert not IngestBatch.objects.exists()
