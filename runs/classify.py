@@ -1,0 +1,119 @@
+"""Why did this run fail? A classifier for training logs.
+
+Pure text in, one `Classification` out: no database, no Django models, so the management
+command, the post-mortem page and the tests can all call it. The patterns and remedies live in
+`runs.classify_rules`; this module holds the algorithm that picks the *first causal* error
+rather than the last line of the cascade.
+
+    >>> classify_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").class_id
+    'cuda_oom'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from runs.classify_rules import (
+    CLASSES,
+    EXIT_CODE_CLASSES,
+    HARMLESS,
+    OVERFLOW,
+    OVERFLOW_STREAK,
+    ROOT,
+    RULES,
+    SYMPTOM,
+    Rule,
+)
+
+# Terminal colour codes (tqdm, rich) would split words the patterns look for.
+ANSI_CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+# Evidence is shown in a terminal and on a page; a 50 MB line (a dumped tensor) must not be.
+MAX_EVIDENCE_CHARS = 1_000
+# Quick reject: most lines of a healthy log match no rule, so one combined search saves running
+# every rule on every line of a multi-gigabyte log.
+_ANY_RULE = re.compile("|".join(f"(?:{rule.pattern.pattern})" for rule in RULES), re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The verdict on one log: the class, where its evidence is, and what to do about it."""
+
+    class_id: str
+    line: int | None
+    evidence: str
+    remedy: str
+    title: str
+
+    def as_dict(self) -> dict[str, str | int | None]:
+        """The `--json` shape of the command: class, line, evidence, remedy."""
+        return {"class": self.class_id, "line": self.line, "evidence": self.evidence, "remedy": self.remedy}
+
+
+def _verdict(class_id: str, line: int | None, evidence: str) -> Classification:
+    failure = CLASSES[class_id]
+    return Classification(class_id, line, evidence, failure.remedy, failure.title)
+
+
+def _match(text: str) -> Rule | None:
+    """The first rule that claims this line, or None; harmless warnings are never evidence."""
+    if not _ANY_RULE.search(text) or HARMLESS.search(text):
+        return None
+    for rule in RULES:
+        if rule.pattern.search(text):
+            return rule
+    return None
+
+
+def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Classification:
+    """Classify a log given as lines (numbered from 1 in the order given).
+
+    1. Strip terminal colour codes and skip harmless warnings (they are never evidence).
+    2. Match each remaining line against the rules in order; the first rule that matches
+       claims the line, so one line is evidence of one class only.
+    3. Keep the earliest line of each tier. A ROOT match (a cause: OOM, Xid, full disk, ...)
+       ends the scan: whatever follows is the cascade it set off.
+    4. Count consecutive fp16 "Gradient overflow" lines; OVERFLOW_STREAK of them in a row is a
+       collapsing loss scale (a divergence), while a single one is routine and ignored.
+    5. Answer with the earliest line of the lowest tier found: ROOT, then SYMPTOM (NCCL
+       timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then a bare traceback.
+    6. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
+       exception; any other non-zero exit code without evidence is `other`; else `none`.
+    """
+    best: dict[int, tuple[int, str, str]] = {}
+    streak_start: tuple[int, str] | None = None
+    streak = 0
+    for number, raw in enumerate(lines, start=1):
+        text = ANSI_CSI.sub("", raw.rstrip("\r\n"))
+        if OVERFLOW.search(text):
+            streak += 1
+            if streak == 1:
+                streak_start = (number, text)
+            if streak >= OVERFLOW_STREAK and streak_start is not None and ROOT not in best:
+                best[ROOT] = (streak_start[0], "nan_divergence", streak_start[1])
+                break
+            continue
+        streak = 0
+        rule = _match(text)
+        if rule is None or rule.tier in best:
+            continue
+        best[rule.tier] = (number, rule.class_id, text)
+        if rule.tier == ROOT:
+            break
+
+    for tier in sorted(best):
+        if tier > SYMPTOM and exit_code in EXIT_CODE_CLASSES:
+            break
+        number, class_id, text = best[tier]
+        return _verdict(class_id, number, text.strip()[:MAX_EVIDENCE_CHARS])
+    if exit_code in EXIT_CODE_CLASSES:
+        return _verdict(EXIT_CODE_CLASSES[exit_code], None, f"exit code {exit_code}")
+    if exit_code:
+        return _verdict("other", None, f"exit code {exit_code}")
+    return _verdict("none", None, "")
+
+
+def classify_text(text: str, *, exit_code: int | None = None) -> Classification:
+    """Classify a whole log held in memory; lines are split on "\\n" (a trailing "\\r" is dropped)."""
+    return classify_lines(text.split("\n"), exit_code=exit_code)

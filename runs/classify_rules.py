@@ -1,0 +1,339 @@
+"""The failure classes and the line patterns that recognise them, for `runs.classify`.
+
+Kept apart from the scanning algorithm so that adding a pattern or rewording a remedy never
+touches the ordering logic. Every pattern here was written against the labelled corpus in
+`tests/data/failures/` (real excerpts from public bug reports, see its SOURCES.md) and is
+measured by `tests/test_classify.py`: change one, rerun the corpus test.
+
+Rules come in tiers, because a crashed distributed job prints its cause once and its
+consequences many times:
+
+* ROOT (tier 0): messages that name a cause (CUDA OOM, an Xid, a full disk, ...).
+* SYMPTOM (tier 1): messages that other failures trigger: an NCCL watchdog timeout after one
+  rank died of OOM, a SIGKILL/SIGSEGV reported by torchrun, an NCCL error.
+* GENERIC (tiers 2 and 3): an exception line or a bare traceback with none of the above.
+
+The classifier picks the earliest line of the lowest tier present.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ROOT = 0
+SYMPTOM = 1
+EXCEPTION = 2
+TRACEBACK = 3
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """A failure class as a person reads it: a short title and what to do about it."""
+
+    class_id: str
+    title: str
+    remedy: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One pattern: a line matching `pattern` is evidence of `class_id` at `tier`."""
+
+    class_id: str
+    tier: int
+    pattern: re.Pattern[str]
+
+
+def _rule(class_id: str, tier: int, *alternatives: str) -> Rule:
+    # Case-insensitive by default; a pattern that must keep its case (TIMEDOUT, CANCELLED)
+    # says so with a scoped `(?-i:...)` group.
+    return Rule(class_id, tier, re.compile("|".join(alternatives), re.IGNORECASE))
+
+
+CLASSES: dict[str, FailureClass] = {
+    fc.class_id: fc
+    for fc in (
+        FailureClass(
+            "cuda_oom",
+            "GPU out of memory",
+            "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable "
+            "activation checkpointing, shard parameters and optimizer state with FSDP or DeepSpeed ZeRO, "
+            "train in bf16, and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
+        ),
+        FailureClass(
+            "host_oom",
+            "Host (CPU) memory exhausted: the process was killed",
+            "The kernel's OOM killer or the container limit ended the process (SIGKILL, exit 137). Use fewer "
+            "DataLoader workers, stream or memory-map the dataset instead of loading it whole, load checkpoints "
+            "with mmap=True / low_cpu_mem_usage=True, or pick a node with more host memory.",
+        ),
+        FailureClass(
+            "nccl_timeout",
+            "NCCL collective timed out",
+            "One rank stopped joining collectives. Look above for the rank that failed first (OOM, exception, "
+            "dead node); if none did, look for uneven work between ranks (data skew, rank-0-only evaluation or "
+            "checkpointing) and raise the process-group timeout only for known long steps.",
+        ),
+        FailureClass(
+            "nccl_error",
+            "NCCL communication error",
+            "Rerun with NCCL_DEBUG=INFO to see the failing transport. Check NCCL_SOCKET_IFNAME / the IB and EFA "
+            "setup, that every node runs the same NCCL and driver versions, and that /dev/shm is large enough.",
+        ),
+        FailureClass(
+            "illegal_memory_access",
+            "CUDA illegal memory access",
+            "A kernel read or wrote out of bounds. Rerun with CUDA_LAUNCH_BLOCKING=1 to find the op; suspect "
+            "custom or fused kernels (flash-attention, Triton, apex) and mismatched CUDA/PyTorch builds; if it "
+            "recurs on one GPU only, drain that node.",
+        ),
+        FailureClass(
+            "device_assert",
+            "CUDA device-side assert",
+            "An index was out of range inside a kernel, usually a label >= num_classes, a token id >= vocab size "
+            "or a bad embedding index. Run one batch on CPU to get a readable error, and check the data and the "
+            "model's num_labels / vocab size.",
+        ),
+        FailureClass(
+            "gpu_hardware",
+            "GPU hardware fault",
+            "The GPU failed (Xid 79 fell off the bus, uncorrectable ECC, GPU lost). Not your code: drain and "
+            "report the node, then resume the run from its last checkpoint on healthy nodes.",
+        ),
+        FailureClass(
+            "serialization_too_large",
+            "Object too large to serialize",
+            "A large object was pickled to move it between processes. Load the dataset inside the "
+            "decorated/distributed function (from a table, volume or path) instead of passing it as an "
+            "argument, and return small results; raising spark.driver.maxResultSize only hides the problem.",
+        ),
+        FailureClass(
+            "dependency_error",
+            "Missing or incompatible dependency",
+            "Pin the package versions that were installed when the run last worked, and rebuild compiled "
+            "extensions (flash-attn, apex) against the installed torch/CUDA. Removed packages do not come back: "
+            "databricks_genai (Foundation Model Fine-tuning reached end of life: write the loop as ordinary "
+            "PyTorch on serverless GPUs) and HorovodRunner (deprecated: use TorchDistributor).",
+        ),
+        FailureClass(
+            "nan_divergence",
+            "Training diverged (NaN/Inf loss)",
+            "Lower the learning rate or lengthen warmup, clip gradients, prefer bf16 over fp16 (or keep the "
+            "loss scaler), check the inputs for NaN/Inf, and resume from the last checkpoint before the spike.",
+        ),
+        FailureClass(
+            "disk_full",
+            "Disk full",
+            "Write checkpoints to a volume or object storage instead of local disk, keep only the last N "
+            "checkpoints, and clear caches (HF_HOME, pip, /tmp) on long runs.",
+        ),
+        FailureClass(
+            "segfault",
+            "Segmentation fault",
+            "A native library crashed. Check that torch, CUDA and compiled extensions come from matching "
+            "builds, try DataLoader num_workers=0 to rule out worker crashes, and run with faulthandler "
+            "(python -X faulthandler) to get the Python stack.",
+        ),
+        FailureClass(
+            "timeout",
+            "Run hit its time limit",
+            "Checkpoint regularly and resume before the runtime cap (7 days for notebook runs, 14 days for "
+            "CLI runs), or raise timeout_minutes for the run.",
+        ),
+        FailureClass(
+            "capacity_unavailable",
+            "No GPU capacity available",
+            "The cloud had no capacity for the requested instance type. Retry later, allow other zones or "
+            "regions, accept an equivalent GPU type, or use reserved capacity.",
+        ),
+        FailureClass(
+            "cancelled",
+            "Run cancelled",
+            "The run was stopped by a person or a policy, not by a fault. Resume from the last checkpoint "
+            "if it should continue.",
+        ),
+        FailureClass(
+            "other",
+            "Unrecognised error",
+            "No known failure pattern matched. Read the evidence line and the traceback around it.",
+        ),
+        FailureClass("none", "No failure found", "Nothing to do: the log shows no failure."),
+    )
+}
+
+# Order matters within a line: the first rule that matches claims the line. So "CANCELLED ...
+# DUE TO TIME LIMIT" is a timeout, an NCCL watchdog line quoting an ECC error is hardware, and a
+# JVM OutOfMemoryError is host memory, not the GPU.
+RULES: tuple[Rule, ...] = (
+    _rule(
+        "gpu_hardware",
+        ROOT,
+        r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120)\b",
+        r"fallen off the bus",
+        r"uncorrectable ECC",
+        r"ECC_UNCORRECTABLE",
+        r"GPU is lost",
+        r"GpuIsLost",
+        r"GPU_IS_LOST",
+    ),
+    _rule(
+        "timeout",
+        ROOT,
+        r"DUE TO TIME LIMIT",
+        r"timed out after \d+(\.\d+)? ?(minutes?|hours?|days?)",
+        r"\bRun timed out\b",
+        r"max(imum)?[ _]runtime",
+        r"(?-i:\bTIMEDOUT\b)",
+        r"exceeded (the )?(maximum )?(run ?time|time limit)",
+    ),
+    _rule(
+        "host_oom",
+        ROOT,
+        r"oom-kill",
+        r"Out of memory: Kill",
+        r"java\.lang\.OutOfMemoryError",
+        r"^\s*MemoryError\b",
+    ),
+    _rule(
+        "cuda_oom",
+        ROOT,
+        r"CUDA out of memory",
+        r"OutOfMemoryError",
+        r"CUDA error: out of memory",
+        r"cudaErrorMemoryAllocation",
+        r"CUBLAS_STATUS_ALLOC_FAILED",
+        r"RESOURCE_EXHAUSTED: OOM",
+    ),
+    _rule("illegal_memory_access", ROOT, r"illegal memory access"),
+    _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed"),
+    _rule(
+        "serialization_too_large",
+        ROOT,
+        r"bigger than spark\.driver\.maxResultSize",
+        r"cannot serialize a \w+( object)? larger than",
+        r"Serialized task .* exceeds max allowed",
+        r"pickle data was truncated",
+        r"object (is )?too large",
+    ),
+    _rule(
+        "dependency_error",
+        ROOT,
+        r"ModuleNotFoundError",
+        r"\bImportError\b",
+        r"undefined symbol",
+        r"version `GLIBC\w*_[\d.]+' not found",
+        r"CUDA driver version is insufficient",
+        r"Failed to import [\w.]+ because",
+        r"No matching distribution found",
+    ),
+    _rule(
+        "nan_divergence",
+        ROOT,
+        r"\bloss is nan\b",
+        r"Loss became infinite or NaN",
+        r"NaN or Inf found in input tensor",
+        r"\bloss\w*['\"]?\s*[:=]\s*['\"]?(nan|inf)\b",
+        r"non-finite loss",
+    ),
+    _rule(
+        "disk_full",
+        ROOT,
+        r"No space left on device",
+        r"\b(Errno|Error) 28\b",
+        r"\bENOSPC\b",
+        r"Disk quota exceeded",
+        r"StorageFull",
+    ),
+    _rule(
+        "capacity_unavailable",
+        ROOT,
+        r"INSUFFICIENT_CAPACITY",
+        r"InsufficientInstanceCapacity",
+        r"capacity unavailable",
+        r"no GPU capacity",
+        r"do not have sufficient \S+ capacity",
+        r"ZONE_RESOURCE_POOL_EXHAUSTED",
+    ),
+    _rule(
+        "cancelled",
+        ROOT,
+        r"cancel+ed by (the )?user",
+        r"\bRun was cancel+ed\b",
+        r"\bwas cancel+ed\b",
+        r"(?-i:\bCANCEL+ED\b)",
+        r"KeyboardInterrupt",
+        r"SIGTERM.*\b(by user|user request|policy|preempt\w*)\b",
+    ),
+    # Symptoms: NCCL and signals are what a cascade looks like from the other ranks.
+    _rule(
+        "nccl_timeout",
+        SYMPTOM,
+        r"Watchdog caught collective operation timeout",
+        r"\bNCCL timeout\b",
+        r"Timeout at NCCL work",
+        r"watchdog got stuck",
+    ),
+    _rule(
+        "nccl_error",
+        SYMPTOM,
+        r"NCCL error",
+        r"ncclInternalError",
+        r"ncclSystemError",
+        r"ncclUnhandledCudaError",
+        r"ncclInvalidUsage",
+        r"NCCL communicator was aborted",
+    ),
+    _rule(
+        "segfault",
+        SYMPTOM,
+        r"Segmentation fault",
+        r"SIGSEGV",
+        r"exit ?code\s*:?\s*(139|-11)\b",
+        r"Signal 11\b",
+    ),
+    _rule(
+        "host_oom",
+        SYMPTOM,
+        r"exit ?code\s*:?\s*(137|-9)\b",
+        r"Signal 9\b",
+        r"SIGKILL",
+        r"^\s*Killed\s*$",
+        r"killed by signal: Killed",
+    ),
+    _rule(
+        "other",
+        EXCEPTION,
+        r"^\W*(\[rank\d+\]:\s*)?([\w.]+\.)?\w*(?-i:Error|Exception)\b\s*:",
+        r"terminate called after throwing",
+        r"\bFATAL\b",
+    ),
+    _rule("other", TRACEBACK, r"Traceback \(most recent call last\)", r"(?-i:^\s*ERROR\b)", r"(?-i:\bFAILED\b)"),
+)
+
+# Lines that look alarming but are not failures; they are never evidence. Fatal NCCL lines
+# still count because the error itself is reported on a separate, non-WARN line.
+HARMLESS = re.compile(
+    "|".join(
+        (
+            r"NCCL INFO",
+            r"NCCL WARN",
+            r"\w*Warning\b\s*:",
+            r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
+            r"TensorFloat-32|\bTF32\b",
+            r"Some weights of .* (not initialized|not used)",
+            r"attention mask and the pad token id were not set",
+            r"huggingface/tokenizers",
+            r"To disable this warning",
+            r"flight recorder",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+# fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
+OVERFLOW = re.compile(r"Gradient overflow|overflow, skipping", re.IGNORECASE)
+OVERFLOW_STREAK = 5
+
+# Exit codes that say something on their own when the log does not.
+EXIT_CODE_CLASSES: dict[int, str] = {137: "host_oom", -9: "host_oom", 139: "segfault", -11: "segfault"}

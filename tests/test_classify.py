@@ -1,0 +1,287 @@
+"""The log failure classifier (runs.classify) and `manage.py classify_log`.
+
+The corpus test is the measurement: every file under tests/data/failures/<class_id>/ is a
+trimmed excerpt of a real log from a public bug report (SOURCES.md says which), labelled by its
+directory. None of these tests touch the database.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runs.classify import ANSI_CSI, classify_lines, classify_text
+from runs.classify_rules import CLASSES
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).resolve().parent / "data" / "failures"
+MIN_ACCURACY = 0.90
+
+OOM_THEN_WATCHDOG = """\
+{'loss': 1.912, 'learning_rate': 1.9e-05, 'epoch': 0.41}
+[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has a total capacity of 79.15 GiB
+[rank0]:[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88)
+[rank0]:[E ProcessGroupNCCL.cpp:1664] [PG 0 Rank 0] Process group watchdog thread terminated with exception
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+  exitcode  : -6 (pid: 4242)
+  traceback : Signal 6 (SIGABRT) received by PID 4242
+"""
+
+
+def child_failed(exitcode: int, signal: str, before: str = "") -> str:
+    """A torchrun ChildFailedError report whose Root Cause section names `exitcode`."""
+    return (
+        f"{before}"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "============================================================\n"
+        "train.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  rank      : 0 (local_rank: 0)\n"
+        f"  exitcode  : {exitcode} (pid: 14750)\n"
+        f"  traceback : Signal {-exitcode} ({signal}) received by PID 14750\n"
+    )
+
+
+# (a) The ordering rules.
+
+
+def test_oom_then_nccl_watchdog_is_the_oom() -> None:
+    verdict = classify_text(OOM_THEN_WATCHDOG)
+    assert verdict.class_id == "cuda_oom"
+    assert verdict.line == 2
+    assert "CUDA out of memory" in verdict.evidence
+
+
+def test_watchdog_alone_is_nccl_timeout() -> None:
+    text = OOM_THEN_WATCHDOG.replace(OOM_THEN_WATCHDOG.splitlines()[1] + "\n", "")
+    verdict = classify_text(text)
+    assert verdict.class_id == "nccl_timeout"
+    assert verdict.line == 2
+
+
+@pytest.mark.parametrize(
+    ("exitcode", "signal", "expected"),
+    [(-9, "SIGKILL", "host_oom"), (-11, "SIGSEGV", "segfault")],
+)
+def test_child_failed_error_names_its_childs_signal(exitcode: int, signal: str, expected: str) -> None:
+    verdict = classify_text(child_failed(exitcode, signal))
+    assert verdict.class_id == expected
+    assert str(exitcode) in verdict.evidence
+
+
+def test_child_failed_sigabrt_after_nccl_timeout_is_the_timeout() -> None:
+    before = "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)\n"
+    verdict = classify_text(child_failed(-6, "SIGABRT", before))
+    assert verdict.class_id == "nccl_timeout"
+    assert verdict.line == 1
+
+
+def test_a_single_fp16_overflow_is_harmless() -> None:
+    text = (
+        "step 10 loss 2.31\n"
+        "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0\n"
+        "step 11 loss 2.29\n"
+    )
+    assert classify_text(text).class_id == "none"
+
+
+def test_a_streak_of_overflows_is_divergence() -> None:
+    text = "step 10 loss 2.31\n" + "Gradient overflow. Skipping step, reducing loss scale to 1e-30\n" * 6
+    verdict = classify_text(text)
+    assert verdict.class_id == "nan_divergence"
+    assert verdict.line == 2
+
+
+def test_slurm_time_limit_is_a_timeout_not_a_cancel() -> None:
+    text = "slurmstepd: error: *** JOB 42 ON node1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***\n"
+    assert classify_text(text).class_id == "timeout"
+    assert classify_text(text.replace(" DUE TO TIME LIMIT", "")).class_id == "cancelled"
+
+
+def test_harmless_warnings_do_not_fail_a_run() -> None:
+    text = "\n".join(
+        [
+            "torch/utils/checkpoint.py:61: UserWarning: None of the inputs have requires_grad=True.",
+            "node1:100:100 [0] NCCL WARN NET/Plugin: Could not find: libnccl-net.so",
+            "[W socket.cpp:558] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99).",
+            "Some weights of BertForSequenceClassification were not initialized from the model checkpoint",
+            "{'train_runtime': 812.3, 'train_loss': 0.412, 'epoch': 3.0}",
+        ]
+    )
+    assert classify_text(text).class_id == "none"
+
+
+@pytest.mark.parametrize(("exit_code", "expected"), [(137, "host_oom"), (139, "segfault"), (1, "other"), (0, "none")])
+def test_exit_code_speaks_when_the_log_is_silent(exit_code: int, expected: str) -> None:
+    verdict = classify_text("epoch 1 loss 0.3\n", exit_code=exit_code)
+    assert verdict.class_id == expected
+    assert verdict.line is None
+
+
+def test_log_evidence_beats_the_exit_code() -> None:
+    assert classify_text(OOM_THEN_WATCHDOG, exit_code=137).class_id == "cuda_oom"
+
+
+def test_classify_lines_streams_an_iterator() -> None:
+    verdict = classify_lines(iter(["ok", "OSError: [Errno 28] No space left on device"]))
+    assert (verdict.class_id, verdict.line) == ("disk_full", 2)
+
+
+def test_every_class_has_a_remedy() -> None:
+    assert all(fc.remedy and fc.title for fc in CLASSES.values())
+    assert "databricks_genai" in CLASSES["dependency_error"].remedy
+    assert "TorchDistributor" in CLASSES["dependency_error"].remedy
+
+
+# (b) The corpus: measured precision and recall per class.
+
+
+def corpus() -> list[tuple[str, Path]]:
+    return [(path.parent.name, path) for path in sorted(CORPUS.glob("*/*.log"))]
+
+
+def score_table(results: list[tuple[str, str, Path]]) -> str:
+    """Per-class precision/recall as a fixed-width table, with the misses listed under it."""
+    true_pos: Counter[str] = Counter()
+    predicted: Counter[str] = Counter()
+    actual: Counter[str] = Counter()
+    for label, got, _ in results:
+        actual[label] += 1
+        predicted[got] += 1
+        true_pos[label] += label == got
+    rows = [f"{'class':<24}{'n':>4}{'precision':>11}{'recall':>8}"]
+    for class_id in sorted(set(actual) | set(predicted)):
+        precision = true_pos[class_id] / predicted[class_id] if predicted[class_id] else float("nan")
+        recall = true_pos[class_id] / actual[class_id] if actual[class_id] else float("nan")
+        rows.append(f"{class_id:<24}{actual[class_id]:>4}{precision:>11.2f}{recall:>8.2f}")
+    correct = sum(label == got for label, got, _ in results)
+    rows.append(f"overall accuracy {correct}/{len(results)} = {correct / len(results):.3f}")
+    rows += [
+        f"MISS {path.relative_to(CORPUS)}: expected {label}, got {got}" for label, got, path in results if label != got
+    ]
+    return "\n".join(rows)
+
+
+def test_corpus_accuracy() -> None:
+    cases = corpus()
+    # The brief: at least 40 failure logs and 10 healthy ones.
+    assert sum(label != "none" for label, _ in cases) >= 40
+    assert sum(label == "none" for label, _ in cases) >= 10
+    results = [
+        (label, classify_text(path.read_bytes().decode("utf-8", errors="replace")).class_id, path)
+        for label, path in cases
+    ]
+    table = score_table(results)
+    print("\n" + table)
+    accuracy = sum(label == got for label, got, _ in results) / len(results)
+    false_alarms = [path.name for label, got, path in results if label == "none" and got != "none"]
+    assert not false_alarms, f"healthy logs classified as failures: {false_alarms}\n{table}"
+    assert accuracy >= MIN_ACCURACY, table
+
+
+def test_every_corpus_file_has_a_source() -> None:
+    sources = (CORPUS / "SOURCES.md").read_text()
+    missing = [str(path.relative_to(CORPUS)) for _, path in corpus() if str(path.relative_to(CORPUS)) not in sources]
+    assert not missing
+
+
+# (c) The command.
+
+
+def test_command_text_output() -> None:
+    out = StringIO()
+    call_command("classify_log", str(CORPUS / "nccl_timeout" / "basicsr_737.log"), stdout=out)
+    text = out.getvalue()
+    assert "class:    nccl_timeout" in text
+    assert "line:     1" in text
+    assert "Watchdog caught collective operation timeout" in text
+    assert "remedy:" in text
+
+
+def test_command_json_output(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    # Bad UTF-8 bytes are replaced, never a crash.
+    log.write_bytes(b"epoch 1 \xff\xfe loss 0.3\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    out = StringIO()
+    call_command("classify_log", str(log), "--json", stdout=out)
+    payload = json.loads(out.getvalue())
+    assert set(payload) == {"class", "line", "evidence", "remedy"}
+    assert payload["class"] == "illegal_memory_access"
+    assert payload["line"] == 2
+
+
+def test_command_json_for_a_healthy_log(tmp_path: Path) -> None:
+    log = tmp_path / "ok.log"
+    log.write_text("epoch 1 loss 0.3\nepoch 2 loss 0.2\n")
+    out = StringIO()
+    call_command("classify_log", str(log), "--json", stdout=out)
+    assert json.loads(out.getvalue()) == {
+        "class": "none",
+        "line": None,
+        "evidence": "",
+        "remedy": CLASSES["none"].remedy,
+    }
+
+
+def test_command_missing_file_exits_1(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.log"
+    result = subprocess.run(
+        [sys.executable, "manage.py", "classify_log", str(missing)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "cannot read" in result.stderr
+    assert str(missing) in result.stderr
+
+
+# (d) Properties: never raises, and the line number points at the evidence.
+
+LOG_ALPHABET = st.characters(codec="utf-8", exclude_categories=("Cs",))
+LOG_WORDS = st.sampled_from(
+    [
+        "CUDA out of memory",
+        "Killed",
+        "exitcode: -9",
+        "Watchdog caught collective operation timeout",
+        "NCCL error",
+        "Gradient overflow. Skipping step",
+        "loss: nan",
+        "Traceback (most recent call last)",
+        "ValueError: x",
+        "\x1b[31m",
+        "\r",
+        "\n",
+        "UserWarning: y",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(LOG_ALPHABET, max_size=40), LOG_WORDS), max_size=30), st.none() | st.integers())
+def test_classify_text_never_raises_and_points_at_its_evidence(parts: list[str], exit_code: int | None) -> None:
+    text = "".join(parts)
+    verdict = classify_text(text, exit_code=exit_code)
+    assert verdict.class_id in CLASSES
+    if verdict.line is not None:
+        lines = text.split("\n")
+        assert 1 <= verdict.line <= len(lines)
+        # Evidence is the line as read: colour codes stripped, whitespace trimmed.
+        assert verdict.evidence in ANSI_CSI.sub("", lines[verdict.line - 1])
+        assert verdict.evidence
+    if verdict.class_id == "none":
+        assert verdict.line is None
+        assert verdict.evidence == ""
