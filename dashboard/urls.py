@@ -7,7 +7,7 @@ from dashboard.api import api
 
 urlpatterns = [
     path("", views.overview, name="overview"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", views.login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include("runs.urls")),
     path("api/v1/", api.urls),

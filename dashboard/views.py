@@ -1,7 +1,68 @@
+"""The overview page and the login page."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from billing.costs import month_to_date_by_team
+from runs.choices import RunStatus
+from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
+from runs.models import Run
+
+# How far back the overview's failure panel looks.
+FAILURE_WINDOW = timedelta(days=7)
+# Rows listed in each overview panel; the run list has the rest.
+PANEL_ROWS = 10
+FAILED_STATUSES = [RunStatus.FAILED, RunStatus.TIMED_OUT]
 
 
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("overview")
+    now = timezone.now()
+    runs = Run.objects.for_user(request.user).select_related("team")
+    active = runs.active().order_by("-submitted_at")
+    since = now - FAILURE_WINDOW
+    # A failure counts when it ended in the window; one with no end time yet, when submitted in it.
+    failures = runs.filter(status__in=FAILED_STATUSES).filter(
+        Q(ended_at__gte=since) | Q(ended_at__isnull=True, submitted_at__gte=since)
+    )
+    if request.user.is_staff or request.user.is_superuser:
+        team_ids = list(Group.objects.values_list("pk", flat=True))
+    else:
+        team_ids = list(request.user.groups.values_list("pk", flat=True))
+
+    ctx = {
+        "active_runs": active[:PANEL_ROWS],
+        "active_count": active.count(),
+        "failures": failures.order_by("-ended_at", "-submitted_at")[:PANEL_ROWS],
+        "failure_count": failures.count(),
+        "failure_days": FAILURE_WINDOW.days,
+        "team_spend": month_to_date_by_team(team_ids, now=now) if team_ids else [],
+        "has_teams": bool(team_ids),
+        "has_runs": runs.exists(),
+        "month": now,
+    }
+    return render(request, "dashboard/overview.html", ctx)
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login, plus the demo credentials while (and only while) demo data exists."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        ctx["demo_login"] = Run.objects.filter(is_demo=True).exists()
+        ctx["demo_username"] = DEMO_USERNAME
+        ctx["demo_password"] = DEMO_PASSWORD
+        return ctx
+
+
+login_view = LoginView.as_view()

@@ -4,4 +4,6 @@ from runs import views
 
 urlpatterns = [
     path("", views.run_list, name="run_list"),
+    path("<int:pk>/", views.run_detail, name="run_detail"),
+    path("<int:pk>/log/", views.run_log, name="run_log"),
 ]

@@ -1,7 +1,250 @@
+"""Run pages: the filtered, sorted, paginated run list, the run page and its log endpoint.
+
+Every view scopes to `Run.objects.for_user(user)` first: another team's run is a 404, not a
+403, so the page does not even confirm that the run exists.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+
+from django import forms
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import Group, User
+from django.core.paginator import Paginator
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.utils.text import slugify
+
+from billing.costs import estimate_run_cost
+from runs import charts
+from runs.choices import AcceleratorType, Region, RunStatus
+from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
+from runs.models import Attempt, Node, Run
+
+# Sort keys the run list accepts (a leading "-" reverses), mapped to the ORM field. Anything
+# else in ?sort= is ignored: no user-chosen column names reach order_by().
+SORTS = {
+    "submitted": "submitted_at",
+    "started": "started_at",
+    # Annotated in sort_runs; not "duration", which is Run's own property.
+    "duration": "run_duration",
+    "status": "status",
+    "experiment": "experiment_name",
+    "accelerator": "accelerator_type",
+}
+DEFAULT_SORT = "-submitted"
+# Search boxes take at most this many characters; longer is a form error, not a slow query.
+MAX_QUERY_LENGTH = 200
+
+
+def _blank(choices: type) -> list[tuple[str, str]]:
+    return [("", "any"), *choices.choices]
+
+
+class RunFilterForm(forms.Form):
+    """The run list's filters; invalid values become form errors and are not applied."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=MAX_QUERY_LENGTH,
+        label="Search",
+        widget=forms.TextInput({"type": "search", "placeholder": "run id, experiment, creator, MLflow run id"}),
+    )
+    status = forms.ChoiceField(required=False, choices=_blank(RunStatus))
+    team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="any")
+    creator = forms.CharField(required=False, max_length=MAX_QUERY_LENGTH)
+    accelerator = forms.ChoiceField(required=False, choices=_blank(AcceleratorType))
+    region = forms.ChoiceField(required=False, choices=_blank(Region))
+    experiment = forms.CharField(required=False, max_length=MAX_QUERY_LENGTH, label="Experiment contains")
+    submitted_from = forms.DateField(required=False, label="Submitted from", widget=forms.DateInput({"type": "date"}))
+    submitted_to = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
+
+    def __init__(self, *args: object, user: User, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        # Only teams the user can see are choices, so the select never lists another team.
+        teams = Group.objects.order_by("name")
+        if not (user.is_staff or user.is_superuser):
+            teams = teams.filter(pk__in=user.groups.values("pk"))
+        self.fields["team"].queryset = teams
+
+    def clean(self) -> dict:
+        data = super().clean()
+        start, end = data.get("submitted_from"), data.get("submitted_to")
+        if start and end and start > end:
+            # Which end the user got wrong is unknowable: apply neither, say why.
+            self.add_error(None, "The submitted range ends before it starts; no date filter was applied.")
+            data.pop("submitted_from", None)
+            data.pop("submitted_to", None)
+        return data
+
+
+def _day_start(day: date) -> datetime:
+    """Midnight at the start of `day` in the site's time zone, as an aware datetime."""
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def filter_runs(runs: QuerySet[Run], data: dict) -> QuerySet[Run]:
+    """Apply the valid filters in `data` (a form's cleaned_data, possibly partial)."""
+    if data.get("q"):
+        q = data["q"]
+        runs = runs.filter(
+            Q(external_id__icontains=q)
+            | Q(experiment_name__icontains=q)
+            | Q(creator__icontains=q)
+            | Q(mlflow_run_id__icontains=q)
+        )
+    if data.get("status"):
+        runs = runs.filter(status=data["status"])
+    if data.get("team"):
+        runs = runs.filter(team=data["team"])
+    if data.get("creator"):
+        runs = runs.filter(Q(creator__icontains=data["creator"]) | Q(user__username__iexact=data["creator"]))
+    if data.get("accelerator"):
+        runs = runs.filter(accelerator_type=data["accelerator"])
+    if data.get("region"):
+        runs = runs.filter(region=data["region"])
+    if data.get("experiment"):
+        runs = runs.filter(experiment_name__icontains=data["experiment"])
+    if data.get("submitted_from"):
+        runs = runs.filter(submitted_at__gte=_day_start(data["submitted_from"]))
+    if data.get("submitted_to"):
+        # Inclusive of the whole end day.
+        runs = runs.filter(submitted_at__lt=_day_start(data["submitted_to"] + timedelta(days=1)))
+    return runs
+
+
+def sort_runs(runs: QuerySet[Run], sort: str) -> tuple[QuerySet[Run], str]:
+    """Order by a whitelisted key; returns the queryset and the key actually applied."""
+    key = sort.removeprefix("-")
+    if key not in SORTS:
+        sort, key = DEFAULT_SORT, DEFAULT_SORT.removeprefix("-")
+    field = SORTS[key]
+    if key == "duration":
+        # Running runs count up to now, so a long-running job sorts among the long ones. "Now"
+        # is the web process's clock, as for the durations the page prints, not the database's.
+        now = Value(timezone.now(), output_field=DateTimeField())
+        runs = runs.annotate(
+            run_duration=ExpressionWrapper(Coalesce(F("ended_at"), now) - F("started_at"), output_field=DurationField())
+        )
+    expression = F(field).desc(nulls_last=True) if sort.startswith("-") else F(field).asc(nulls_last=True)
+    # pk breaks ties so that a page boundary never shows a run twice or skips one.
+    return runs.order_by(expression, "-pk"), sort
+
+
+# The run table's columns in order: (title, sort key or None when not sortable).
+COLUMNS = [
+    ("Run", None),
+    ("Status", "status"),
+    ("Experiment", "experiment"),
+    ("Team", None),
+    ("Creator", None),
+    ("Accelerator", "accelerator"),
+    ("Region", None),
+    ("Submitted", "submitted"),
+    ("Started", "started"),
+    ("Duration", "duration"),
+]
+
+
+def _columns(sort: str) -> list[dict[str, str | None]]:
+    """Header cells: a click sorts ascending, a second click on the same column reverses."""
+    columns = []
+    for title, key in COLUMNS:
+        direction = None
+        if key and sort.removeprefix("-") == key:
+            direction = "desc" if sort.startswith("-") else "asc"
+        next_sort = None if key is None else (f"-{key}" if direction == "asc" else key)
+        columns.append({"title": title, "key": key, "direction": direction, "next": next_sort})
+    return columns
 
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("runs")
+    form = RunFilterForm(request.GET or None, user=request.user)
+    runs = Run.objects.for_user(request.user).select_related("team", "user")
+    if form.is_bound:
+        form.is_valid()
+        # cleaned_data holds only the fields that validated: apply those, show errors for the rest.
+        runs = filter_runs(runs, getattr(form, "cleaned_data", {}))
+    runs, sort = sort_runs(runs, request.GET.get("sort", DEFAULT_SORT))
+    page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
+
+    ctx = {
+        "form": form,
+        "page": page,
+        "sort": sort,
+        "columns": _columns(sort),
+        "filtered": form.is_bound and any(v for k, v in request.GET.items() if k not in ("sort", "page")),
+    }
+    return render(request, "runs/run_list.html", ctx)
+
+
+def _selected_node(attempts: list[Attempt], attempt_number: str | None, node_index: str | None) -> Node | None:
+    """The node the log viewer shows: the requested one, else the first node of the latest attempt."""
+    by_number = {str(a.number): a for a in attempts}
+    attempt = by_number.get(attempt_number or "") or (attempts[-1] if attempts else None)
+    if attempt is None:
+        return None
+    nodes = list(attempt.nodes.all())
+    by_index = {str(n.index): n for n in nodes}
+    return by_index.get(node_index or "") or (nodes[0] if nodes else None)
+
+
+@login_required
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.for_user(request.user).select_related("team", "user"), pk=pk)
+    attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
+    now = timezone.now()
+    node = _selected_node(attempts, request.GET.get("attempt"), request.GET.get("node"))
+    query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
+
+    ctx = {
+        "run": run,
+        "attempts": attempts,
+        "cost": estimate_run_cost(run, now=now),
+        "log_node": node,
+        "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
+        "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
+        "log_query": query,
+        "timeline": charts.timeline_figure(attempts, now=now),
+        "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu")),
+        "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes")),
+        "metrics": charts.metrics_figure(charts.metric_points(run)),
+        "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
+    }
+    return render(request, "runs/run_detail.html", ctx)
+
+
+@login_required
+def run_log(request: HttpRequest, pk: int) -> HttpResponse:
+    """One node's log as text/plain: whole, or `grep -n` style with ?q=; ?download=1 attaches it.
+
+    Streams chunk by chunk, so a multi-gigabyte log never sits in memory.
+    """
+    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
+    wanted_attempt, wanted_node = request.GET.get("attempt"), request.GET.get("node")
+    node = _selected_node(attempts, wanted_attempt, wanted_node)
+    if node is None:
+        raise Http404("This run has no nodes, so no logs.")
+    attempt_number = next(a.number for a in attempts if a.pk == node.attempt_id)
+    # The page falls back to a default node; a script asking for a file by name must not get
+    # another node's log under that name.
+    if (wanted_attempt and wanted_attempt != str(attempt_number)) or (wanted_node and wanted_node != str(node.index)):
+        raise Http404("No such attempt or node in this run.")
+    query = request.GET.get("q", "")[:MAX_QUERY_LENGTH].strip()
+    body = grep_lines(chunk_texts(node), query) if query else chunk_texts(node)
+    response = StreamingHttpResponse(body, content_type="text/plain; charset=utf-8")
+    if request.GET.get("download"):
+        name = slugify(run.external_id) or f"run-{run.pk}"
+        suffix = "-matches" if query else ""
+        filename = f"{name}-attempt{attempt_number}-node{node.index}{suffix}.log"
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    # Logs of a finished node do not change, but a running one grows: never serve a stale copy.
+    response["Cache-Control"] = "private, no-cache"
+    return response

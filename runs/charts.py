@@ -1,0 +1,331 @@
+"""Plotly figures for the run page, built as plain dicts (no plotly.py objects, no HTML).
+
+The figure functions are pure: data in, `{"data": [...], "layout": {...}}` out, or None when
+there is nothing to draw, so the template shows an empty state instead of blank axes. The
+template hands each figure to the browser through `json_script`; `static/js/charts.js` calls
+`Plotly.newPlot`. The two query helpers at the top (`gpu_series`, `metric_points`) are the
+only code here that touches the database, and they read values, never model instances.
+
+Times go to Plotly as naive UTC strings ("2026-11-02 09:00:00"): plotly.js has no time zones
+and would misread an offset, so the axes say "UTC" instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import groupby
+from typing import Any, Literal
+
+from django.db.models import Count, Max, QuerySet
+from django.utils import timezone
+
+from runs.choices import RunStatus
+from runs.models import ROLLUP_FIELDS, Attempt, GpuMinute, GpuSample, MetricPoint, Node, Run
+
+Figure = dict[str, Any]
+Tier = Literal["raw", "minute"]
+
+# Above this many raw samples in one GPU's series the chart reads the per-minute rollup: at a
+# 1 s sampling interval that is ~33 minutes of a run, and 8 GPUs x 2,000 points is about what
+# an SVG line chart draws without stutter.
+RAW_POINTS_PER_SERIES = 2_000
+# Metric keys under this prefix are MLflow's own system metrics, charted from GPU telemetry.
+SYSTEM_METRIC_PREFIX = "system/"
+# Bytes in the memory chart's unit (GB, decimal, as NVIDIA quotes "80 GB").
+BYTES_PER_GB = 1e9
+# One unified hover box per x is readable for one node; for 16+ series it would fill the screen.
+UNIFIED_HOVER_MAX_SERIES = 8
+
+STATUS_COLORS = {
+    RunStatus.QUEUED: "#94a3b8",
+    RunStatus.RUNNING: "#3b82f6",
+    RunStatus.SUCCEEDED: "#22c55e",
+    RunStatus.FAILED: "#ef4444",
+    RunStatus.CANCELLED: "#a1a1aa",
+    RunStatus.TIMED_OUT: "#f59e0b",
+}
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """One GPU's values over time: raw samples, or per-minute max with the minute's average."""
+
+    name: str
+    x: list[str]
+    y: list[float | None]
+    tier: Tier
+    avg: list[float | None] | None = None
+
+    @property
+    def has_values(self) -> bool:
+        return any(v is not None for v in self.y)
+
+
+def plotly_time(ts: datetime) -> str:
+    """A datetime as the naive UTC string plotly.js reads without guessing a zone."""
+    if timezone.is_aware(ts):
+        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    return ts.isoformat(sep=" ")
+
+
+# --- Queries ----------------------------------------------------------------------------
+
+
+def _series_names(run: Run) -> dict[int, tuple[int, int, str]]:
+    """node_id -> (attempt number, node index, label prefix); attempts named only on retried runs."""
+    nodes = list(Node.objects.filter(attempt__run=run).values_list("pk", "index", "attempt__number"))
+    retried = len({attempt for _, _, attempt in nodes}) > 1
+    return {
+        pk: (attempt, index, f"attempt {attempt} · node {index}" if retried else f"node {index}")
+        for pk, index, attempt in nodes
+    }
+
+
+def gpu_series(run: Run, field: str) -> list[GpuSeries]:
+    """Per-GPU series of one telemetry field for a run, from the tier that fits its length.
+
+    1. Count raw samples per (node, GPU). If the longest series has at most
+       RAW_POINTS_PER_SERIES points, read raw GpuSample values.
+    2. Otherwise read the GpuMinute rollup: `<field>_max` as the line, so a one-second spike
+       or OOM-level memory peak survives the fold, and `<field>_avg` alongside for the hover.
+       If the rollup is empty (not computed yet) fall back to raw rather than show nothing.
+    3. Both queries order by (node, gpu_index, time), the column order of the natural-key
+       unique index that starts with run, so the database walks one index range in order;
+       names come from one small Node query instead of a join per sample.
+    """
+    if field not in ROLLUP_FIELDS:
+        raise ValueError(f"{field!r} is not a telemetry field with a rollup: {ROLLUP_FIELDS}")
+    names = _series_names(run)
+    longest = (
+        (
+            GpuSample.objects.filter(run=run)
+            .values("node_id", "gpu_index")
+            .annotate(n=Count("id"))
+            .aggregate(longest=Max("n"))["longest"]
+        )
+        or 0
+    )
+
+    series: list[GpuSeries] = []
+    if longest > RAW_POINTS_PER_SERIES:
+        minutes = (
+            GpuMinute.objects.filter(run=run)
+            .order_by("node_id", "gpu_index", "minute")
+            .values_list("node_id", "gpu_index", "minute", f"{field}_max", f"{field}_avg")
+        )
+        series = _collect(minutes, names, "minute")
+    if not series and longest:
+        samples = (
+            GpuSample.objects.filter(run=run)
+            .order_by("node_id", "gpu_index", "ts")
+            .values_list("node_id", "gpu_index", "ts", field)
+        )
+        series = _collect(samples, names, "raw")
+    return series
+
+
+def _collect(rows: QuerySet, names: dict[int, tuple[int, int, str]], tier: Tier) -> list[GpuSeries]:
+    """Group (node_id, gpu, time, value[, avg]) rows into series, in attempt, node, GPU order."""
+    keyed: list[tuple[tuple[int, int, int], GpuSeries]] = []
+    for (node_id, gpu), group in groupby(rows.iterator(chunk_size=5_000), key=lambda r: (r[0], r[1])):
+        points = list(group)
+        attempt, index, prefix = names.get(node_id, (0, node_id, f"node #{node_id}"))
+        keyed.append(
+            (
+                (attempt, index, gpu),
+                GpuSeries(
+                    name=f"{prefix} · GPU {gpu}",
+                    x=[plotly_time(p[2]) for p in points],
+                    y=[p[3] for p in points],
+                    avg=[p[4] for p in points] if tier == "minute" else None,
+                    tier=tier,
+                ),
+            )
+        )
+    # Node ids need not follow node indexes (a retry's nodes are inserted later), so sort here.
+    keyed.sort(key=lambda pair: pair[0])
+    return [s for _, s in keyed]
+
+
+def metric_points(run: Run) -> list[tuple[str, int, float | None]]:
+    """(key, step, value) of a run's MLflow metrics, system metrics excluded, by key and step."""
+    return list(
+        MetricPoint.objects.filter(run=run)
+        .exclude(key__startswith=SYSTEM_METRIC_PREFIX)
+        .order_by("key", "step", "ts")
+        .values_list("key", "step", "value")
+    )
+
+
+# --- Figures ----------------------------------------------------------------------------
+
+
+def _layout(title: str, y_title: str, *, series_count: int, height: int = 340, **extra: Any) -> dict[str, Any]:
+    """Shared layout: transparent backgrounds so the page's light or dark theme shows through.
+
+    An empty `title` leaves the heading to the page (one chart per section needs none).
+    """
+    layout: dict[str, Any] = {
+        "height": height,
+        # Untitled charts still keep 36 px on top: the modebar sits there, clear of the legend.
+        "margin": {"l": 60, "r": 16, "t": 44 if title else 36, "b": 40},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "hovermode": "x unified" if series_count <= UNIFIED_HOVER_MAX_SERIES else "closest",
+        # Plotly's default place, right of the plot: a legend of 64 GPUs scrolls there instead
+        # of squeezing the plot, as one below it would.
+        "legend": {"font": {"size": 11}},
+        "xaxis": {"type": "date", "automargin": True},
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+    }
+    if title:
+        layout["title"] = {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}}
+    layout.update(extra)
+    return layout
+
+
+def _gpu_figure(
+    series: Sequence[GpuSeries], *, title: str, y_title: str, unit: str, scale: float, digits: int
+) -> Figure | None:
+    drawn = [s for s in series if s.has_values]
+    if not drawn:
+        return None
+
+    def scaled(values: list[float | None]) -> list[float | None]:
+        return [None if v is None else round(v / scale, digits) for v in values]
+
+    traces = []
+    for s in drawn:
+        trace: dict[str, Any] = {
+            "type": "scatter",
+            "mode": "lines",
+            "name": s.name,
+            "x": s.x,
+            "y": scaled(s.y),
+            "line": {"width": 1.5},
+            # A gap in telemetry stays a gap, not a straight line across it.
+            "connectgaps": False,
+            "hovertemplate": f"%{{y:.{digits}f}} {unit}<extra>%{{fullData.name}}</extra>",
+        }
+        if s.tier == "minute" and s.avg is not None:
+            trace["customdata"] = scaled(s.avg)
+            trace["hovertemplate"] = (
+                f"max %{{y:.{digits}f}} {unit} · avg %{{customdata:.{digits}f}} {unit}<extra>%{{fullData.name}}</extra>"
+            )
+        traces.append(trace)
+    tier_note = "per-minute max, avg in hover" if drawn[0].tier == "minute" else "raw samples"
+    layout = _layout(
+        f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
+    )
+    return {"data": traces, "layout": layout}
+
+
+def utilization_figure(series: Sequence[GpuSeries]) -> Figure | None:
+    """GPU utilization (%) per node/GPU; None when no GPU reported any value."""
+    figure = _gpu_figure(series, title="GPU utilization", y_title="utilization (%)", unit="%", scale=1, digits=0)
+    if figure is not None:
+        figure["layout"]["yaxis"]["range"] = [0, 105]
+    return figure
+
+
+def memory_figure(series: Sequence[GpuSeries]) -> Figure | None:
+    """GPU memory used per node/GPU in GB (bytes / 1e9); None when nothing was reported."""
+    return _gpu_figure(
+        series, title="GPU memory used", y_title="memory used (GB)", unit="GB", scale=BYTES_PER_GB, digits=2
+    )
+
+
+def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | None:
+    """One line per MLflow metric key against step; `system/` keys are left out. None when empty."""
+    traces = []
+    ordered = sorted(
+        (p for p in points if not p[0].startswith(SYSTEM_METRIC_PREFIX)),
+        key=lambda p: (p[0], p[1]),
+    )
+    for key, group in groupby(ordered, key=lambda p: p[0]):
+        rows = list(group)
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers" if len(rows) < 50 else "lines",
+                "name": key,
+                "x": [r[1] for r in rows],
+                "y": [r[2] for r in rows],
+                "line": {"width": 1.5},
+                "marker": {"size": 4},
+                "hovertemplate": "step %{x}: %{y:.4g}<extra>%{fullData.name}</extra>",
+            }
+        )
+    if not traces or all(v is None for t in traces for v in t["y"]):
+        return None
+    layout = _layout(
+        "",
+        "value",
+        series_count=len(traces),
+        xaxis={"title": {"text": "step"}},
+        yaxis={"title": {"text": "value"}},
+    )
+    return {"data": traces, "layout": layout}
+
+
+def timeline_figure(attempts: Iterable[Attempt], now: datetime | None = None) -> Figure | None:
+    """Horizontal bars, one per attempt and one per node, coloured by status; None if none started.
+
+    Each bar is drawn as Plotly's timeline trick: `base` is the start and `x` the length in
+    milliseconds on a date axis. Unfinished attempts and nodes run to `now`. Nodes without
+    their own times take their attempt's. Use prefetch_related("nodes") to avoid a query per
+    attempt.
+    """
+    now = now or timezone.now()
+    rows: list[tuple[str, str, datetime, datetime, str]] = []  # label, status, start, end, detail
+    for attempt in attempts:
+        if attempt.started_at is None:
+            continue
+        end = attempt.ended_at or now
+        detail = f"exit {attempt.exit_code}" if attempt.exit_code is not None else attempt.get_status_display()
+        rows.append((f"attempt {attempt.number}", attempt.status, attempt.started_at, end, detail))
+        for node in attempt.nodes.all():
+            start = node.started_at or attempt.started_at
+            node_end = node.ended_at or attempt.ended_at or now
+            node_detail = f"exit {node.exit_code}" if node.exit_code is not None else node.get_status_display()
+            label = f"attempt {attempt.number} · node {node.index}"
+            rows.append((label, node.status, start, node_end, node_detail))
+    if not rows:
+        return None
+
+    traces = []
+    for status in RunStatus:
+        bars = [r for r in rows if r[1] == status]
+        if not bars:
+            continue
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": status.label,
+                "y": [r[0] for r in bars],
+                "base": [plotly_time(r[2]) for r in bars],
+                "x": [max((r[3] - r[2]).total_seconds(), 0) * 1000 for r in bars],
+                "customdata": [[plotly_time(r[3]), r[4]] for r in bars],
+                "marker": {"color": STATUS_COLORS[status]},
+                "hovertemplate": "%{base} → %{customdata[0]}<br>%{customdata[1]}<extra>%{y}</extra>",
+            }
+        )
+    labels = [r[0] for r in rows]
+    layout = _layout(
+        "",
+        "",
+        series_count=len(traces),
+        height=90 + 26 * len(labels),
+        hovermode="closest",
+        barmode="overlay",
+        # Few statuses: a one-line legend above the bars, left, clear of the date ticks below
+        # and of the modebar on the right.
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": labels, "autorange": "reversed"},
+    )
+    layout["margin"] = {"l": 150, "r": 16, "t": 36, "b": 40}
+    layout["xaxis"]["title"] = {"text": "UTC"}
+    return {"data": traces, "layout": layout}

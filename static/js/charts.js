@@ -1,0 +1,59 @@
+/* Draws every Plotly figure on the page.
+ *
+ * Each chart is a <div data-figure="ID"> next to a <script type="application/json" id="ID">
+ * written by Django's json_script from runs/charts.py. The figure comes with transparent
+ * backgrounds; colours for text and grid lines are read here from the stylesheet's custom
+ * properties, so the charts follow the light or dark theme, and are redrawn if it changes.
+ */
+(function () {
+  "use strict";
+
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+
+  function themed(layout) {
+    var text = cssVar("--text");
+    var muted = cssVar("--muted");
+    var grid = cssVar("--grid");
+    var out = Object.assign({}, layout);
+    out.font = Object.assign({ family: getComputedStyle(document.body).fontFamily, color: text }, layout.font || {});
+    ["xaxis", "yaxis"].forEach(function (axis) {
+      out[axis] = Object.assign({ gridcolor: grid, zerolinecolor: grid, linecolor: grid, color: muted }, layout[axis] || {});
+    });
+    out.hoverlabel = Object.assign({ bgcolor: cssVar("--surface"), bordercolor: grid, font: { color: text } }, layout.hoverlabel || {});
+    out.legend = Object.assign({}, layout.legend || {}, { font: Object.assign({ color: text }, (layout.legend || {}).font || {}) });
+    return out;
+  }
+
+  var drawn = [];
+
+  function draw() {
+    if (typeof Plotly === "undefined") {
+      return;
+    }
+    document.querySelectorAll("[data-figure]").forEach(function (el) {
+      var source = document.getElementById(el.dataset.figure);
+      if (!source) {
+        return;
+      }
+      var figure = JSON.parse(source.textContent);
+      Plotly.newPlot(el, figure.data, themed(figure.layout), { responsive: true, displaylogo: false });
+      drawn.push({ el: el, layout: figure.layout });
+    });
+  }
+
+  function restyle() {
+    drawn.forEach(function (item) {
+      Plotly.relayout(item.el, themed(item.layout));
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", draw);
+  if (window.matchMedia) {
+    var query = window.matchMedia("(prefers-color-scheme: dark)");
+    if (query.addEventListener) {
+      query.addEventListener("change", restyle);
+    }
+  }
+})();
