@@ -256,11 +256,10 @@ def push_gpu_samples(request: HttpRequest, payload: GpuSampleBatchIn) -> Status:
             node_key = (run.pk, s.attempt, s.node)
             if node_key not in nodes:
                 nodes[node_key] = ingest.node_for(run, s.attempt, s.node, s.host)
-            rows.append([
-                run.pk, nodes[node_key].pk, s.gpu, s.ts.isoformat(), s.utilization_gpu, s.utilization_memory,
-                s.memory_used_bytes, s.memory_total_bytes, s.power_watts, s.power_limit_watts, s.temperature_c,
-                s.sm_clock_mhz,
-            ])  # fmt: skip
+            values = s.model_dump(include=set(ingest.SAMPLE_VALUE_COLUMNS))
+            rows.append(
+                [run.pk, nodes[node_key].pk, s.gpu, s.ts.isoformat(), *map(values.get, ingest.SAMPLE_VALUE_COLUMNS)]
+            )
         return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload.source)
 
 

@@ -88,3 +88,21 @@ class BatchStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
+
+
+class RunEventKind(models.TextChoices):
+    GPU_LOST = "gpu_lost", "GPU fell off the bus"
+    XID = "xid", "Xid error"
+    ECC = "ecc", "ECC error"
+    CANCEL_REQUESTED = "cancel_requested", "Cancel requested"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMEOUT = "timeout", "Timed out"
+    SIGNAL = "signal", "Stopped by a signal"
+    NOTE = "note", "Note"
+
+
+class CollectorKind(models.TextChoices):
+    MLFLOW = "mlflow", "MLflow metrics"
+    RUNS = "runs", "Run source"
+    LOGS = "logs", "Log source"
+    AGENT = "agent", "GPU node agent"

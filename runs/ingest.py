@@ -222,7 +222,9 @@ def _count_lines(text: str) -> int:
 
 SAMPLE_COLUMNS = (
     "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
-    "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz",
+    "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
+    "sm_active", "tensor_active", "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "pcie_tx_kbps",
+    "pcie_rx_kbps", "processes",
 )  # fmt: skip
 # A sample row: ids and time first, then the value fields in this order.
 SAMPLE_VALUE_COLUMNS = SAMPLE_COLUMNS[4:]
@@ -285,7 +287,8 @@ def process_batch(batch_id: int) -> StoreResult | None:
     rows: list[list[Any]] = body["rows"]
     if batch.kind == BatchKind.GPU_SAMPLES:
         source = body.get("source") or TelemetrySource.API
-        objects = [GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=True)), source=source) for row in rows]
+        # Rows recorded before a column was added are shorter: the missing tail stays NULL.
+        objects = [GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=False)), source=source) for row in rows]
         for obj in objects:
             obj.ts = _ts(obj.ts)
         result = store_gpu_samples(objects)

@@ -14,6 +14,8 @@ from runs.choices import (
     AcceleratorType,
     BatchKind,
     BatchStatus,
+    CollectorKind,
+    RunEventKind,
     RunSource,
     RunStatus,
     TelemetrySource,
@@ -60,6 +62,10 @@ class Run(models.Model):
     parameters = models.JSONField(default=dict, blank=True)
     workload_yaml = models.TextField(blank=True, help_text="As submitted; secrets only as scope/key references.")
     is_demo = models.BooleanField(default=False, help_text="Made by seed_demo.")
+    cluster = models.ForeignKey(
+        "Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs", help_text="Classic runs."
+    )
+    cancel_requested_at = models.DateTimeField(null=True, blank=True, help_text="Set by the dashboard; launchers stop.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -198,6 +204,18 @@ class GpuSample(models.Model):
     power_limit_watts = models.FloatField(null=True, blank=True)
     temperature_c = models.FloatField(null=True, blank=True)
     sm_clock_mhz = models.FloatField(null=True, blank=True)
+    mem_clock_mhz = models.FloatField(null=True, blank=True)
+    # Hopper and newer (GPM): SM-active and tensor-pipe activity, percent. Tell real work from
+    # a kernel that keeps "utilization" at 100% while stalled in a collective.
+    sm_active = models.FloatField(null=True, blank=True)
+    tensor_active = models.FloatField(null=True, blank=True)
+    throttle_reasons = models.BigIntegerField(null=True, blank=True, help_text="NVML clocks-event reason bitmask.")
+    ecc_corrected = models.BigIntegerField(null=True, blank=True, help_text="Volatile corrected ECC errors.")
+    ecc_uncorrected = models.BigIntegerField(null=True, blank=True, help_text="Volatile uncorrected ECC errors.")
+    pcie_tx_kbps = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps = models.FloatField(null=True, blank=True)
+    # [{"pid": 123, "used_memory_bytes": 1024, "run": "ext-id"}]; None when not collected.
+    processes = models.JSONField(null=True, blank=True)
     source = models.CharField(max_length=16, choices=TelemetrySource.choices, default=TelemetrySource.API)
 
     class Meta:
@@ -279,6 +297,147 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}:{self.key}@{self.step}"
+
+
+class RunEvent(models.Model):
+    """Something that happened to a run: a GPU lost, an Xid, a cancel, a timeout."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    ts = models.DateTimeField()
+    kind = models.CharField(max_length=32, choices=RunEventKind.choices)
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "ts"]
+        constraints = [
+            # A resent event (agent retry, launcher restart) is stored once.
+            models.UniqueConstraint(fields=["run", "kind", "ts", "gpu_index"], name="runevent_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.kind} at {self.ts.isoformat()}"
+
+
+class Cluster(models.Model):
+    """A classic GPU cluster on an ML runtime, billed by uptime (driver + workers), busy or idle."""
+
+    team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="clusters")
+    cluster_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200, blank=True)
+    creator = models.CharField(max_length=254, blank=True)
+    spark_version = models.CharField(max_length=100, blank=True, help_text="e.g. 15.4.x-gpu-ml-scala2.12")
+    node_type_id = models.CharField(max_length=64, blank=True, help_text="GPU worker instance type.")
+    driver_node_type_id = models.CharField(max_length=64, blank=True)
+    num_workers = models.PositiveIntegerField(default=0)
+    autoscale_min_workers = models.PositiveIntegerField(null=True, blank=True)
+    autoscale_max_workers = models.PositiveIntegerField(null=True, blank=True)
+    single_node = models.BooleanField(default=False)
+    data_security_mode = models.CharField(max_length=64, blank=True, help_text="Access mode (SINGLE_USER, ...).")
+    single_user_name = models.CharField(max_length=254, blank=True)
+    runtime_engine = models.CharField(max_length=32, blank=True, help_text="PHOTON or STANDARD.")
+    docker_image = models.CharField(max_length=500, blank=True)
+    region = models.CharField(max_length=32, blank=True)
+    state = models.CharField(max_length=32, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    terminated_time = models.DateTimeField(null=True, blank=True)
+    raw = models.JSONField(default=dict, blank=True, help_text="The source's record, as received.")
+    is_demo = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            # The run source upserts clusters by the workspace's cluster id.
+            models.UniqueConstraint(fields=["cluster_id"], name="cluster_id_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name or self.cluster_id} ({self.spark_version})"
+
+
+class ClusterEvent(models.Model):
+    """A cluster's lifecycle event (STARTING, RUNNING, RESIZING, TERMINATING, ...)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="events")
+    ts = models.DateTimeField()
+    kind = models.CharField(max_length=64)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "ts"]
+        constraints = [
+            # Events are re-read on every pass of the run source; each is stored once.
+            models.UniqueConstraint(fields=["cluster", "ts", "kind"], name="clusterevent_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.kind} at {self.ts.isoformat()}"
+
+
+class CollectorState(models.Model):
+    """One collector's cursor and health: last success, lag, items ingested, last error."""
+
+    name = models.CharField(max_length=100, help_text="e.g. 'mlflow', 'runs', 'logs', 'agent:gpu-node-17'.")
+    kind = models.CharField(max_length=16, choices=CollectorKind.choices)
+    cursor = models.JSONField(default=dict, blank=True, help_text="Where the next pass starts.")
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    items_last_run = models.PositiveIntegerField(default=0)
+    items_total = models.BigIntegerField(default=0)
+    expected_interval_seconds = models.PositiveIntegerField(default=300, help_text="Stale after twice this.")
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="collectorstate_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_stale(self) -> bool:
+        if self.last_success_at is None:
+            return True
+        return timezone.now() - self.last_success_at > timedelta(seconds=2 * self.expected_interval_seconds)
+
+    @property
+    def lag(self) -> timedelta | None:
+        return None if self.last_success_at is None else timezone.now() - self.last_success_at
+
+
+class MlflowRun(models.Model):
+    """An MLflow run the collector has seen, linked to an Airboard run when it can be."""
+
+    mlflow_run_id = models.CharField(max_length=64)
+    experiment_id = models.CharField(max_length=64, blank=True)
+    experiment_name = models.CharField(max_length=500, blank=True)
+    run_name = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=32, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    end_time = models.DateTimeField(null=True, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="mlflow_runs")
+    # Per metric key, the last (timestamp ms, step) read: the next pass asks only for later points.
+    metric_cursors = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["mlflow_run_id"], name="mlflowrun_id_unique"),
+        ]
+        indexes = [
+            # The collectors page lists unlinked MLflow runs.
+            models.Index(fields=["run"], name="mlflowrun_run_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"MLflow {self.mlflow_run_id} ({self.run_name})"
 
 
 class IngestBatch(models.Model):

@@ -127,6 +127,12 @@ class LogChunkIn(Schema):
     text: str
 
 
+class GpuProcessIn(Schema):
+    pid: int = Field(ge=0, le=2**31)
+    used_memory_bytes: int | None = Field(default=None, ge=0, le=2**50)
+    run: str = Field(default="", max_length=200, description="AIRBOARD_RUN_ID found in the process environment.")
+
+
 class GpuSampleIn(Schema):
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
@@ -143,6 +149,15 @@ class GpuSampleIn(Schema):
     power_limit_watts: bounded(0, 10_000)
     temperature_c: bounded(-50, 200)
     sm_clock_mhz: bounded(0, 100_000)
+    mem_clock_mhz: bounded(0, 100_000)
+    sm_active: bounded(0, 100)
+    tensor_active: bounded(0, 100)
+    throttle_reasons: Annotated[int | None, Field(default=None, ge=0, le=2**63 - 1)]
+    ecc_corrected: Annotated[int | None, Field(default=None, ge=0, le=2**63 - 1)]
+    ecc_uncorrected: Annotated[int | None, Field(default=None, ge=0, le=2**63 - 1)]
+    pcie_tx_kbps: bounded(0, 1e9)
+    pcie_rx_kbps: bounded(0, 1e9)
+    processes: list[GpuProcessIn] | None = Field(default=None, max_length=1000)
 
 
 class GpuSampleBatchIn(Schema):
