@@ -1,4 +1,7 @@
-"""Celery beat's schedule: every periodic job, in one place, each with why it runs."""
+"""Celery beat's schedule: every periodic job, in one place, each with why it runs.
+
+A collector whose source is not configured returns at once, so every entry can stay.
+"""
 
 from celery.schedules import crontab
 
@@ -7,6 +10,21 @@ BEAT_SCHEDULE = {
     # lost (Redis restarted, worker queue purged) so accepted data always lands.
     "requeue-pending-batches": {
         "task": "runs.requeue_pending_batches",
+        "schedule": crontab(minute="*"),
+    },
+    # New and updated MLflow runs and the metric points since each cursor.
+    "collect-mlflow": {
+        "task": "runs.collect_mlflow",
+        "schedule": crontab(minute="*"),
+    },
+    # Run records (and classic clusters) from the configured run source.
+    "collect-runs": {
+        "task": "runs.collect_runs",
+        "schedule": crontab(minute="*"),
+    },
+    # New log lines of active runs from the configured log source.
+    "collect-logs": {
+        "task": "runs.collect_logs",
         "schedule": crontab(minute="*"),
     },
 }

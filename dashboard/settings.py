@@ -184,6 +184,30 @@ AIRBOARD_MLFLOW_UI_URL = env_str("AIRBOARD_MLFLOW_UI_URL", "")
 # Runs below this GPU utilization (percent) count as idle.
 AIRBOARD_IDLE_UTILIZATION_PERCENT = env_float("AIRBOARD_IDLE_UTILIZATION_PERCENT", 5.0, minimum=0)
 
+# --- Collectors ---------------------------------------------------------------------
+# MLflow: the tracking server (or store URI) to pull runs and metric histories from.
+AIRBOARD_MLFLOW_TRACKING_URI = env_str("MLFLOW_TRACKING_URI", "")
+# Experiment ids or names to collect (comma-separated); empty = every active experiment.
+AIRBOARD_MLFLOW_EXPERIMENTS = env_list("AIRBOARD_MLFLOW_EXPERIMENTS", [])
+AIRBOARD_MLFLOW_INTERVAL_SECONDS = env_int("AIRBOARD_MLFLOW_INTERVAL_SECONDS", 60, minimum=5)
+# Run source: a command printing the Databricks Jobs runs JSON (`jobs list-runs -o json` shape),
+# e.g. "databricks jobs list-runs --active-only -o json"; or DATABRICKS_HOST + DATABRICKS_TOKEN.
+AIRBOARD_RUN_SOURCE_COMMAND = env_str("AIRBOARD_RUN_SOURCE_COMMAND", "")
+# Classic clusters: a command printing `clusters list -o json`.
+AIRBOARD_CLUSTER_SOURCE_COMMAND = env_str("AIRBOARD_CLUSTER_SOURCE_COMMAND", "")
+# Team that collected runs belong to when their creator is in no team.
+AIRBOARD_RUN_SOURCE_TEAM = env_str("AIRBOARD_RUN_SOURCE_TEAM", "")
+AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS", 60, minimum=5)
+DATABRICKS_HOST = env_str("DATABRICKS_HOST", "")
+DATABRICKS_TOKEN = env_str("DATABRICKS_TOKEN", "")
+# Log source: a command template ({run_id}, {attempt}, {node}) printing one node's log, or a
+# directory laid out as <run>/<attempt>/<node>.log that is tailed incrementally.
+AIRBOARD_LOG_SOURCE_COMMAND = env_str("AIRBOARD_LOG_SOURCE_COMMAND", "")
+AIRBOARD_LOG_SOURCE_DIR = env_str("AIRBOARD_LOG_SOURCE_DIR", "")
+AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS", 30, minimum=5)
+# Longest a collector's external command may run before it is killed.
+AIRBOARD_COLLECTOR_TIMEOUT_SECONDS = env_int("AIRBOARD_COLLECTOR_TIMEOUT_SECONDS", 120, minimum=1)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -46,3 +46,38 @@ def requeue_pending_batches(older_than_seconds: int = 120) -> int:
         ingest.enqueue_batch(batch)
         count += 1
     return count
+
+
+# Collectors: each pass is idempotent (natural keys, cursors saved after writes), so a pass
+# re-run after a lost worker is harmless. The modules are imported in the task body so a
+# worker starts even where a collector's optional client is not installed.
+COLLECT_OPTIONS = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": 5,
+    "max_retries": 3,
+    "soft_time_limit": 300,
+    "time_limit": 360,
+}
+
+
+@shared_task(name="runs.collect_mlflow", **COLLECT_OPTIONS)
+def collect_mlflow() -> int:
+    from runs.collectors import mlflow
+
+    return mlflow.collect_once().items
+
+
+@shared_task(name="runs.collect_runs", **COLLECT_OPTIONS)
+def collect_runs() -> int:
+    from runs.collectors import runsource
+
+    return runsource.collect_once().items
+
+
+@shared_task(name="runs.collect_logs", **COLLECT_OPTIONS)
+def collect_logs() -> int:
+    from runs.collectors import logsource
+
+    return logsource.collect_once().items

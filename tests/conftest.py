@@ -131,9 +131,14 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def start_worker(tmp_dir: Path, queues: str = "ingest,collect,billing,alerts") -> WorkerProcess:
-    """Start `celery worker` as its own process on the test database and the configured broker."""
-    env = dict(os.environ)
+def start_worker(
+    tmp_dir: Path, queues: str = "ingest,collect,billing,alerts", extra_env: dict[str, str] | None = None
+) -> WorkerProcess:
+    """Start `celery worker` as its own process on the test database and the configured broker.
+
+    `extra_env` sets variables for this worker only (a collector's source, say).
+    """
+    env = dict(os.environ, **(extra_env or {}))
     env["DATABASE_URL"] = _database_url_for_test_db()
     env["AIRBOARD_BROKER_DIR"] = str(settings.CELERY_BROKER_DIR)
     env["PYTHONUNBUFFERED"] = "1"

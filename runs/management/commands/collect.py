@@ -1,0 +1,33 @@
+"""`manage.py collect mlflow|runs|logs --once`: run one collector pass by hand and print what it ingested."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# Collector name -> module with `collect_once() -> CollectResult`.
+COLLECTORS = {
+    "mlflow": "runs.collectors.mlflow",
+    "runs": "runs.collectors.runsource",
+    "logs": "runs.collectors.logsource",
+}
+
+
+class Command(BaseCommand):
+    help = "Run one pass of a collector (the same code the Celery beat schedule runs) and print what it ingested."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", choices=sorted(COLLECTORS))
+        parser.add_argument("--once", action="store_true", required=True, help="One pass, then exit.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        module = import_module(COLLECTORS[options["name"]])
+        try:
+            result = module.collect_once()
+        except module.CollectorError as exc:
+            raise CommandError(f"{options['name']} collector failed: {exc}", returncode=1) from None
+        for line in result.lines:
+            self.stdout.write(line)
+        self.stdout.write(f"{options['name']}: ingested {result.items} item(s)")
