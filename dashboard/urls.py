@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("login/", views.login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("collectors/", views.collectors, name="collectors"),
     path("runs/", include("runs.urls")),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),

@@ -16,7 +16,7 @@ from django.utils import timezone
 from billing.costs import month_to_date_by_team
 from runs.choices import RunStatus
 from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
-from runs.models import Run
+from runs.models import CollectorState, MlflowRun, Run
 
 # How far back the overview's failure panel looks.
 FAILURE_WINDOW = timedelta(days=7)
@@ -50,8 +50,21 @@ def overview(request: HttpRequest) -> HttpResponse:
         "has_teams": bool(team_ids),
         "has_runs": runs.exists(),
         "month": now,
+        "stale_collectors": [c for c in CollectorState.objects.all() if c.is_stale],
     }
     return render(request, "dashboard/overview.html", ctx)
+
+
+@login_required
+def collectors(request: HttpRequest) -> HttpResponse:
+    """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
+    is_staff = request.user.is_staff or request.user.is_superuser
+    ctx = {
+        "collectors": CollectorState.objects.all(),
+        "unlinked": MlflowRun.objects.filter(run__isnull=True).order_by("-start_time")[:200] if is_staff else None,
+        "unlinked_count": MlflowRun.objects.filter(run__isnull=True).count() if is_staff else 0,
+    }
+    return render(request, "dashboard/collectors.html", ctx)
 
 
 class LoginView(auth_views.LoginView):
