@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -252,11 +251,12 @@ def record_batch(team: Group, kind: str, rows: list[list[Any]], source: str = ""
     return batch, False
 
 
-def enqueue_batch(batch: IngestBatch) -> None:
+def enqueue_batch(batch: IngestBatch, queue: str | None = None) -> None:
     """Queue the batch's task once the transaction that recorded it commits.
 
     If the broker is down the batch stays pending in the database and the sweeper
     (`runs.requeue_pending_batches`) queues it again later: nothing accepted is lost.
+    `queue` overrides the routed queue (tests use a private one).
     """
     from runs import tasks
 
@@ -264,7 +264,7 @@ def enqueue_batch(batch: IngestBatch) -> None:
 
     def send() -> None:
         try:
-            task.apply_async(args=[batch.pk], retry=False)
+            task.apply_async(args=[batch.pk], retry=False, queue=queue)
         except Exception:  # the broker's errors vary by transport; the sweeper recovers
             logger.warning("could not queue %s; it stays pending for the sweeper", batch, exc_info=True)
 
@@ -304,9 +304,17 @@ def process_batch(batch_id: int) -> StoreResult | None:
     return result
 
 
-def pending_batches(older_than: datetime) -> Iterable[int]:
-    return (
-        IngestBatch.objects.filter(status=BatchStatus.PENDING, received_at__lt=older_than)
-        .order_by("received_at")
-        .values_list("pk", flat=True)
+def requeue_pending(older_than: datetime, limit: int = 1000, queue: str | None = None) -> int:
+    """Queue again the batches still pending since before `older_than`, oldest first.
+
+    Safe to overlap with a worker already writing one of them: the writes are idempotent and
+    the batch's status moves to done once, by conditional update.
+    """
+    batches = list(
+        IngestBatch.objects.filter(status=BatchStatus.PENDING, received_at__lt=older_than).order_by("received_at")[
+            :limit
+        ]
     )
+    for batch in batches:
+        enqueue_batch(batch, queue=queue)
+    return len(batches)

@@ -45,15 +45,7 @@ def ingest_agent_batch(payload: dict) -> None:
 @shared_task(name="runs.requeue_pending_batches", soft_time_limit=60, time_limit=90)
 def requeue_pending_batches(older_than_seconds: int = 120) -> int:
     """Queue again the batches still pending after a while (a broker that lost them, a queue that was down)."""
-    from runs.models import IngestBatch
-
-    count = 0
-    for batch in IngestBatch.objects.filter(
-        pk__in=list(ingest.pending_batches(timezone.now() - timedelta(seconds=older_than_seconds)))[:1000]
-    ):
-        ingest.enqueue_batch(batch)
-        count += 1
-    return count
+    return ingest.requeue_pending(timezone.now() - timedelta(seconds=older_than_seconds))
 
 
 # Collectors: each pass is idempotent (natural keys, cursors saved after writes), so a pass

@@ -142,6 +142,7 @@ def start_worker(
     env["DATABASE_URL"] = _database_url_for_test_db()
     env["AIRBOARD_BROKER_DIR"] = str(settings.CELERY_BROKER_DIR)
     env["PYTHONUNBUFFERED"] = "1"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
     log_path = tmp_dir / "worker.log"
     log = log_path.open("w")
     process = subprocess.Popen(
