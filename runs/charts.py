@@ -237,14 +237,22 @@ def memory_figure(series: Sequence[GpuSeries]) -> Figure | None:
     )
 
 
+# Height of each metric's own row in the metrics chart, in pixels.
+METRIC_ROW_HEIGHT = 170
+
+
 def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | None:
-    """One line per MLflow metric key against step; `system/` keys are left out. None when empty."""
-    traces = []
+    """One row per MLflow metric key against a shared step axis; `system/` keys are left out.
+
+    Each metric gets its own y axis: loss (around 1), learning rate (around 1e-5) and
+    throughput (thousands) on one axis would flatten all but the largest. None when empty.
+    """
     ordered = sorted(
         (p for p in points if not p[0].startswith(SYSTEM_METRIC_PREFIX)),
         key=lambda p: (p[0], p[1]),
     )
-    for key, group in groupby(ordered, key=lambda p: p[0]):
+    traces = []
+    for row, (key, group) in enumerate(groupby(ordered, key=lambda p: p[0]), start=1):
         rows = list(group)
         traces.append(
             {
@@ -253,6 +261,8 @@ def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | 
                 "name": key,
                 "x": [r[1] for r in rows],
                 "y": [r[2] for r in rows],
+                "xaxis": "x",
+                "yaxis": "y" if row == 1 else f"y{row}",
                 "line": {"width": 1.5},
                 "marker": {"size": 4},
                 "hovertemplate": "step %{x}: %{y:.4g}<extra>%{fullData.name}</extra>",
@@ -260,12 +270,19 @@ def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | 
         )
     if not traces or all(v is None for t in traces for v in t["y"]):
         return None
+    axes = {
+        ("yaxis" if row == 1 else f"yaxis{row}"): {"title": {"text": trace["name"], "font": {"size": 11}}}
+        for row, trace in enumerate(traces, start=1)
+    }
     layout = _layout(
         "",
-        "value",
-        series_count=len(traces),
-        xaxis={"title": {"text": "step"}},
-        yaxis={"title": {"text": "value"}},
+        "",
+        series_count=1,  # hover one metric at a time: their scales differ
+        height=METRIC_ROW_HEIGHT * len(traces) + 60,
+        xaxis={"title": {"text": "step"}, "automargin": True},
+        grid={"rows": len(traces), "columns": 1, "pattern": "coupled", "roworder": "top to bottom"},
+        showlegend=False,
+        **axes,
     )
     return {"data": traces, "layout": layout}
 

@@ -150,6 +150,10 @@ def test_metrics_figure_one_trace_per_key_without_system_metrics(world: World) -
     assert [trace["name"] for trace in figure["data"]] == ["loss", "lr"]
     assert figure["data"][0]["x"] == [0, 1, 2, 3]
     assert figure["data"][0]["y"][-1] is None
+    # Each metric on its own axis: a learning rate of 1e-3 is not flattened by the loss.
+    assert [trace["yaxis"] for trace in figure["data"]] == ["y", "y2"]
+    assert figure["layout"]["yaxis2"]["title"]["text"] == "lr"
+    assert figure["layout"]["grid"]["rows"] == 2
     assert charts.metrics_figure([("system/cpu", 0, 1.0)]) is None
     assert charts.metrics_figure([]) is None
 
