@@ -13,12 +13,15 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
+
 CHROMIUM = os.environ.get("AIRBOARD_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
 
 
-def main(base: str, out: Path, username: str = "alice", password: str = "airboard-demo") -> None:
+def main(base: str, out: Path, username: str = DEMO_USERNAME, password: str = DEMO_PASSWORD) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -38,7 +41,9 @@ def main(base: str, out: Path, username: str = "alice", password: str = "airboar
         page.screenshot(path=str(out / "run-page.png"), full_page=False)
         # The GPU charts and the log viewer, as an engineer scrolls to them.
         top = page.locator("#gpus").bounding_box()["y"] - 16
-        page.screenshot(path=str(out / "run-telemetry.png"), full_page=True, clip={"x": 0, "y": top, "width": 1400, "height": 1000})
+        page.screenshot(
+            path=str(out / "run-telemetry.png"), full_page=True, clip={"x": 0, "y": top, "width": 1400, "height": 1000}
+        )
         browser.close()
 
 
