@@ -1,0 +1,416 @@
+"""The run source collector: Databricks job runs and classic clusters into Run, Attempt, Cluster.
+
+The raw records come from `databricks_cli` (the operator's CLI command, or the SDK); this
+module only maps them. Databricks retries a run as a new run whose `original_attempt_run_id`
+names the first try, so all tries share one Airboard run (external id = the original run id)
+and become its attempts, numbered `attempt_number + 1` (Databricks counts from 0).
+
+Status mapping (the legacy `state` object is preferred where present: only it tells a
+timeout apart; the newer `status` object is the fallback):
+
+    life_cycle_state QUEUED, PENDING, BLOCKED, WAITING_FOR_RETRY     -> queued
+    life_cycle_state RUNNING, TERMINATING (no result yet)             -> running
+    result_state SUCCESS, SUCCESS_WITH_FAILURES                       -> succeeded
+    result_state FAILED, UPSTREAM_FAILED                              -> failed
+    result_state TIMEDOUT                                             -> timed_out
+    result_state CANCELED, UPSTREAM_CANCELED                          -> cancelled
+    result_state MAXIMUM_CONCURRENT_RUNS_REACHED, EXCLUDED, DISABLED  -> cancelled (never ran)
+    life_cycle_state SKIPPED (no result)                              -> cancelled (never ran)
+    life_cycle_state INTERNAL_ERROR, or TERMINATED with no result     -> failed
+    status.state QUEUED, PENDING, BLOCKED, WAITING                    -> queued
+    status.state RUNNING, TERMINATING                                 -> running
+    status TERMINATED + termination code SUCCESS(_WITH_FAILURES)      -> succeeded
+    status TERMINATED + USER_CANCELED, CANCELED, SKIPPED              -> cancelled
+    status TERMINATED + any other code (DRIVER_ERROR, CLUSTER_ERROR)  -> failed
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db.models import Q
+
+from runs.choices import CollectorKind, RunSource, RunStatus
+from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
+from runs.collectors.state import CollectResult, save_cursor, track
+from runs.ingest import IngestConflict, upsert_run
+from runs.models import Cluster, ClusterEvent, Run
+
+__all__ = ["CollectorError", "collect_once", "map_status"]
+
+NOT_CONFIGURED = "runs: not configured (set AIRBOARD_RUN_SOURCE_COMMAND or DATABRICKS_HOST and DATABRICKS_TOKEN)"
+# Active runs remembered between passes are capped: a source that never reports their end
+# must not grow the cursor without bound.
+MAX_TRACKED_ACTIVE = 1_000
+
+_LIFECYCLE_ACTIVE = {
+    "QUEUED": RunStatus.QUEUED,
+    "PENDING": RunStatus.QUEUED,
+    "BLOCKED": RunStatus.QUEUED,
+    "WAITING_FOR_RETRY": RunStatus.QUEUED,
+    "WAITING": RunStatus.QUEUED,  # status.state (newer API)
+    "RUNNING": RunStatus.RUNNING,
+    "TERMINATING": RunStatus.RUNNING,
+}
+_RESULT = {
+    "SUCCESS": RunStatus.SUCCEEDED,
+    "SUCCESS_WITH_FAILURES": RunStatus.SUCCEEDED,
+    "FAILED": RunStatus.FAILED,
+    "UPSTREAM_FAILED": RunStatus.FAILED,
+    "TIMEDOUT": RunStatus.TIMED_OUT,
+    "CANCELED": RunStatus.CANCELLED,
+    "UPSTREAM_CANCELED": RunStatus.CANCELLED,
+    "MAXIMUM_CONCURRENT_RUNS_REACHED": RunStatus.CANCELLED,
+    "EXCLUDED": RunStatus.CANCELLED,
+    "DISABLED": RunStatus.CANCELLED,
+}
+_TERMINATION_CODE = {
+    "SUCCESS": RunStatus.SUCCEEDED,
+    "SUCCESS_WITH_FAILURES": RunStatus.SUCCEEDED,
+    "USER_CANCELED": RunStatus.CANCELLED,
+    "CANCELED": RunStatus.CANCELLED,
+    "SKIPPED": RunStatus.CANCELLED,
+}
+
+
+def ms_to_dt(value: Any) -> datetime | None:
+    """Epoch milliseconds to an aware datetime; 0 or missing (Databricks' 'not yet') is None."""
+    if not value:
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+def map_status(record: dict[str, Any]) -> tuple[str, str]:
+    """(Airboard status, message) for one Databricks run record; see the module docstring."""
+    state = record.get("state") or {}
+    lifecycle = state.get("life_cycle_state")
+    if lifecycle:
+        message = state.get("state_message") or ""
+        result = state.get("result_state")
+        if result in _RESULT:
+            return _RESULT[result], message or result
+        if lifecycle in _LIFECYCLE_ACTIVE:
+            return _LIFECYCLE_ACTIVE[lifecycle], message
+        if lifecycle == "SKIPPED":
+            return RunStatus.CANCELLED, message or "skipped"
+        return RunStatus.FAILED, message or lifecycle
+    status = record.get("status") or {}
+    details = status.get("termination_details") or {}
+    message = details.get("message") or ""
+    if status.get("state") in _LIFECYCLE_ACTIVE:
+        return _LIFECYCLE_ACTIVE[status["state"]], message
+    if status.get("state") == "TERMINATED":
+        code = details.get("code") or ""
+        return _TERMINATION_CODE.get(code, RunStatus.FAILED), message or code
+    return RunStatus.QUEUED, message
+
+
+def cluster_ids_of(record: dict[str, Any]) -> list[str]:
+    """Classic clusters a run (or its tasks) ran on: cluster_instance or existing_cluster_id."""
+    ids: list[str] = []
+    for item in [record, *(record.get("tasks") or [])]:
+        for candidate in ((item.get("cluster_instance") or {}).get("cluster_id"), item.get("existing_cluster_id")):
+            if candidate and candidate not in ids:
+                ids.append(candidate)
+    return ids
+
+
+def _new_cluster_node_type(record: dict[str, Any]) -> str:
+    """A job cluster's worker type, from the run's or a task's `new_cluster` spec."""
+    specs = [(record.get("cluster_spec") or {}).get("new_cluster"), record.get("new_cluster")]
+    specs += [task.get("new_cluster") for task in record.get("tasks") or []]
+    return next((spec.get("node_type_id", "") for spec in specs if spec), "")
+
+
+def is_classic(record: dict[str, Any]) -> bool:
+    """A run on a classic cluster (existing or job cluster); serverless runs name none."""
+    return bool(cluster_ids_of(record) or _new_cluster_node_type(record))
+
+
+class TeamResolver:
+    """The team a record belongs to: its creator's first group, else AIRBOARD_RUN_SOURCE_TEAM."""
+
+    def __init__(self) -> None:
+        name = settings.AIRBOARD_RUN_SOURCE_TEAM
+        self.default = Group.objects.filter(name=name).first() if name else None
+        self.default_name = name
+        self._cache: dict[str, Group | None] = {}
+
+    def __call__(self, creator: str) -> Group | None:
+        if creator not in self._cache:
+            user = (
+                User.objects.filter(Q(email__iexact=creator) | Q(username=creator)).order_by("pk").first()
+                if creator
+                else None
+            )
+            team = user.groups.order_by("name").first() if user else None
+            self._cache[creator] = team or self.default
+        return self._cache[creator]
+
+    def why_none(self, creator: str) -> str:
+        if self.default_name:
+            return f"creator {creator or '(none)'} has no team and group {self.default_name!r} does not exist"
+        return f"creator {creator or '(none)'} has no team and AIRBOARD_RUN_SOURCE_TEAM is not set"
+
+
+# --- Clusters ---------------------------------------------------------------------------------
+
+
+def region_from_zone(zone_id: str) -> str:
+    """'us-west-2a' -> 'us-west-2'; 'auto' or an unknown shape -> ''."""
+    if zone_id and zone_id[-1].isalpha() and zone_id[-2:-1].isdigit():
+        return zone_id[:-1]
+    return ""
+
+
+def cluster_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """Cluster model fields from one `clusters list` record (the record itself goes to `raw`)."""
+    autoscale = record.get("autoscale") or {}
+    spark_conf = record.get("spark_conf") or {}
+    tags = record.get("custom_tags") or {}
+    single_node = bool(
+        record.get("is_single_node")
+        or spark_conf.get("spark.databricks.cluster.profile") == "singleNode"
+        or tags.get("ResourceClass") == "SingleNode"
+    )
+    return {
+        "name": record.get("cluster_name") or "",
+        "creator": record.get("creator_user_name") or "",
+        "spark_version": record.get("spark_version") or "",
+        "node_type_id": record.get("node_type_id") or "",
+        "driver_node_type_id": record.get("driver_node_type_id") or record.get("node_type_id") or "",
+        "num_workers": int(record.get("num_workers") or 0),
+        "autoscale_min_workers": autoscale.get("min_workers"),
+        "autoscale_max_workers": autoscale.get("max_workers"),
+        "single_node": single_node,
+        "data_security_mode": record.get("data_security_mode") or "",
+        "single_user_name": record.get("single_user_name") or "",
+        "runtime_engine": record.get("runtime_engine") or "",
+        "docker_image": (record.get("docker_image") or {}).get("url") or "",
+        "region": region_from_zone((record.get("aws_attributes") or {}).get("zone_id") or ""),
+        "state": record.get("state") or "",
+        "start_time": ms_to_dt(record.get("start_time")),
+        "terminated_time": ms_to_dt(record.get("terminated_time")),
+        "raw": record,
+    }
+
+
+def upsert_clusters(records: list[dict[str, Any]], teams: TeamResolver, result: CollectResult) -> dict[str, Cluster]:
+    """Upsert clusters by cluster_id and derive their lifecycle events; returns them by id.
+
+    1. Resolve the team (an existing cluster keeps its own); skip with a line when none.
+    2. Create or update the row, counting created / updated / unchanged.
+    3. STARTING at start_time, RESTARTING at last_state_loss_time, TERMINATING at
+       terminated_time, written conflict-ignoring so a re-read adds nothing.
+    """
+    counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
+    by_id: dict[str, Cluster] = {}
+    existing = {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=[r.get("cluster_id") for r in records])}
+    for record in records:
+        cluster_id = record.get("cluster_id")
+        if not cluster_id:
+            continue
+        fields = cluster_fields(record)
+        cluster = existing.get(cluster_id)
+        if cluster is None:
+            team = teams(fields["creator"])
+            if team is None:
+                counts["skipped"] += 1
+                result.say(f"clusters: skipped {cluster_id}: {teams.why_none(fields['creator'])}")
+                continue
+            cluster = Cluster.objects.create(cluster_id=cluster_id, team=team, **fields)
+            counts["created"] += 1
+        elif any(getattr(cluster, name) != value for name, value in fields.items()):
+            for name, value in fields.items():
+                setattr(cluster, name, value)
+            cluster.save()
+            counts["updated"] += 1
+        else:
+            counts["unchanged"] += 1
+        by_id[cluster_id] = cluster
+        events = [
+            ClusterEvent(cluster=cluster, ts=ts, kind=kind, details={"derived_from": source})
+            for kind, source in (
+                ("STARTING", "start_time"),
+                ("RESTARTING", "last_state_loss_time"),
+                ("TERMINATING", "terminated_time"),
+            )
+            if (ts := ms_to_dt(record.get(source)))
+        ]
+        ClusterEvent.objects.bulk_create(events, ignore_conflicts=True)
+    result.items += counts["created"] + counts["updated"]
+    result.say("clusters: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
+    return by_id
+
+
+# --- Runs -------------------------------------------------------------------------------------
+
+
+def external_id_of(record: dict[str, Any]) -> str:
+    """All tries of one run share the original try's run id."""
+    return str(record.get("original_attempt_run_id") or record["run_id"])
+
+
+def run_data(
+    external_id: str, records: list[dict[str, Any]], source: str, clusters: dict[str, Cluster]
+) -> tuple[dict[str, Any], Cluster | None]:
+    """The `upsert_run` payload for one run from all its tries, and the stored cluster it ran on."""
+    tries = sorted(records, key=lambda r: int(r.get("attempt_number") or 0))
+    latest = tries[-1]
+    status, message = map_status(latest)
+    attempts = []
+    for record in tries:
+        attempt_status, attempt_message = map_status(record)
+        start = ms_to_dt(record.get("start_time"))
+        end = ms_to_dt(record.get("end_time")) if attempt_status in RunStatus.finished() else None
+        started = start if attempt_status != RunStatus.QUEUED else None
+        attempts.append(
+            {
+                "number": int(record.get("attempt_number") or 0) + 1,
+                "status": attempt_status,
+                "state_message": attempt_message,
+                "started_at": started,
+                "ended_at": end,
+                # The driver: the log source and the run page expect at least one node.
+                "nodes": [{"index": 0, "status": attempt_status, "started_at": started, "ended_at": end}],
+            }
+        )
+    cluster = next((clusters[cid] for cid in cluster_ids_of(latest) if cid in clusters), None)
+    data: dict[str, Any] = {
+        "source": source,
+        "external_id": external_id,
+        # The name the job gives the run; the MLflow collector may refine it later.
+        "experiment_name": latest.get("run_name") or "",
+        "creator": latest.get("creator_user_name") or "",
+        "run_page_url": latest.get("run_page_url") or "",
+        "status": status,
+        "state_message": message,
+        "submitted_at": ms_to_dt(tries[0].get("start_time")),
+        "started_at": next((a["started_at"] for a in attempts if a["started_at"]), None),
+        "ended_at": attempts[-1]["ended_at"],
+        "attempts": attempts,
+    }
+    if cluster is not None:
+        data["instance_type"] = cluster.node_type_id
+        data["region"] = cluster.region
+    elif source == RunSource.CLASSIC:
+        data["instance_type"] = _new_cluster_node_type(latest)
+    return {key: value for key, value in data.items() if value not in (None, "")}, cluster
+
+
+def _fingerprint(run: Run | None) -> tuple | None:
+    """What a pass can change on a run: compared before and after to count 'unchanged'."""
+    if run is None:
+        return None
+    run.refresh_from_db()
+    attempts = tuple(run.attempts.values_list("number", "status", "started_at", "ended_at", "state_message"))
+    return (run.status, run.state_message, run.started_at, run.ended_at, run.cluster_id, run.instance_type, attempts)
+
+
+def _reopen_for_retry(run: Run, data: dict[str, Any]) -> None:
+    """A new try of a finished run makes it active again.
+
+    `upsert_run` never moves a run back from finished (a late message must not undo an end),
+    but a try with a higher attempt number than any stored is news, not a late message.
+    """
+    stored_max = max(run.attempts.values_list("number", flat=True), default=0)
+    incoming_max = max((a["number"] for a in data["attempts"]), default=0)
+    if run.status in RunStatus.finished() and data["status"] in RunStatus.active() and incoming_max > stored_max:
+        Run.objects.filter(pk=run.pk).update(status=data["status"], ended_at=None)
+
+
+def upsert_runs(
+    records: list[dict[str, Any]], clusters: dict[str, Cluster], teams: TeamResolver, result: CollectResult
+) -> dict[str, int]:
+    """Group records into runs and upsert each; returns {external_id: latest Databricks run_id} of active runs.
+
+    1. Group the tries by external id (the original attempt's run id).
+    2. Reuse a stored run's source and team: a queued run gains its cluster only later and
+       must not turn into a second (classic) run, nor move team when its creator joins one.
+    3. Upsert through `ingest.upsert_run` (the API's own path), link the cluster, and count
+       created / updated / unchanged by comparing a fingerprint before and after.
+    """
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        if record.get("run_id") is not None:
+            groups[external_id_of(record)].append(record)
+    stored = {
+        run.external_id: run for run in Run.objects.filter(external_id__in=list(groups)).exclude(source=RunSource.LOCAL)
+    }
+    counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
+    active: dict[str, int] = {}
+    for external_id, tries in groups.items():
+        run = stored.get(external_id)
+        source = run.source if run else (RunSource.CLASSIC if any(map(is_classic, tries)) else RunSource.SERVERLESS)
+        data, cluster = run_data(external_id, tries, source, clusters)
+        team = run.team if run else teams(data.get("creator", ""))
+        if team is None:
+            counts["skipped"] += 1
+            result.say(f"runs: skipped {external_id}: {teams.why_none(data.get('creator', ''))}")
+            continue
+        before = _fingerprint(run)
+        if run is not None:
+            _reopen_for_retry(run, data)
+        try:
+            upserted = upsert_run(team, data).run
+        except IngestConflict as exc:
+            counts["skipped"] += 1
+            result.say(f"runs: skipped {external_id}: {exc}")
+            continue
+        if cluster is not None and upserted.cluster_id != cluster.pk:
+            Run.objects.filter(pk=upserted.pk).update(cluster=cluster)
+        after = _fingerprint(upserted)
+        counts["created" if before is None else "updated" if before != after else "unchanged"] += 1
+        if upserted.status in RunStatus.active():
+            active[external_id] = int(max(tries, key=lambda r: int(r.get("attempt_number") or 0))["run_id"])
+    result.items += counts["created"] + counts["updated"]
+    result.say("runs: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
+    return active
+
+
+def collect_once(client: RunSourceClient | None = None) -> CollectResult:
+    """One pass of the run source.
+
+    1. Not configured: say so and touch no CollectorState.
+    2. Upsert the classic clusters first, so runs can link to them.
+    3. Read the runs the command prints. Runs that were active last pass but are no longer
+       listed (an `--active-only` command drops them once they end) are fetched one by one
+       with `get-run`, so their end is recorded instead of staying 'running' for ever.
+    4. Upsert everything idempotently, then save the cursor: the newest start_time seen (the
+       SDK path lists from there) and the runs still active.
+    """
+    client = client or client_from_settings()
+    if client is None:
+        return CollectResult(lines=[NOT_CONFIGURED])
+    with track("runs", CollectorKind.RUNS, settings.AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS) as (state, result):
+        cursor = state.cursor or {}
+        teams = TeamResolver()
+        cluster_records = client.list_clusters()
+        clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
+        records = client.list_runs(cursor.get("newest_start_time"))
+        listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
+        vanished = [run_id for ext, run_id in (cursor.get("active") or {}).items() if ext not in listed]
+        if vanished:
+            fetched, problems = client.get_runs(vanished)
+            records += fetched
+            result.lines += [f"runs: {problem}" for problem in problems]
+            result.say(f"runs: fetched {len(fetched)} of {len(vanished)} run(s) no longer listed")
+        # Clusters a run names but the cluster command did not list are still linked when stored.
+        wanted = {cid for r in records for cid in cluster_ids_of(r)} - set(clusters)
+        clusters |= {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=wanted)}
+        active = upsert_runs(records, clusters, teams, result)
+        # A run whose final state could not be fetched stays tracked: the next pass tries again.
+        fetched_ids = {external_id_of(r) for r in records}
+        for ext, run_id in (cursor.get("active") or {}).items():
+            if ext not in fetched_ids:
+                active.setdefault(ext, run_id)
+        starts = [int(r.get("start_time") or 0) for r in records] + [int(cursor.get("newest_start_time") or 0)]
+        save_cursor(
+            state,
+            {"newest_start_time": max(starts), "active": dict(sorted(active.items())[-MAX_TRACKED_ACTIVE:])},
+        )
+    return result
