@@ -7,6 +7,7 @@ to PostgreSQL and Redis for a team deployment.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -100,7 +101,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-airboard.sqlite3")}
+    # One test database file per test process, so two suites run side by side never share one.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-airboard-{os.getpid()}.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
