@@ -6,4 +6,5 @@ urlpatterns = [
     path("", views.run_list, name="run_list"),
     path("<int:pk>/", views.run_detail, name="run_detail"),
     path("<int:pk>/log/", views.run_log, name="run_log"),
+    path("<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
 ]

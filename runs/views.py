@@ -10,21 +10,23 @@ from datetime import date, datetime, time, timedelta
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group, User
 from django.core.paginator import Paginator
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.text import slugify
+from django.views.decorators.http import require_POST
 
 from billing.costs import estimate_run_cost
 from runs import charts
-from runs.choices import AcceleratorType, Region, RunStatus
+from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
-from runs.models import Attempt, Node, Run
+from runs.models import Attempt, Node, Run, RunEvent
 
 # Sort keys the run list accepts (a leading "-" reverses), mapped to the ORM field. Anything
 # else in ?sort= is ignored: no user-chosen column names reach order_by().
@@ -248,3 +250,31 @@ def run_log(request: HttpRequest, pk: int) -> HttpResponse:
     # Logs of a finished node do not change, but a running one grows: never serve a stale copy.
     response["Cache-Control"] = "private, no-cache"
     return response
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Ask the run's launcher to stop it: sets `cancel_requested_at`; the launcher polls for it.
+
+    A conditional update, so a double click or two team members at once record one request,
+    and a run that finished meanwhile is left alone.
+    """
+    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    now = timezone.now()
+    not_yet_asked = Run.objects.filter(pk=run.pk, status__in=RunStatus.active(), cancel_requested_at__isnull=True)
+    changed = not_yet_asked.update(cancel_requested_at=now)
+    if changed:
+        RunEvent.objects.create(
+            run=run, ts=now, kind=RunEventKind.CANCEL_REQUESTED,
+            message=f"cancel requested by {request.user.get_username()}",
+            details={"user": request.user.get_username()},
+        )  # fmt: skip
+        messages.success(request, "Cancel requested: the launcher stops the run within a few seconds.")
+    else:
+        run.refresh_from_db(fields=["status", "cancel_requested_at"])
+        if run.is_active:
+            messages.info(request, "A cancel was already requested for this run.")
+        else:
+            messages.info(request, f"The run is already {run.get_status_display().lower()}; nothing to cancel.")
+    return redirect("run_detail", pk=run.pk)
