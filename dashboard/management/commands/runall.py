@@ -19,6 +19,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from dashboard.env import env_int, env_str
 
 QUEUES = "ingest,collect,billing,alerts"
+# Experiments of runs/demo_workloads/*.yaml: their runs show the demo was launched already.
+DEMO_WORKLOAD_EXPERIMENT_PREFIX = "/Workspace/Users/demo/launcher-"
 
 
 class Command(BaseCommand):
@@ -51,6 +53,8 @@ class Command(BaseCommand):
             "beat": [python, "-m", "celery", "-A", "dashboard", "beat", "-s", beat_schedule, "-l", "INFO"],
         }  # fmt: skip
         processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in specs.items()}
+        if not options["no_seed"]:
+            self._launch_demo_workloads(python)
         self._banner(host, port)
         stopping = False
 
@@ -74,6 +78,28 @@ class Command(BaseCommand):
             self._stop_all(processes)
         if exit_code:
             sys.exit(exit_code)
+
+    def _launch_demo_workloads(self, python: str) -> None:
+        """Once per demo workspace, run the three demo workloads as real local runs.
+
+        One succeeds, one fails with a real Python error, one hits its timeout: the newest
+        logs of the demo are then real output, written while the jobs run.
+        """
+        from django.contrib.auth.models import User
+
+        from runs.demo_constants import DEMO_USERNAME
+        from runs.models import Run
+
+        alice = User.objects.filter(username=DEMO_USERNAME).first()
+        team = alice.groups.order_by("name").first() if alice else None
+        already = Run.objects.filter(experiment_name__startswith=DEMO_WORKLOAD_EXPERIMENT_PREFIX).exists()
+        if team is None or already:
+            return
+        for name in ("succeed", "fail", "timeout"):
+            workload = settings.BASE_DIR / "runs" / "demo_workloads" / f"{name}.yaml"
+            cmd = [python, "manage.py", "launch", "-f", str(workload), "--team", team.name, "--user", alice.username]
+            subprocess.Popen(cmd, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.stdout.write(f"Launched the demo workloads (succeed, fail, timeout) as local runs of team {team.name}.")
 
     def _banner(self, host: str, port: int) -> None:
         from runs.models import Run
