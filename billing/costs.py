@@ -41,6 +41,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Q
 from django.utils import timezone
 
+from billing.choices import PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
 from runs.models import Attempt, Run
 
@@ -311,9 +312,13 @@ def _accelerator_prices(keys: set[tuple[str, str]]) -> dict[tuple[str, str], lis
     rows = AcceleratorPrice.objects.filter(
         accelerator_type__in={t for t, _ in keys}, region__in={r for _, r in keys}
     ).order_by("effective_from")
-    for row in rows.values_list("accelerator_type", "region", "effective_from", "usd_per_hour"):
+    negotiated: dict[tuple[str, str], list[PricePeriod]] = defaultdict(list)
+    for row in rows.values_list("accelerator_type", "region", "effective_from", "usd_per_hour", "kind"):
         if (row[0], row[1]) in found:
-            found[(row[0], row[1])].append(PricePeriod(row[2], row[3]))
+            target = negotiated if row[4] == PriceKind.NEGOTIATED else found
+            target[(row[0], row[1])].append(PricePeriod(row[2], row[3]))
+    # A negotiated book, where a type and region has one, replaces the list prices whole.
+    found.update(negotiated)
     return found
 
 
@@ -330,13 +335,14 @@ def _egress_prices(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Egress
     rows = EgressPrice.objects.filter(
         source_region__in={s for s, _ in pairs}, destination_region__in={d for _, d in pairs}
     ).order_by("effective_from")
-    for source, destination, effective_from, usd_per_gb in rows.values_list(
-        "source_region", "destination_region", "effective_from", "usd_per_gb"
+    for source, destination, effective_from, usd_per_gb, processing in rows.values_list(
+        "source_region", "destination_region", "effective_from", "usd_per_gb", "usd_per_gb_processing"
     ):
         periods = found.get((source, destination))
         if periods is not None:
             periods.starts.append(effective_from)
-            periods.prices.append(usd_per_gb)
+            # The processing fee is charged per GB on top of the transfer price.
+            periods.prices.append(_exact_sum([usd_per_gb, processing]))
     return found
 
 

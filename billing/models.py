@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import models
 
+from billing.choices import PriceKind
+from billing.fields import ExactDecimalField
 from runs.choices import AcceleratorType
 from runs.models import Run
 
@@ -16,13 +20,19 @@ class AcceleratorPrice(models.Model):
     effective_from = models.DateTimeField()
     usd_per_hour = models.DecimalField(max_digits=12, decimal_places=6)
     source = models.CharField(max_length=500, blank=True, help_text="Where the figure comes from, with its date.")
+    kind = models.CharField(
+        max_length=16,
+        choices=PriceKind.choices,
+        default=PriceKind.LIST,
+        help_text="A negotiated price, where one exists for the type and region, replaces the list price.",
+    )
 
     class Meta:
         ordering = ["accelerator_type", "region", "effective_from"]
         constraints = [
-            # One price per type, region and start; the cost engine looks prices up by this.
+            # One price per type, region, kind and start; the cost engine looks prices up by this.
             models.UniqueConstraint(
-                fields=["accelerator_type", "region", "effective_from"],
+                fields=["accelerator_type", "region", "kind", "effective_from"],
                 name="acceleratorprice_natural_key",
                 violation_error_message="A price for this type and region already starts at that time.",
             ),
@@ -39,6 +49,9 @@ class EgressPrice(models.Model):
     destination_region = models.CharField(max_length=32)
     effective_from = models.DateTimeField()
     usd_per_gb = models.DecimalField(max_digits=12, decimal_places=6)
+    usd_per_gb_processing = models.DecimalField(
+        max_digits=12, decimal_places=6, default=0, help_text="Per-GB processing fee (a NAT gateway's, say)."
+    )
     source = models.CharField(max_length=500, blank=True)
 
     class Meta:
@@ -74,3 +87,115 @@ class EgressRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.bytes} B {self.source_region}->{self.destination_region}"
+
+
+class InstancePrice(models.Model):
+    """Price of one instance-hour of a classic cluster node type; blank region = any region."""
+
+    instance_type = models.CharField(max_length=64)
+    region = models.CharField(max_length=32, blank=True, help_text="Blank: the price holds in any region.")
+    effective_from = models.DateTimeField()
+    usd_per_hour = models.DecimalField(max_digits=12, decimal_places=6)
+    source = models.CharField(max_length=500, blank=True, help_text="Where the figure comes from, with its date.")
+
+    class Meta:
+        ordering = ["instance_type", "region", "effective_from"]
+        constraints = [
+            # One price per type, region and start; classic cluster costs look prices up by this.
+            models.UniqueConstraint(
+                fields=["instance_type", "region", "effective_from"],
+                name="instanceprice_natural_key",
+                violation_error_message="A price for this instance type and region already starts at that time.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} {self.region or 'any region'} ${self.usd_per_hour}/h"
+
+
+class PriceChange(models.Model):
+    """One field of one price changed (or created, old blank), by whom and when."""
+
+    model = models.CharField(max_length=64, help_text="e.g. AcceleratorPrice.")
+    object_id = models.PositiveBigIntegerField()
+    field = models.CharField(max_length=64)
+    old = models.TextField(blank=True)
+    new = models.TextField(blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    at = models.DateTimeField()
+    note = models.CharField(max_length=200, blank=True, help_text="e.g. 'CSV import prices.csv'.")
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [
+            # The history page: newest changes first.
+            models.Index(fields=["-at"], name="pricechange_at_idx"),
+            # One price's history on its edit page.
+            models.Index(fields=["model", "object_id"], name="pricechange_object_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model}#{self.object_id}.{self.field}: {self.old!r} -> {self.new!r}"
+
+
+class CostDaily(models.Model):
+    """Estimated spend of one UTC day for one combination of dimensions; rebuilt by rollups."""
+
+    day = models.DateField()
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="cost_days")
+    creator = models.CharField(max_length=254, blank=True)
+    usage_policy_name = models.CharField(max_length=200, blank=True)
+    experiment_name = models.CharField(max_length=500, blank=True)
+    accelerator_type = models.CharField(max_length=32, blank=True)
+    region = models.CharField(max_length=32, blank=True)
+    compute_usd = ExactDecimalField(default=0)
+    egress_usd = ExactDecimalField(default=0)
+    idle_usd = ExactDecimalField(default=0, help_text="Part of compute_usd: GPUs held but idle.")
+    gpu_hours = ExactDecimalField(default=0)
+    idle_gpu_hours = ExactDecimalField(default=0)
+    runs = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # recompute_days writes each dimension tuple once per day; two racing writers fail here.
+            models.UniqueConstraint(
+                fields=[
+                    "day",
+                    "team",
+                    "creator",
+                    "usage_policy_name",
+                    "experiment_name",
+                    "accelerator_type",
+                    "region",
+                ],
+                name="costdaily_dimensions_unique",
+            ),
+        ]
+        indexes = [
+            # Cost pages and the API: a team's days in a date range (month to date by team).
+            models.Index(fields=["team", "day"], name="costdaily_team_day_idx"),
+            # recompute_days deletes whole days; staff pages read all teams by day range.
+            models.Index(fields=["day"], name="costdaily_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.team_id} {self.experiment_name}: ${self.compute_usd + self.egress_usd}"
+
+
+class RollupState(models.Model):
+    """Cursor and lease of a rollup: runs changed after `cursor` are rolled up next."""
+
+    name = models.CharField(max_length=64)
+    cursor = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True, help_text="Held by a worker until then.")
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    days_last_run = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The claim (a conditional UPDATE) targets one row by name.
+            models.UniqueConstraint(fields=["name"], name="rollupstate_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.cursor}"

@@ -2,9 +2,14 @@
 
 One file holds both kinds of price, one row each:
 
-    kind,accelerator_type,region,source_region,destination_region,effective_from,usd_per_hour,usd_per_gb,source
-    accelerator,GPU_8xH100,us-west-2,,,2025-06-01,6.88,,https://... (page date)
-    egress,,,us-west-2,internet,2024-01-01,,0.09,https://... (page date)
+    kind,accelerator_type,region,source_region,destination_region,effective_from,usd_per_hour,usd_per_gb,source,instance_type,price_kind,usd_per_gb_processing
+    accelerator,GPU_8xH100,us-west-2,,,2025-06-01,6.88,,https://... (page date),,list,
+    egress,,,us-west-2,internet,2024-01-01,,0.09,https://... (page date),,,0.045
+    instance,,,,,2025-01-01,39.33,,https://... (page date),p5.48xlarge,,
+
+The last three columns are optional in a file (older files lack them): `instance_type` for
+classic cluster instance-hour prices (`region` blank = any region), `price_kind` (`list`, the
+default, or `negotiated`) on accelerator rows, and `usd_per_gb_processing` on egress rows.
 
 `effective_from` is an ISO date (00:00 UTC that day) or an ISO datetime with an offset. The
 default book ships as `billing/data/default_prices.csv`; prices are data, never constants.
@@ -27,9 +32,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
-from django.db import transaction
+from django.contrib.auth.models import User
+from django.db import models, transaction
 
-from billing.models import AcceleratorPrice, EgressPrice
+from billing import history
+from billing.choices import PriceKind as ListOrNegotiated
+from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
 from runs.choices import AcceleratorType
 
 DEFAULT_PRICE_FILE = Path(__file__).resolve().parent / "data" / "default_prices.csv"
@@ -44,11 +52,18 @@ COLUMNS = (
     "usd_per_hour",
     "usd_per_gb",
     "source",
+    "instance_type",
+    "price_kind",
+    "usd_per_gb_processing",
 )
+# Files written before instance prices existed lack these; they read as blank.
+OPTIONAL_COLUMNS = ("instance_type", "price_kind", "usd_per_gb_processing")
 INTERNET = "internet"
 # AWS-style region names ("us-west-2", "us-gov-west-1"): catches typos such as "us-west2"
 # while allowing a workspace home region outside the six serverless GPU regions.
-_REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d+$")
+REGION_RE = _REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d+$")
+# EC2-style instance type names: "p5.48xlarge", "g5.xlarge", "Standard_ND96isr_H100_v5".
+_INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # The model's DecimalField(max_digits=12, decimal_places=6).
 _MAX_DECIMALS = 6
 _MAX_PRICE = Decimal(10) ** (12 - _MAX_DECIMALS)
@@ -58,6 +73,25 @@ _SOURCE_MAX = AcceleratorPrice._meta.get_field("source").max_length
 class PriceKind(StrEnum):
     ACCELERATOR = "accelerator"
     EGRESS = "egress"
+    INSTANCE = "instance"
+
+
+@dataclass(frozen=True)
+class _Spec:
+    model: type[models.Model]
+    key: tuple[str, ...]  # natural key fields, effective_from last
+    prices: tuple[str, ...]
+
+
+SPECS = {
+    PriceKind.ACCELERATOR: _Spec(
+        AcceleratorPrice, ("accelerator_type", "region", "kind", "effective_from"), ("usd_per_hour",)
+    ),
+    PriceKind.EGRESS: _Spec(
+        EgressPrice, ("source_region", "destination_region", "effective_from"), ("usd_per_gb", "usd_per_gb_processing")
+    ),
+    PriceKind.INSTANCE: _Spec(InstancePrice, ("instance_type", "region", "effective_from"), ("usd_per_hour",)),
+}
 
 
 @dataclass(frozen=True)
@@ -89,8 +123,8 @@ class LoadResult:
 class _Row:
     line: int
     kind: PriceKind
-    key: tuple[str, str, datetime]  # (type, region) or (source, destination), then effective_from
-    price: Decimal
+    key: tuple[Any, ...]  # the kind's natural key (SPECS), effective_from last
+    prices: dict[str, Decimal]
     source: str
 
 
@@ -146,7 +180,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
         raise ValueError("more fields than the header has columns")
     row: dict[str, str] = {name: (raw.get(name) or "").strip() for name in COLUMNS}
     if row["kind"] not in set(PriceKind):
-        raise ValueError(f"kind {row['kind']!r} must be 'accelerator' or 'egress'")
+        raise ValueError(f"kind {row['kind']!r} must be 'accelerator', 'egress' or 'instance'")
     if not row["effective_from"]:
         raise ValueError("effective_from is required")
     effective_from = _parse_effective_from(row["effective_from"])
@@ -154,24 +188,57 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
         raise ValueError(f"source is {len(row['source'])} characters; at most {_SOURCE_MAX}")
 
     if row["kind"] == PriceKind.ACCELERATOR:
-        _require_blank(row, ("source_region", "destination_region", "usd_per_gb"), row["kind"])
+        _require_blank(
+            row,
+            ("source_region", "destination_region", "usd_per_gb", "instance_type", "usd_per_gb_processing"),
+            row["kind"],
+        )
         if row["accelerator_type"] not in AcceleratorType.values:
             raise ValueError(
                 f"accelerator_type {row['accelerator_type']!r} is not one of {', '.join(AcceleratorType.values)}"
             )
         _check_region("region", row["region"], allow_internet=False)
+        kind = row["price_kind"] or ListOrNegotiated.LIST
+        if kind not in ListOrNegotiated.values:
+            raise ValueError(f"price_kind {kind!r} must be 'list' or 'negotiated'")
         price = _parse_price("usd_per_hour", row["usd_per_hour"])
-        key = (row["accelerator_type"], row["region"], effective_from)
-        return _Row(line, PriceKind.ACCELERATOR, key, price, row["source"])
+        key = (row["accelerator_type"], row["region"], kind, effective_from)
+        return _Row(line, PriceKind.ACCELERATOR, key, {"usd_per_hour": price}, row["source"])
 
-    _require_blank(row, ("accelerator_type", "region", "usd_per_hour"), row["kind"])
+    if row["kind"] == PriceKind.INSTANCE:
+        _require_blank(
+            row,
+            (
+                "accelerator_type",
+                "source_region",
+                "destination_region",
+                "usd_per_gb",
+                "price_kind",
+                "usd_per_gb_processing",
+            ),
+            row["kind"],
+        )
+        if not _INSTANCE_RE.match(row["instance_type"]):
+            raise ValueError(f"instance_type {row['instance_type']!r} is not an instance type like 'p5.48xlarge'")
+        if row["region"]:
+            _check_region("region", row["region"], allow_internet=False)
+        price = _parse_price("usd_per_hour", row["usd_per_hour"])
+        key = (row["instance_type"], row["region"], effective_from)
+        return _Row(line, PriceKind.INSTANCE, key, {"usd_per_hour": price}, row["source"])
+
+    _require_blank(row, ("accelerator_type", "region", "usd_per_hour", "instance_type", "price_kind"), row["kind"])
     _check_region("source_region", row["source_region"], allow_internet=True)
     _check_region("destination_region", row["destination_region"], allow_internet=True)
     if row["source_region"] == row["destination_region"]:
         raise ValueError("source_region and destination_region are the same")
-    price = _parse_price("usd_per_gb", row["usd_per_gb"])
+    prices = {"usd_per_gb": _parse_price("usd_per_gb", row["usd_per_gb"])}
+    prices["usd_per_gb_processing"] = (
+        _parse_price("usd_per_gb_processing", row["usd_per_gb_processing"])
+        if row["usd_per_gb_processing"]
+        else Decimal(0)
+    )
     key = (row["source_region"], row["destination_region"], effective_from)
-    return _Row(line, PriceKind.EGRESS, key, price, row["source"])
+    return _Row(line, PriceKind.EGRESS, key, prices, row["source"])
 
 
 def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
@@ -181,7 +248,7 @@ def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
     if not header:
         return [], [RowError(1, "the file is empty; expected a header row")]
     header = [h.strip() for h in header]
-    missing = [c for c in COLUMNS if c not in header]
+    missing = [c for c in COLUMNS if c not in header and c not in OPTIONAL_COLUMNS]
     unknown = [c for c in header if c not in COLUMNS]
     if missing or unknown:
         problems = [f"missing column(s) {', '.join(missing)}"] if missing else []
@@ -191,7 +258,7 @@ def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
 
     rows: list[_Row] = []
     errors: list[RowError] = []
-    first_line: dict[tuple[PriceKind, tuple[str, str, datetime]], int] = {}
+    first_line: dict[tuple[PriceKind, tuple[Any, ...]], int] = {}
     for raw in reader:
         line = reader.line_num
         try:
@@ -201,7 +268,11 @@ def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
             continue
         seen = first_line.setdefault((row.kind, row.key), line)
         if seen != line:
-            what = "accelerator_type, region" if row.kind == PriceKind.ACCELERATOR else "source and destination regions"
+            what = {
+                PriceKind.ACCELERATOR: "accelerator_type, region",
+                PriceKind.EGRESS: "source and destination regions",
+                PriceKind.INSTANCE: "instance_type, region",
+            }[row.kind]
             errors.append(RowError(line, f"same {what} and effective_from as line {seen}"))
             continue
         rows.append(row)
@@ -221,17 +292,26 @@ def _open(path_or_file: str | Path | IO[str]) -> Iterator[IO[str]]:
         yield path_or_file
 
 
-def load_price_csv(path_or_file: str | Path | IO[str], *, replace: bool = False) -> LoadResult:
-    """Load a price CSV into AcceleratorPrice and EgressPrice, all or nothing.
+def load_price_csv(
+    path_or_file: str | Path | IO[str],
+    *,
+    replace: bool = False,
+    dry_run: bool = False,
+    user: User | None = None,
+    note: str = "CSV import",
+) -> LoadResult:
+    """Load a price CSV into the price book, all or nothing, with a history line per change.
 
     1. Parse and validate every row; collect all errors with their line numbers.
     2. Read the existing prices (the book is tens of rows: one query per kind) and sort each
-       row into added, unchanged (same price and source), or changed.
+       row into added, unchanged (same prices and source), or changed.
     3. A changed price is an error unless `replace`: a billed price should not move; a new
        price belongs in a new row with a later effective_from. A changed `source` alone is
        an update (it does not touch money).
     4. Any error: write nothing, return the errors. Otherwise insert and update in one
-       transaction, so loading the same file twice adds nothing the second time.
+       transaction, so loading the same file twice adds nothing the second time, and write
+       a PriceChange per new or changed field (`user` None for the command line).
+    5. `dry_run`: do all of it, report the counts, then roll the transaction back.
     """
     with _open(path_or_file) as file:
         rows, errors = _parse(file)
@@ -241,72 +321,71 @@ def load_price_csv(path_or_file: str | Path | IO[str], *, replace: bool = False)
 
     with transaction.atomic():
         existing = {
-            PriceKind.ACCELERATOR: {
-                (p.accelerator_type, p.region, p.effective_from): p for p in AcceleratorPrice.objects.all()
-            },
-            PriceKind.EGRESS: {
-                (p.source_region, p.destination_region, p.effective_from): p for p in EgressPrice.objects.all()
-            },
+            kind: {tuple(getattr(p, f) for f in spec.key): p for p in spec.model.objects.all()}
+            for kind, spec in SPECS.items()
         }
-        new_accelerator: list[AcceleratorPrice] = []
-        new_egress: list[EgressPrice] = []
-        changed: dict[PriceKind, list[AcceleratorPrice | EgressPrice]] = {kind: [] for kind in PriceKind}
+        new: dict[PriceKind, list[models.Model]] = {kind: [] for kind in PriceKind}
+        changed: dict[PriceKind, list[tuple[models.Model, dict[str, str]]]] = {kind: [] for kind in PriceKind}
         for row in rows:
-            price_field = "usd_per_hour" if row.kind == PriceKind.ACCELERATOR else "usd_per_gb"
+            spec = SPECS[row.kind]
             current = existing[row.kind].get(row.key)
             if current is None:
-                if row.kind == PriceKind.ACCELERATOR:
-                    new_accelerator.append(
-                        AcceleratorPrice(
-                            accelerator_type=row.key[0],
-                            region=row.key[1],
-                            effective_from=row.key[2],
-                            usd_per_hour=row.price,
-                            source=row.source,
-                        )
-                    )
-                else:
-                    new_egress.append(
-                        EgressPrice(
-                            source_region=row.key[0],
-                            destination_region=row.key[1],
-                            effective_from=row.key[2],
-                            usd_per_gb=row.price,
-                            source=row.source,
-                        )
-                    )
+                fields = dict(zip(spec.key, row.key, strict=True))
+                new[row.kind].append(spec.model(**fields, **row.prices, source=row.source))
                 continue
-            old_price = getattr(current, price_field)
-            if old_price != row.price and not replace:
+            differing = [name for name in spec.prices if getattr(current, name) != row.prices[name]]
+            if differing and not replace:
+                name = differing[0]
+                what = " ".join(str(part) for part in row.key[:-1] if part and part != ListOrNegotiated.LIST)
                 result.errors.append(
                     RowError(
                         row.line,
-                        f"{price_field} {row.price} differs from the stored {old_price} for "
-                        f"{row.key[0]} {row.key[1]} from {row.key[2]:%Y-%m-%d %H:%M} UTC; "
+                        f"{name} {row.prices[name]} differs from the stored {getattr(current, name)} for "
+                        f"{what} from {row.key[-1]:%Y-%m-%d %H:%M} UTC; "
                         "add a row with a later effective_from, or load with replace",
                     )
                 )
-            elif old_price != row.price or current.source != row.source:
-                setattr(current, price_field, row.price)
+            elif differing or current.source != row.source:
+                before = history.snapshot(current)
+                for name, value in row.prices.items():
+                    setattr(current, name, value)
                 current.source = row.source
-                changed[row.kind].append(current)
+                changed[row.kind].append((current, before))
             else:
                 result.unchanged += 1
         if result.errors:
             result.unchanged = 0
             return result
 
-        # ignore_conflicts: a concurrent load of the same file must not fail on the natural
-        # key; the loser's "added" count is then an overstatement, which is harmless.
-        AcceleratorPrice.objects.bulk_create(new_accelerator, ignore_conflicts=True)
-        EgressPrice.objects.bulk_create(new_egress, ignore_conflicts=True)
-        if changed[PriceKind.ACCELERATOR]:
-            AcceleratorPrice.objects.bulk_update(changed[PriceKind.ACCELERATOR], ["usd_per_hour", "source"])
-        if changed[PriceKind.EGRESS]:
-            EgressPrice.objects.bulk_update(changed[PriceKind.EGRESS], ["usd_per_gb", "source"])
-    result.added = len(new_accelerator) + len(new_egress)
-    result.updated = sum(len(objs) for objs in changed.values())
+        for kind, spec in SPECS.items():
+            # ignore_conflicts: a concurrent load of the same file must not fail on the natural
+            # key; the loser's "added" count is then an overstatement, which is harmless.
+            spec.model.objects.bulk_create(new[kind], ignore_conflicts=True)
+            if changed[kind]:
+                spec.model.objects.bulk_update([obj for obj, _ in changed[kind]], [*spec.prices, "source"])
+        _record_history(new, changed, user, note)
+        result.added = sum(len(objs) for objs in new.values())
+        result.updated = sum(len(objs) for objs in changed.values())
+        if dry_run:
+            transaction.set_rollback(True)
     return result
+
+
+def _record_history(
+    new: dict[PriceKind, list[models.Model]],
+    changed: dict[PriceKind, list[tuple[models.Model, dict[str, str]]]],
+    user: User | None,
+    note: str,
+) -> None:
+    # bulk_create with ignore_conflicts sets no primary keys: read the new rows back by key.
+    entries: list[tuple[models.Model, dict[str, str] | None]] = []
+    for kind, spec in SPECS.items():
+        if new[kind]:
+            wanted = {tuple(getattr(obj, f) for f in spec.key) for obj in new[kind]}
+            stored = spec.model.objects.filter(effective_from__in={key[-1] for key in wanted})
+            entries += [(obj, None) for obj in stored if tuple(getattr(obj, f) for f in spec.key) in wanted]
+        entries += changed[kind]
+    history.record_many(entries, user, note)
 
 
 def load_default_prices(*, replace: bool = False) -> LoadResult:
@@ -334,34 +413,29 @@ def export_price_csv(file: IO[str]) -> int:
     writer = csv.writer(file, lineterminator="\n")
     writer.writerow(COLUMNS)
     count = 0
-    for p in AcceleratorPrice.objects.order_by("accelerator_type", "region", "effective_from"):
-        writer.writerow(
-            [
-                PriceKind.ACCELERATOR,
-                p.accelerator_type,
-                p.region,
-                "",
-                "",
-                _format_effective_from(p.effective_from),
-                _format_price(p.usd_per_hour),
-                "",
-                p.source,
-            ]
-        )
+
+    def write(kind: PriceKind, values: dict[str, str]) -> None:
+        nonlocal count
+        writer.writerow([kind if name == "kind" else values.get(name, "") for name in COLUMNS])
         count += 1
+
+    for p in AcceleratorPrice.objects.order_by("accelerator_type", "region", "kind", "effective_from"):
+        write(PriceKind.ACCELERATOR, {
+            "accelerator_type": p.accelerator_type, "region": p.region, "price_kind": p.kind,
+            "effective_from": _format_effective_from(p.effective_from),
+            "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
+        })  # fmt: skip
     for p in EgressPrice.objects.order_by("source_region", "destination_region", "effective_from"):
-        writer.writerow(
-            [
-                PriceKind.EGRESS,
-                "",
-                "",
-                p.source_region,
-                p.destination_region,
-                _format_effective_from(p.effective_from),
-                "",
-                _format_price(p.usd_per_gb),
-                p.source,
-            ]
-        )
-        count += 1
+        processing = _format_price(p.usd_per_gb_processing) if p.usd_per_gb_processing else ""
+        write(PriceKind.EGRESS, {
+            "source_region": p.source_region, "destination_region": p.destination_region,
+            "effective_from": _format_effective_from(p.effective_from), "usd_per_gb": _format_price(p.usd_per_gb),
+            "usd_per_gb_processing": processing, "source": p.source,
+        })  # fmt: skip
+    for p in InstancePrice.objects.order_by("instance_type", "region", "effective_from"):
+        write(PriceKind.INSTANCE, {
+            "instance_type": p.instance_type, "region": p.region,
+            "effective_from": _format_effective_from(p.effective_from),
+            "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
+        })  # fmt: skip
     return count

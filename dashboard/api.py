@@ -132,3 +132,4 @@ class Access:
 read_auth = [bearer, django_auth]
 
 api.add_router("/", "runs.api.router")
+api.add_router("/", "billing.api.router")

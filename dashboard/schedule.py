@@ -27,4 +27,10 @@ BEAT_SCHEDULE = {
         "task": "runs.collect_logs",
         "schedule": crontab(minute="*"),
     },
+    # Daily cost rollups (CostDaily) for the days touched by runs changed since the last
+    # pass, and running runs (they accrue to now); the cost pages and API read these rows.
+    "roll-up-costs": {
+        "task": "billing.roll_up_costs",
+        "schedule": crontab(minute="*/5"),
+    },
 }

@@ -11,6 +11,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("collectors/", views.collectors, name="collectors"),
     path("runs/", include("runs.urls")),
+    path("costs/", include("billing.urls")),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
 ]

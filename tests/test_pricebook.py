@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from billing.costs import estimate_costs_for_runs
-from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
+from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice
 from billing.pricebook import (
     COLUMNS,
     DEFAULT_PRICE_FILE,
@@ -35,7 +35,8 @@ def csv_file(*rows: str) -> io.StringIO:
 
 
 def price_counts() -> tuple[int, int]:
-    return AcceleratorPrice.objects.count(), EgressPrice.objects.count()
+    # Instance-hour prices (classic clusters) count with the accelerator prices.
+    return AcceleratorPrice.objects.count() + InstancePrice.objects.count(), EgressPrice.objects.count()
 
 
 # --- The default book -------------------------------------------------------------------
@@ -45,7 +46,7 @@ def test_default_book_loads_and_prices_every_type_in_every_region() -> None:
     result = load_default_prices()
 
     assert result.ok, result.errors
-    assert result.added == AcceleratorPrice.objects.count() + EgressPrice.objects.count()
+    assert result.added == sum(price_counts())
     for accelerator_type in AcceleratorType.values:
         for region in Region.values:
             in_force = AcceleratorPrice.objects.filter(
@@ -185,6 +186,7 @@ def test_export_round_trips() -> None:
     # Into an empty book: the same rows come back.
     AcceleratorPrice.objects.all().delete()
     EgressPrice.objects.all().delete()
+    InstancePrice.objects.all().delete()
     exported.seek(0)
     assert load_price_csv(exported).added == written
     after = set(

@@ -1,0 +1,131 @@
+"""Benchmark: month-to-date spend by team from the daily rollups, at 1,000 and N runs.
+
+    .venv/bin/python bench/costs.py [--runs N] [--repeat R]
+
+Builds runs with attempts (bulk_create) in a scratch database: DATABASE_URL if set (point it
+at a throwaway PostgreSQL database: the tables are created there), otherwise SQLite under a
+temporary AIRBOARD_VAR_DIR. Rolls them up with `recompute_days`, then times
+`reports.month_to_date` + the by-team sums (median of R) and counts their queries. The query
+count must not grow with the number of runs; the target is under 100 ms on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+if not os.environ.get("DATABASE_URL"):
+    os.environ["AIRBOARD_VAR_DIR"] = tempfile.mkdtemp(prefix="airboard-bench-")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth.models import Group  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from billing import reports, rollups  # noqa: E402
+from billing.models import AcceleratorPrice, CostDaily  # noqa: E402
+from runs.choices import AcceleratorType, Region, RunStatus  # noqa: E402
+from runs.models import Attempt, Run  # noqa: E402
+
+NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
+TEAMS = 20
+
+
+def build(total: int) -> None:
+    """Bring the scratch database to `total` runs (each with 1-2 attempts) spread over 60 days."""
+    teams = [Group.objects.get_or_create(name=f"bench-team-{i}")[0] for i in range(TEAMS)]
+    for accelerator_type in AcceleratorType.values:
+        for region in Region.values:
+            AcceleratorPrice.objects.get_or_create(
+                accelerator_type=accelerator_type, region=region, effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+                defaults={"usd_per_hour": "6.88"},
+            )  # fmt: skip
+    have = Run.objects.filter(external_id__startswith="bench-").count()
+    types, regions = AcceleratorType.values, Region.values
+    for start in range(have, total, 5000):
+        batch = range(start, min(start + 5000, total))
+        runs = Run.objects.bulk_create([
+            Run(
+                external_id=f"bench-{n}", team=teams[n % TEAMS], creator=f"user{n % 97}@example.com",
+                experiment_name=f"/Workspace/exp-{n % 300}", accelerator_type=types[n % len(types)],
+                region=regions[n % len(regions)], num_accelerators=8, gpus_per_node=8, status=RunStatus.SUCCEEDED,
+                submitted_at=NOW - timedelta(minutes=n % 86_400),
+            )
+            for n in batch
+        ])  # fmt: skip
+        if connection.vendor != "postgresql":  # only PostgreSQL returns ids from bulk_create
+            runs = list(Run.objects.filter(external_id__in=[r.external_id for r in runs]))
+        attempts = []
+        for run in runs:
+            n = int(run.external_id.removeprefix("bench-"))
+            started = NOW - timedelta(minutes=(n * 37) % (60 * 24 * 60))
+            attempts.append(
+                Attempt(run=run, number=1, started_at=started, ended_at=started + timedelta(minutes=30 + n % 300))
+            )
+            if n % 5 == 0:
+                retry = started + timedelta(hours=6)
+                attempts.append(Attempt(run=run, number=2, started_at=retry, ended_at=retry + timedelta(minutes=45)))
+        Attempt.objects.bulk_create(attempts)
+
+
+def measure(repeat: int) -> tuple[float, int]:
+    team_ids = list(Group.objects.filter(name__startswith="bench-team-").values_list("pk", flat=True))
+    timings = []
+    queries = 0
+    for _ in range(repeat):
+        with CaptureQueriesContext(connection) as ctx:
+            began = time.perf_counter()
+            first = reports.month_to_date(team_ids, NOW).month
+            reports.grouped(reports.cost_rows(team_ids).filter(day__gte=first, day__lte=NOW.date()), "team")
+            timings.append((time.perf_counter() - began) * 1000)
+        queries = len(ctx.captured_queries)
+    return statistics.median(timings), queries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    print(f"database: {connection.vendor} {connection.settings_dict['NAME']}")
+    results = {}
+    for total in sorted({min(1_000, args.runs), args.runs}):
+        began = time.perf_counter()
+        build(total)
+        built = time.perf_counter() - began
+        began = time.perf_counter()
+        days = rollups.touched_days(
+            Run.objects.filter(external_id__startswith="bench-").values_list("pk", flat=True), NOW
+        )
+        rows = rollups.recompute_days(days, now=NOW)
+        rolled = time.perf_counter() - began
+        median_ms, queries = measure(args.repeat)
+        results[total] = (median_ms, queries)
+        print(
+            f"{total:>7} runs: build {built:6.1f} s, rollup {rolled:6.1f} s ({len(days)} days, {rows} rows, "
+            f"{CostDaily.objects.count()} CostDaily), month-to-date by team: median {median_ms:7.2f} ms "
+            f"over {args.repeat}, {queries} queries"
+        )
+    if len(results) == 2:
+        (small_ms, small_q), (big_ms, big_q) = (results[k] for k in sorted(results))
+        print(
+            f"ratio {max(results)}/{min(results)} runs: latency x{big_ms / small_ms:.2f}, queries {small_q} -> {big_q}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Costs API: `GET /api/v1/costs`, the daily rollups summed by one dimension.
+
+Scoped like every read: a key sees its team's costs, a user their teams' (staff: all).
+Amounts are exact decimals sent as strings, so no float ever rounds a cent.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Literal
+
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Query, Router, Schema
+from ninja.errors import HttpError
+from pydantic import Field
+
+from billing import reports
+from billing.choices import GroupBy
+from dashboard.api import Access, read_auth
+
+router = Router(tags=["costs"])
+
+GroupByName = Literal[
+    "team", "accelerator_type", "region", "experiment_name", "creator", "usage_policy_name", "day"
+]  # fmt: skip
+# Without dates the API answers the last 30 days, today included.
+DEFAULT_DAYS = 30
+
+
+class CostQueryIn(Schema):
+    group_by: GroupByName = "team"
+    from_: date | None = Field(None, alias="from")
+    to: date | None = None
+    accelerator_type: str = ""
+    region: str = ""
+
+
+class CostRowOut(Schema):
+    key: str
+    compute_usd: str
+    egress_usd: str
+    idle_usd: str
+    total_usd: str
+    gpu_hours: str
+    idle_gpu_hours: str
+
+
+class CostsOut(Schema):
+    group_by: str
+    from_: date = Field(..., alias="from")
+    to: date
+    total_usd: str
+    rows: list[CostRowOut]
+
+
+class CostError(HttpError):
+    """A 422 naming the query field that is wrong, in the API's usual error shape."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(422, f"1 invalid field(s); {message}")
+        self.errors = [{"field": field, "message": message}]
+
+
+def _row(row: dict) -> dict[str, str]:
+    return {
+        "key": str(row["key"]),
+        **{name: reports.decimal_str(row[name]) for name in (*reports.AMOUNTS, "total_usd")},
+    }
+
+
+@router.get("/costs", auth=read_auth, response=CostsOut, by_alias=True)
+def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
+    """Estimated cost per group over an inclusive UTC date range, from the daily rollups."""
+    end = query.to or timezone.now().date()
+    start = query.from_ or end - timedelta(days=DEFAULT_DAYS - 1)
+    if start > end:
+        raise CostError("to", f"'to' ({end}) is before 'from' ({start})")
+    if (end - start).days > 3660:
+        raise CostError("from", "the range is longer than ten years")
+    team_ids = list(Access(request).teams().values_list("pk", flat=True))
+    filters = reports.CostFilters(start, end, accelerator_type=query.accelerator_type, region=query.region)
+    rows = reports.cost_rows(team_ids, filters)
+    out = [_row(row) for row in reports.grouped(rows, GroupBy(query.group_by))]
+    total = reports.totals(rows)["total_usd"]
+    return {"group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total), "rows": out}

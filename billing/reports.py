@@ -1,0 +1,176 @@
+"""Reads of the daily rollups for the cost pages and `GET /api/v1/costs`: exact sums, scoped.
+
+Every read starts from `cost_rows(team_ids, filters)`, so a team a user cannot see never
+reaches a sum. Sums are exact: PostgreSQL adds NUMERIC columns exactly in SQL; SQLite stores
+the exact decimals as text (see `billing.fields`), so there the rows are added in Python.
+"""
+
+from __future__ import annotations
+
+import calendar
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from django.db import connection
+from django.db.models import QuerySet, Sum
+
+from billing.choices import GroupBy
+from billing.costs import ZERO, _egress_prices, _exact_sum, _price_egress, _utc, month_start
+from billing.models import CostDaily, EgressRecord
+
+MONEY = ("compute_usd", "egress_usd", "idle_usd")
+AMOUNTS = (*MONEY, "gpu_hours", "idle_gpu_hours")
+# The ORM path each group_by reads; team is shown by name.
+GROUP_FIELDS = {
+    GroupBy.TEAM: "team__name",
+    GroupBy.ACCELERATOR_TYPE: "accelerator_type",
+    GroupBy.REGION: "region",
+    GroupBy.EXPERIMENT_NAME: "experiment_name",
+    GroupBy.CREATOR: "creator",
+    GroupBy.USAGE_POLICY_NAME: "usage_policy_name",
+    GroupBy.DAY: "day",
+}
+# A forecast from fewer days of data is mostly noise.
+MIN_FORECAST_DAYS = 3
+CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True)
+class CostFilters:
+    """Which rollup rows to read: an inclusive UTC date range and optional dimensions."""
+
+    start: date
+    end: date
+    team_id: int | None = None
+    accelerator_type: str = ""
+    region: str = ""
+
+
+@dataclass(frozen=True)
+class MonthToDate:
+    """Spend this UTC month so far, and a linear forecast to its end when there is enough data."""
+
+    month: date
+    spend: Decimal
+    days_with_data: int
+    elapsed_days: Decimal
+    days_in_month: int
+    forecast: Decimal | None
+
+
+def cost_rows(team_ids: Iterable[int], filters: CostFilters | None = None) -> QuerySet[CostDaily]:
+    """CostDaily rows of the given teams, narrowed by `filters`."""
+    rows = CostDaily.objects.filter(team_id__in=list(team_ids))
+    if filters is None:
+        return rows
+    rows = rows.filter(day__gte=filters.start, day__lte=filters.end)
+    if filters.team_id:
+        rows = rows.filter(team_id=filters.team_id)
+    if filters.accelerator_type:
+        rows = rows.filter(accelerator_type=filters.accelerator_type)
+    if filters.region:
+        rows = rows.filter(region=filters.region)
+    return rows
+
+
+def _with_total(row: dict) -> dict:
+    row["total_usd"] = _exact_sum([row["compute_usd"], row["egress_usd"]])
+    return row
+
+
+def sum_by(rows: QuerySet[CostDaily], fields: Iterable[str]) -> list[dict]:
+    """Exact sums of the amounts per distinct value of `fields` (ORM paths); one query.
+
+    Rows come back as dicts: the field values, then the amounts and `total_usd`, ordered by
+    total (largest first).
+    """
+    fields = list(fields)
+    if connection.vendor == "postgresql":
+        grouped = rows.values(*fields).annotate(**{name: Sum(name) for name in AMOUNTS}).order_by()
+        out = [_with_total({**row, **{n: row[n] if row[n] is not None else ZERO for n in AMOUNTS}}) for row in grouped]
+    else:
+        acc: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
+        for values in rows.values_list(*fields, *AMOUNTS):
+            key, amounts = values[: len(fields)], values[len(fields) :]
+            for name, value in zip(AMOUNTS, amounts, strict=True):
+                acc[key][name].append(value)
+        out = [
+            _with_total({**dict(zip(fields, key, strict=True)), **{n: _exact_sum(v[n]) for n in AMOUNTS}})
+            for key, v in acc.items()
+        ]
+    return sorted(out, key=lambda row: (-row["total_usd"], [str(row[f]) for f in fields]))
+
+
+def grouped(rows: QuerySet[CostDaily], group_by: str) -> list[dict]:
+    """Sums per `group_by` value, each row with `key` set to the value (days ascending)."""
+    field = GROUP_FIELDS[GroupBy(group_by)]
+    out = [{"key": row.pop(field), **row} for row in sum_by(rows, [field])]
+    if group_by == GroupBy.DAY:
+        out.sort(key=lambda row: row["key"])
+    return out
+
+
+def totals(rows: QuerySet[CostDaily]) -> dict[str, Decimal]:
+    """Exact sums of every amount over `rows` (zeros when there are none)."""
+    if connection.vendor == "postgresql":
+        sums = rows.aggregate(**{name: Sum(name) for name in AMOUNTS})
+        return _with_total({name: sums[name] if sums[name] is not None else ZERO for name in AMOUNTS})
+    found = sum_by(rows, [])
+    return found[0] if found else _with_total(dict.fromkeys(AMOUNTS, ZERO))
+
+
+def month_to_date(team_ids: Iterable[int], now: datetime) -> MonthToDate:
+    """This UTC month's spend and, from MIN_FORECAST_DAYS days of data, a forecast to its end.
+
+    1. Sum the month's rows up to today (two queries: the sums and the distinct days).
+    2. Elapsed time is exact: from 00:00 UTC on the 1st to `now`, in days.
+    3. Forecast = spend / elapsed days x days in the month (linear), rounded to the cent;
+       None with fewer than MIN_FORECAST_DAYS days that have rows.
+    """
+    now = _utc(now)
+    first = month_start(now).date()
+    rows = cost_rows(team_ids).filter(day__gte=first, day__lte=now.date())
+    spend = totals(rows)["total_usd"]
+    days = rows.values("day").distinct().count()
+    elapsed_seconds = Decimal(int((now - month_start(now)).total_seconds()))
+    elapsed = elapsed_seconds / 86_400
+    length = calendar.monthrange(now.year, now.month)[1]
+    forecast = None
+    if days >= MIN_FORECAST_DAYS and elapsed_seconds > 0:
+        forecast = (spend * length * 86_400 / elapsed_seconds).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    return MonthToDate(first, spend, days, elapsed.quantize(CENT), length, forecast)
+
+
+def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
+    """Bytes and priced USD per (source, destination) region pair in the range; three queries."""
+    begin = datetime.combine(filters.start, datetime.min.time(), tzinfo=UTC)
+    end = datetime.combine(filters.end + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    records = EgressRecord.objects.filter(run__team_id__in=list(team_ids), ts__gte=begin, ts__lt=end)
+    if filters.team_id:
+        records = records.filter(run__team_id=filters.team_id)
+    if filters.accelerator_type:
+        records = records.filter(run__accelerator_type=filters.accelerator_type)
+    if filters.region:
+        records = records.filter(run__region=filters.region)
+    rows = list(records.values_list("ts", "source_region", "destination_region", "bytes"))
+    prices = _egress_prices({(r[1], r[2]) for r in rows})
+    flows: dict[tuple[str, str], dict] = {}
+    for ts, source, destination, num_bytes in rows:
+        line = _price_egress(ts, source, destination, num_bytes, prices[(source, destination)])
+        flow = flows.setdefault(
+            (source, destination),
+            {"source_region": source, "destination_region": destination, "bytes": 0, "usd": ZERO, "unpriced": False},
+        )
+        flow["bytes"] += num_bytes
+        flow["usd"] = _exact_sum([flow["usd"], line.usd])
+        flow["unpriced"] |= line.unpriced
+    return sorted(flows.values(), key=lambda f: (-f["usd"], -f["bytes"]))
+
+
+def decimal_str(value: Decimal) -> str:
+    """An exact decimal as a plain string: '12.5', never '1.25E+1'."""
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text

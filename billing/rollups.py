@@ -1,0 +1,235 @@
+"""Daily cost rollups (`CostDaily`): rebuilt per UTC day from the runs that touch it.
+
+`recompute_days(days)` is the one primitive: it prices every run overlapping those days with
+the cost engine and replaces exactly those days' rows in one transaction. `refresh_changed`
+works out which days need it (runs changed since a cursor, runs still running, price edits)
+and is what the beat task calls every five minutes, under a lease claimed with a conditional
+UPDATE so two beats at once never both write.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from billing.costs import ZERO, _exact_sum, _utc
+from billing.models import (
+    AcceleratorPrice,
+    CostDaily,
+    EgressPrice,
+    EgressRecord,
+    InstancePrice,
+    PriceChange,
+    RollupState,
+)
+from billing.run_costs import breakdowns_for_runs
+from runs.models import Attempt, Run
+
+STATE_NAME = "costs"
+# A worker that died holding the lease gives it up after this; a pass takes seconds.
+LEASE = timedelta(minutes=10)
+# Run.updated_at is stamped by the writer's clock before its transaction commits, so a run
+# saved just before our read may become visible just after it: re-read a little overlap.
+CURSOR_OVERLAP = timedelta(minutes=2)
+# Runs priced per batch: bounds memory and keeps IN lists under SQLite's variable limit.
+CHUNK = 2000
+DIMENSIONS = ("team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type", "region")
+_RUN_FIELDS = (
+    "id", "source", "team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type",
+    "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    """What one `refresh_changed` pass did; `claimed` False when another worker held the lease."""
+
+    claimed: bool
+    runs: int = 0
+    days: int = 0
+    rows: int = 0
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def _ranges(days: Iterable[date]) -> list[tuple[date, date]]:
+    """Sorted days as contiguous inclusive ranges: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
+    out: list[tuple[date, date]] = []
+    for day in sorted(set(days)):
+        if out and out[-1][1] + timedelta(days=1) == day:
+            out[-1] = (out[-1][0], day)
+        else:
+            out.append((day, day))
+    return out
+
+
+def days_between(start: datetime, end: datetime) -> list[date]:
+    """UTC days that the half-open interval [start, end) touches."""
+    start, end = _utc(start), _utc(end)
+    if end <= start:
+        return []
+    last = (end - timedelta(microseconds=1)).date()
+    return [start.date() + timedelta(days=n) for n in range((last - start.date()).days + 1)]
+
+
+def runs_touching(days: Iterable[date]) -> set[int]:
+    """Ids of runs with an attempt, a cluster's uptime or an egress record on any of `days`."""
+    attempts, egress, clusters = Q(), Q(), Q()
+    for first, last in _ranges(days):
+        begin, end = _midnight(first), _midnight(last + timedelta(days=1))
+        attempts |= Q(started_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=begin))
+        egress |= Q(ts__gte=begin, ts__lt=end)
+        clusters |= Q(cluster__start_time__lt=end) & (
+            Q(cluster__terminated_time__isnull=True) | Q(cluster__terminated_time__gt=begin)
+        )
+    if not attempts:
+        return set()
+    ids = set(Attempt.objects.filter(attempts, started_at__isnull=False).values_list("run_id", flat=True))
+    ids |= set(EgressRecord.objects.filter(egress).values_list("run_id", flat=True))
+    ids |= set(Run.objects.filter(clusters, cluster__isnull=False).values_list("pk", flat=True))
+    return ids
+
+
+def recompute_days(days: Iterable[date], now: datetime | None = None) -> int:
+    """Rebuild the CostDaily rows of exactly `days`; returns the number of rows written.
+
+    1. Find the runs touching any of the days (`runs_touching`).
+    2. Price them in chunks with `breakdowns_for_runs` (running runs accrue to `now`) and
+       add each run's lines for the wanted days into its dimension tuple, exactly.
+    3. In one transaction, delete those days' rows and insert the new ones. Rows of other
+       days are never touched. Two passes racing on the same day cannot both insert: the
+       named unique constraint on the dimension tuple refuses the second.
+    """
+    wanted = set(days)
+    if not wanted:
+        return 0
+    as_of = now or timezone.now()
+    run_ids = sorted(runs_touching(wanted))
+    sums: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
+    counts: dict[tuple, int] = defaultdict(int)
+    for i in range(0, len(run_ids), CHUNK):
+        runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*_RUN_FIELDS))
+        breakdowns = breakdowns_for_runs(runs, now=as_of)
+        for run in runs:
+            dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
+            for line in breakdowns[run.pk].days:
+                if line.day not in wanted:
+                    continue
+                key = (line.day, *dims)
+                counts[key] += 1
+                for name in ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours"):
+                    sums[key][name].append(getattr(line, name))
+    rows = [
+        CostDaily(
+            day=key[0],
+            **dict(zip(DIMENSIONS, key[1:], strict=True)),
+            compute_usd=_exact_sum(values["compute"]),
+            egress_usd=_exact_sum(values["egress"]),
+            idle_usd=_exact_sum(values["idle"]),
+            gpu_hours=_exact_sum(values["gpu_hours"]),
+            idle_gpu_hours=_exact_sum(values["idle_gpu_hours"]),
+            runs=counts[key],
+        )
+        for key, values in sums.items()
+    ]
+    with transaction.atomic():
+        for first, last in _ranges(wanted):
+            CostDaily.objects.filter(day__gte=first, day__lte=last).delete()
+        CostDaily.objects.bulk_create(rows, batch_size=1000)
+    return len(rows)
+
+
+def touched_days(run_ids: Iterable[int], now: datetime) -> set[date]:
+    """UTC days the given runs' attempts, clusters and egress records touch (three queries)."""
+    run_ids = list(run_ids)
+    days: set[date] = set()
+    for i in range(0, len(run_ids), CHUNK):
+        chunk = run_ids[i : i + CHUNK]
+        for start, end in Attempt.objects.filter(run_id__in=chunk, started_at__isnull=False).values_list(
+            "started_at", "ended_at"
+        ):
+            days.update(days_between(start, end or now))
+        for start, end in Run.objects.filter(pk__in=chunk, cluster__start_time__isnull=False).values_list(
+            "cluster__start_time", "cluster__terminated_time"
+        ):
+            days.update(days_between(start, min(end or now, now)))
+        days.update(
+            _utc(ts).date() for ts in EgressRecord.objects.filter(run_id__in=chunk).values_list("ts", flat=True)
+        )
+    return days
+
+
+def _days_since_price_changes(cursor: datetime | None) -> set[date]:
+    """Days already rolled up that a price edited since `cursor` may have changed."""
+    changes = PriceChange.objects.all() if cursor is None else PriceChange.objects.filter(at__gt=cursor)
+    earliest: list[datetime] = []
+    for model in (AcceleratorPrice, EgressPrice, InstancePrice):
+        ids = changes.filter(model=model.__name__).values("object_id")
+        value = model.objects.filter(pk__in=ids).aggregate(first=Min("effective_from"))["first"]
+        if value is not None:
+            earliest.append(value)
+    if not earliest:
+        return set()
+    first_day = _utc(min(earliest)).date()
+    return set(CostDaily.objects.filter(day__gte=first_day).values_list("day", flat=True).distinct())
+
+
+def claim(now: datetime) -> RollupState | None:
+    """Take the rollup lease with a conditional UPDATE; None when another worker holds it."""
+    RollupState.objects.get_or_create(name=STATE_NAME)
+    free = Q(lease_until__isnull=True) | Q(lease_until__lte=now)
+    if RollupState.objects.filter(free, name=STATE_NAME).update(lease_until=now + LEASE) != 1:
+        return None
+    return RollupState.objects.get(name=STATE_NAME)
+
+
+def refresh_changed(now: datetime | None = None) -> RefreshResult:
+    """Recompute only the days that changed since the last pass.
+
+    1. Claim the lease (`claim`); if another worker holds it, do nothing.
+    2. Runs to look at: those whose `updated_at` (or cluster's) is after the cursor, plus
+       runs with an attempt still running, which accrue to now.
+    3. The UTC days those runs touch, plus the rolled-up days from the earliest
+       effective_from of any price edited since the cursor.
+    4. `recompute_days` on that set; then move the cursor to the pass's start (less an
+       overlap, see CURSOR_OVERLAP) and release the lease.
+    """
+    as_of = _utc(now or timezone.now())
+    state = claim(as_of)
+    if state is None:
+        return RefreshResult(claimed=False)
+    try:
+        cursor = state.cursor
+        changed = Run.objects.all()
+        if cursor is not None:
+            changed = changed.filter(Q(updated_at__gt=cursor) | Q(cluster__updated_at__gt=cursor))
+        run_ids = set(changed.values_list("pk", flat=True))
+        running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
+        run_ids |= set(running.values_list("run_id", flat=True))
+        days = touched_days(run_ids, as_of) | _days_since_price_changes(cursor)
+        rows = recompute_days(days, now=as_of)
+        RollupState.objects.filter(name=STATE_NAME).update(
+            cursor=as_of - CURSOR_OVERLAP, last_run_at=as_of, days_last_run=len(days), lease_until=None
+        )
+    except BaseException:
+        RollupState.objects.filter(name=STATE_NAME).update(lease_until=None)
+        raise
+    return RefreshResult(claimed=True, runs=len(run_ids), days=len(days), rows=rows)
+
+
+def totals(rows: Iterable[CostDaily]) -> dict[str, Decimal]:
+    """Exact sums of a set of CostDaily rows (used by tests and checks)."""
+    rows = list(rows)
+    return {
+        name: _exact_sum(getattr(r, name) for r in rows) if rows else ZERO
+        for name in ("compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours")
+    }

@@ -1,0 +1,28 @@
+"""Celery tasks of billing/: thin wrappers around the domain code."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import IntegrityError, OperationalError
+
+from billing import rollups
+
+
+# Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*").
+# Idempotent: a pass rebuilds whole days from the runs, so a pass re-run after a lost worker
+# writes the same rows. The lease in RollupState keeps two passes from running at once, and
+# the unique constraint on CostDaily refuses a double insert should a lease ever expire mid-pass.
+@shared_task(
+    name="billing.roll_up_costs",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, IntegrityError),
+    retry_backoff=10,
+    max_retries=3,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def roll_up_costs() -> dict[str, int | bool]:
+    """Recompute the CostDaily days touched by runs changed since the last pass."""
+    result = rollups.refresh_changed()
+    return {"claimed": result.claimed, "runs": result.runs, "days": result.days, "rows": result.rows}

@@ -1,0 +1,17 @@
+"""Template tags for cost breakdowns on pages billing/ does not own (the run page)."""
+
+from __future__ import annotations
+
+from django import template
+from django.utils import timezone
+
+from billing.run_costs import RunBreakdown, breakdowns_for_runs
+from runs.models import Run
+
+register = template.Library()
+
+
+@register.simple_tag
+def run_cost_breakdown(run: Run) -> RunBreakdown:
+    """Classic cluster, idle and per-interval cost of `run` (a constant handful of queries)."""
+    return breakdowns_for_runs([run], now=timezone.now())[run.pk]
