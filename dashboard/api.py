@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
@@ -19,9 +20,18 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
+from dashboard import ratelimit
 from dashboard.models import ApiKey
 
 logger = logging.getLogger(__name__)
+
+
+class RateLimited(HttpError):
+    """A 429 that tells the client when to come back (Retry-After, in seconds)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(429, message)
+        self.retry_after = retry_after
 
 
 class BearerKey(HttpBearer):
@@ -30,7 +40,18 @@ class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         if not token or len(token) > 200:
             return None
-        return ApiKey.authenticate(token)
+        key = ApiKey.authenticate(token)
+        if key is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+            # Writes are rate limited per key (keyed by its hash: unique even where ids are reused).
+            limit = ratelimit.Limit(settings.AIRBOARD_INGEST_RATE_PER_MINUTE, 60)
+            decision = ratelimit.hit("ingest", key.key_hash, limit)
+            if not decision.allowed:
+                raise RateLimited(
+                    f"More than {limit.count} write requests a minute with this key; retry after "
+                    f"{decision.retry_after} s, or send larger batches.",
+                    decision.retry_after,
+                )
+        return key
 
 
 bearer = BearerKey()
@@ -89,6 +110,13 @@ class InvalidRows(HttpError):
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(request, exc.status_code, str(exc), getattr(exc, "errors", None))
+
+
+@api.exception_handler(RateLimited)
+def _rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
+    response = error_response(request, 429, str(exc))
+    response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(RequestDataTooBig)

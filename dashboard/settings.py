@@ -52,6 +52,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Security block (dashboard/security.py): the CSP header, and a 413 for oversized bodies
+    # before anything reads them.
+    "dashboard.security.ContentSecurityPolicyMiddleware",
+    "dashboard.security.RequestBodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -189,6 +193,31 @@ AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
 AIRBOARD_MLFLOW_UI_URL = env_str("AIRBOARD_MLFLOW_UI_URL", "")
 # Runs below this GPU utilization (percent) count as idle.
 AIRBOARD_IDLE_UTILIZATION_PERCENT = env_float("AIRBOARD_IDLE_UTILIZATION_PERCENT", 5.0, minimum=0)
+
+# --- Security: caches, rate limits, login lockout, CSP (dashboard/security.py, ratelimit.py) ---
+# Counters for rate limits and login lockout live in the cache. On Redis every web process
+# shares them; the in-memory default counts per process (fine for the one-machine setup).
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "airboard",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "airboard"}}
+# Requests per minute one API key may make to write operations (POST); past it, 429 + Retry-After.
+AIRBOARD_INGEST_RATE_PER_MINUTE = env_int("AIRBOARD_INGEST_RATE_PER_MINUTE", 600, minimum=1)
+# Failed logins per username and client address within the window before the form answers 429.
+AIRBOARD_LOGIN_FAILURES = env_int("AIRBOARD_LOGIN_FAILURES", 5, minimum=1)
+# Failed logins from one client address, any username (slows password spraying).
+AIRBOARD_LOGIN_FAILURES_PER_IP = env_int("AIRBOARD_LOGIN_FAILURES_PER_IP", 50, minimum=1)
+AIRBOARD_LOGIN_WINDOW_SECONDS = env_int("AIRBOARD_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+# Reverse proxies in front of the web process whose X-Forwarded-For is trusted (0: use REMOTE_ADDR).
+AIRBOARD_TRUSTED_PROXIES = env_int("AIRBOARD_TRUSTED_PROXIES", 0, minimum=0)
+# A Content-Security-Policy replacing the default one (dashboard/security.py says why it is as it is).
+AIRBOARD_CSP = env_str("AIRBOARD_CSP", "")
 
 # --- Collectors ---------------------------------------------------------------------
 # MLflow: the tracking server (or store URI) to pull runs and metric histories from.

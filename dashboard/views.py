@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
@@ -14,6 +15,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.costs import month_to_date_by_team
+from dashboard import ratelimit
 from runs.choices import RunStatus
 from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
 from runs.models import CollectorState, MlflowRun, Run
@@ -67,8 +69,46 @@ def collectors(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/collectors.html", ctx)
 
 
+def _login_limits() -> tuple[ratelimit.Limit, ratelimit.Limit]:
+    window = settings.AIRBOARD_LOGIN_WINDOW_SECONDS
+    return (
+        ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES, window),
+        ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, window),
+    )
+
+
 class LoginView(auth_views.LoginView):
-    """Django's login, plus the demo credentials while (and only while) demo data exists."""
+    """Django's login, plus the demo credentials while (and only while) demo data exists.
+
+    Lockout: after AIRBOARD_LOGIN_FAILURES failed attempts for one username from one address
+    (or AIRBOARD_LOGIN_FAILURES_PER_IP for any username from one address) in the window, the
+    form answers 429 with Retry-After, without checking the password at all, until the window
+    ends. Keyed by username and address together so that a stranger cannot lock a user out
+    from elsewhere by guessing wrong on purpose.
+    """
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
+        username = str(request.POST.get("username", ""))[:150].strip().lower()
+        per_user, per_ip = _login_limits()
+        for decision in (
+            ratelimit.peek("login", f"{username}|{ip}", per_user),
+            ratelimit.peek("login-ip", ip, per_ip),
+        ):
+            if not decision.allowed:
+                response = HttpResponse(
+                    f"Too many failed logins; try again in {decision.retry_after} seconds.",
+                    status=429,
+                    content_type="text/plain; charset=utf-8",
+                )
+                response["Retry-After"] = str(decision.retry_after)
+                return response
+        response = super().post(request, *args, **kwargs)
+        if response.status_code == 200:
+            # The form came back: the credentials were wrong (a success redirects).
+            ratelimit.hit("login", f"{username}|{ip}", per_user)
+            ratelimit.hit("login-ip", ip, per_ip)
+        return response
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.core.cache import cache
 from django.db import connection
 from django.test import Client
 
@@ -49,6 +50,14 @@ class World:
 
     def api(self, team: Group, role: str = ApiKeyRole.INGEST) -> Client:
         return Client(headers={"authorization": f"Bearer {self.key(team, role)}"})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    """Rate-limit and lockout counters live in the cache: no test inherits another's."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)
