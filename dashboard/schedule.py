@@ -33,4 +33,10 @@ BEAT_SCHEDULE = {
         "task": "billing.roll_up_costs",
         "schedule": crontab(minute="*/5"),
     },
+    # Raw GPU samples past AIRBOARD_TELEMETRY_RAW_DAYS go, in batches; the minute and hour
+    # rollups stay. At 03:17 UTC, away from the top of the hour when collectors and billing run.
+    "prune-telemetry": {
+        "task": "runs.prune_telemetry",
+        "schedule": crontab(hour="3", minute="17"),
+    },
 }

@@ -168,6 +168,8 @@ CELERY_TASK_ROUTES = {
     "runs.ingest_*": {"queue": "ingest"},
     "runs.requeue_*": {"queue": "ingest"},
     "runs.collect_*": {"queue": "collect"},
+    # Long batched deletes stay off the ingest queue.
+    "runs.prune_*": {"queue": "collect"},
     "billing.*": {"queue": "billing"},
     "alerts.*": {"queue": "alerts"},
 }
@@ -253,3 +255,9 @@ LOGGING = {
 if not REDIS_URL:
     for _folder in ("queue", "control"):
         (CELERY_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+
+# --- Telemetry tiers (runs/telemetry.py, runs/retention.py) -----------------------------
+# Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
+AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
+# Fleet page: a GPU counts as "now" if it has a minute rollup within this many minutes.
+AIRBOARD_FLEET_RECENT_MINUTES = env_int("AIRBOARD_FLEET_RECENT_MINUTES", 5, minimum=1)

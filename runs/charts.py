@@ -14,22 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
-from typing import Any, Literal
+from typing import Any
 
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Max, Min, QuerySet
 from django.utils import timezone
 
 from runs.choices import RunStatus
-from runs.models import ROLLUP_FIELDS, Attempt, GpuMinute, GpuSample, MetricPoint, Node, Run
+from runs.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
+from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run
 
 Figure = dict[str, Any]
-Tier = Literal["raw", "minute"]
 
-# Above this many raw samples in one GPU's series the chart reads the per-minute rollup: at a
-# 1 s sampling interval that is ~33 minutes of a run, and 8 GPUs x 2,000 points is about what
-# an SVG line chart draws without stutter.
+# Above this many raw samples (at 1 Hz) in one GPU's series for the range asked, the chart
+# reads the per-minute rollup: ~33 minutes, and 8 GPUs x 2,000 points is about what an SVG
+# line chart draws without stutter. Zooming in below it re-reads raw samples.
 RAW_POINTS_PER_SERIES = 2_000
 # Metric keys under this prefix are MLflow's own system metrics, charted from GPU telemetry.
 SYSTEM_METRIC_PREFIX = "system/"
@@ -83,65 +83,94 @@ def _series_names(run: Run) -> dict[int, tuple[int, int, str]]:
     }
 
 
-def gpu_series(run: Run, field: str) -> list[GpuSeries]:
-    """Per-GPU series of one telemetry field for a run, from the tier that fits its length.
+def gpu_series(
+    run: Run, field: str, start: datetime | None = None, end: datetime | None = None, max_points: int = MAX_POINTS
+) -> list[GpuSeries]:
+    """Per-GPU series of one telemetry field for a run over [start, end], at most `max_points` each.
 
-    1. Count raw samples per (node, GPU). If the longest series has at most
-       RAW_POINTS_PER_SERIES points, read raw GpuSample values.
-    2. Otherwise read the GpuMinute rollup: `<field>_max` as the line, so a one-second spike
-       or OOM-level memory peak survives the fold, and `<field>_avg` alongside for the hover.
-       If the rollup is empty (not computed yet) fall back to raw rather than show nothing.
-    3. Both queries order by (node, gpu_index, time), the column order of the natural-key
-       unique index that starts with run, so the database walks one index range in order;
-       names come from one small Node query instead of a join per sample.
+    1. With no range given, the range is the run's data: the first and last minute rollup
+       (a short aggregate on the natural-key index), else the first and last raw sample.
+    2. Choose the tier by the range (`downsample.choose_tier`): raw when it holds at most
+       RAW_POINTS_PER_SERIES samples per GPU at 1 Hz, minutes for longer, hours for ranges
+       longer than ~5.5 days. An empty rollup tier (not computed yet) falls back to the
+       finer tier, down to raw, and a range whose raw samples were pruned reads minutes,
+       rather than show nothing.
+    3. Rollup tiers draw `<field>_max` as the line, so a one-second spike or an OOM-level
+       memory peak survives the fold, with `<field>_min` as each row's low and
+       `<field>_avg` in the hover.
+    4. Each series goes through `minmax_buckets`: every bucket keeps its min and its max.
+    5. Queries order by (node, gpu_index, time), the column order of the natural-key unique
+       index that starts with run, so the database walks one index range in order.
     """
     if field not in ROLLUP_FIELDS:
         raise ValueError(f"{field!r} is not a telemetry field with a rollup: {ROLLUP_FIELDS}")
+    if start is None or end is None:
+        extent = _extent(run)
+        if extent is None:
+            return []
+        start, end = start or extent[0], end or extent[1]
     names = _series_names(run)
-    longest = (
-        (
-            GpuSample.objects.filter(run=run)
-            .values("node_id", "gpu_index")
-            .annotate(n=Count("id"))
-            .aggregate(longest=Max("n"))["longest"]
-        )
-        or 0
-    )
+    tier = choose_tier(start, end, RAW_POINTS_PER_SERIES)
+    # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes.
+    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw"]}.get(tier, ["raw", "minute"])
+    for candidate in order:
+        series = _collect(_tier_rows(run, field, candidate, start, end), names, candidate, max_points)
+        if series:
+            return series
+    return []
 
-    series: list[GpuSeries] = []
-    if longest > RAW_POINTS_PER_SERIES:
-        minutes = (
-            GpuMinute.objects.filter(run=run)
-            .order_by("node_id", "gpu_index", "minute")
-            .values_list("node_id", "gpu_index", "minute", f"{field}_max", f"{field}_avg")
-        )
-        series = _collect(minutes, names, "minute")
-    if not series and longest:
-        samples = (
-            GpuSample.objects.filter(run=run)
+
+def _extent(run: Run) -> tuple[datetime, datetime] | None:
+    """First and last instant of a run's GPU telemetry: from the minute rollups, else raw samples."""
+    minutes = GpuMinute.objects.filter(run=run).aggregate(first=Min("minute"), last=Max("minute"))
+    if minutes["first"] is not None:
+        return minutes["first"], minutes["last"] + timedelta(seconds=59)
+    raw = GpuSample.objects.filter(run=run).aggregate(first=Min("ts"), last=Max("ts"))
+    if raw["first"] is None:
+        return None
+    return raw["first"], raw["last"]
+
+
+def _tier_rows(run: Run, field: str, tier: Tier, start: datetime, end: datetime) -> QuerySet:
+    """(node_id, gpu, time, value, low, avg) rows of one tier in [start, end], in series and time order."""
+    if tier == "raw":
+        return (
+            GpuSample.objects.filter(run=run, ts__gte=start, ts__lte=end)
             .order_by("node_id", "gpu_index", "ts")
             .values_list("node_id", "gpu_index", "ts", field)
         )
-        series = _collect(samples, names, "raw")
-    return series
+    model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
+    # A bucket that starts before `start` still overlaps it: widen the lower bound by one row.
+    lower = start - tier_step(tier)
+    return (
+        model.objects.filter(run=run, **{f"{time_field}__gt": lower, f"{time_field}__lte": end})
+        .order_by("node_id", "gpu_index", time_field)
+        .values_list("node_id", "gpu_index", time_field, f"{field}_max", f"{field}_min", f"{field}_avg")
+    )
 
 
-def _collect(rows: QuerySet, names: dict[int, tuple[int, int, str]], tier: Tier) -> list[GpuSeries]:
-    """Group (node_id, gpu, time, value[, avg]) rows into series, in attempt, node, GPU order."""
+def _collect(
+    rows: QuerySet, names: dict[int, tuple[int, int, str]], tier: Tier, max_points: int = MAX_POINTS
+) -> list[GpuSeries]:
+    """Group (node_id, gpu, time, value[, low, avg]) rows into downsampled series, in attempt, node, GPU order."""
     keyed: list[tuple[tuple[int, int, int], GpuSeries]] = []
     for (node_id, gpu), group in groupby(rows.iterator(chunk_size=5_000), key=lambda r: (r[0], r[1])):
         points = list(group)
         attempt, index, prefix = names.get(node_id, (0, node_id, f"node #{node_id}"))
+        x: list[datetime] = [p[2] for p in points]
+        y: list[float | None] = [p[3] for p in points]
+        avg = [p[5] for p in points] if tier != "raw" else None
+        if len(points) > max_points:
+            reduced = minmax_buckets(
+                [t.timestamp() for t in x], y, max_points, lows=[p[4] for p in points] if tier != "raw" else None
+            )
+            x = [datetime.fromtimestamp(t, UTC) for t, _ in reduced]
+            y = [v for _, v in reduced]
+            avg = None  # a bucket's min and max points are not any one row's average
         keyed.append(
             (
                 (attempt, index, gpu),
-                GpuSeries(
-                    name=f"{prefix} · GPU {gpu}",
-                    x=[plotly_time(p[2]) for p in points],
-                    y=[p[3] for p in points],
-                    avg=[p[4] for p in points] if tier == "minute" else None,
-                    tier=tier,
-                ),
+                GpuSeries(name=f"{prefix} · GPU {gpu}", x=[plotly_time(t) for t in x], y=y, avg=avg, tier=tier),
             )
         )
     # Node ids need not follow node indexes (a retry's nodes are inserted later), so sort here.
@@ -187,7 +216,7 @@ def _layout(title: str, y_title: str, *, series_count: int, height: int = 340, *
 
 
 def _gpu_figure(
-    series: Sequence[GpuSeries], *, title: str, y_title: str, unit: str, scale: float, digits: int
+    series: Sequence[GpuSeries], *, field: str, title: str, y_title: str, unit: str, scale: float, digits: int
 ) -> Figure | None:
     drawn = [s for s in series if s.has_values]
     if not drawn:
@@ -209,22 +238,32 @@ def _gpu_figure(
             "connectgaps": False,
             "hovertemplate": f"%{{y:.{digits}f}} {unit}<extra>%{{fullData.name}}</extra>",
         }
-        if s.tier == "minute" and s.avg is not None:
+        if s.tier != "raw" and s.avg is not None:
             trace["customdata"] = scaled(s.avg)
             trace["hovertemplate"] = (
                 f"max %{{y:.{digits}f}} {unit} · avg %{{customdata:.{digits}f}} {unit}<extra>%{{fullData.name}}</extra>"
             )
         traces.append(trace)
-    tier_note = "per-minute max, avg in hover" if drawn[0].tier == "minute" else "raw samples"
+    tier = drawn[0].tier
+    if tier == "raw":
+        tier_note = "raw samples"
+    elif drawn[0].avg is not None:
+        tier_note = f"per-{tier} max, avg in hover"
+    else:
+        tier_note = f"per-{tier} min/max"
     layout = _layout(
         f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
     )
+    # charts.js reads this to re-query finer data (telemetry.json) when the user zooms.
+    layout["meta"] = {"telemetry_field": field, "tier": tier}
     return {"data": traces, "layout": layout}
 
 
 def utilization_figure(series: Sequence[GpuSeries]) -> Figure | None:
     """GPU utilization (%) per node/GPU; None when no GPU reported any value."""
-    figure = _gpu_figure(series, title="GPU utilization", y_title="utilization (%)", unit="%", scale=1, digits=0)
+    figure = _gpu_figure(
+        series, field="utilization_gpu", title="GPU utilization", y_title="utilization (%)", unit="%", scale=1, digits=0
+    )
     if figure is not None:
         figure["layout"]["yaxis"]["range"] = [0, 105]
     return figure
@@ -233,8 +272,33 @@ def utilization_figure(series: Sequence[GpuSeries]) -> Figure | None:
 def memory_figure(series: Sequence[GpuSeries]) -> Figure | None:
     """GPU memory used per node/GPU in GB (bytes / 1e9); None when nothing was reported."""
     return _gpu_figure(
-        series, title="GPU memory used", y_title="memory used (GB)", unit="GB", scale=BYTES_PER_GB, digits=2
+        series,
+        field="memory_used_bytes",
+        title="GPU memory used",
+        y_title="memory used (GB)",
+        unit="GB",
+        scale=BYTES_PER_GB,
+        digits=2,
     )
+
+
+# Units of the fields a zoomed chart may ask for: (title, y axis, unit, scale, digits).
+FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
+    "utilization_memory": ("GPU memory utilization", "memory utilization (%)", "%", 1, 0),
+    "power_watts": ("GPU power", "power (W)", "W", 1, 0),
+    "temperature_c": ("GPU temperature", "temperature (°C)", "°C", 1, 0),
+    "sm_clock_mhz": ("SM clock", "clock (MHz)", "MHz", 1, 0),
+}
+
+
+def gpu_figure(field: str, series: Sequence[GpuSeries]) -> Figure | None:
+    """The figure of any rollup field: the run page's two, or a plain one for the others."""
+    if field == "utilization_gpu":
+        return utilization_figure(series)
+    if field == "memory_used_bytes":
+        return memory_figure(series)
+    title, y_title, unit, scale, digits = FIELD_UNITS[field]
+    return _gpu_figure(series, field=field, title=title, y_title=y_title, unit=unit, scale=scale, digits=digits)
 
 
 # Height of each metric's own row in the metrics chart, in pixels.

@@ -224,6 +224,10 @@ class GpuSample(models.Model):
             # (run first) also serves the run page's chart query by run and time.
             models.UniqueConstraint(fields=["run", "node", "gpu_index", "ts"], name="gpusample_natural_key"),
         ]
+        indexes = [
+            # Retention (runs/retention.py): the oldest samples before the cutoff, in batches.
+            models.Index(fields=["ts"], name="gpusample_ts_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.ts.isoformat()}"
@@ -275,9 +279,56 @@ class GpuMinute(models.Model):
             # query reads one run's minutes in time order.
             models.UniqueConstraint(fields=["run", "node", "gpu_index", "minute"], name="gpuminute_natural_key"),
         ]
+        indexes = [
+            # Fleet page: the last few minutes of every GPU, across all running runs.
+            models.Index(fields=["minute"], name="gpuminute_minute_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.minute.isoformat()}"
+
+
+class GpuHour(models.Model):
+    """Per-hour rollup of GpuMinute (same shape); the fleet page and very long ranges chart from it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_hours")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_hours")
+    gpu_index = models.PositiveSmallIntegerField()
+    hour = models.DateTimeField(help_text="Start of the hour, UTC.")
+    samples = models.PositiveIntegerField(default=0)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    power_limit_watts = models.FloatField(null=True, blank=True)
+    utilization_gpu_min = models.FloatField(null=True, blank=True)
+    utilization_gpu_avg = models.FloatField(null=True, blank=True)
+    utilization_gpu_max = models.FloatField(null=True, blank=True)
+    utilization_memory_min = models.FloatField(null=True, blank=True)
+    utilization_memory_avg = models.FloatField(null=True, blank=True)
+    utilization_memory_max = models.FloatField(null=True, blank=True)
+    memory_used_bytes_min = models.FloatField(null=True, blank=True)
+    memory_used_bytes_avg = models.FloatField(null=True, blank=True)
+    memory_used_bytes_max = models.FloatField(null=True, blank=True)
+    power_watts_min = models.FloatField(null=True, blank=True)
+    power_watts_avg = models.FloatField(null=True, blank=True)
+    power_watts_max = models.FloatField(null=True, blank=True)
+    temperature_c_min = models.FloatField(null=True, blank=True)
+    temperature_c_avg = models.FloatField(null=True, blank=True)
+    temperature_c_max = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_min = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_avg = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One row per GPU-hour; refresh_hours upserts on it; run first for a run's chart.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index", "hour"], name="gpuhour_natural_key"),
+        ]
+        indexes = [
+            # Fleet page: every run's hours in a time window, grouped by team / accelerator.
+            models.Index(fields=["hour"], name="gpuhour_hour_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.hour.isoformat()}"
 
 
 class MetricPoint(models.Model):

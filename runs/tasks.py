@@ -81,3 +81,18 @@ def collect_logs() -> int:
     from runs.collectors import logsource
 
     return logsource.collect_once().items
+
+
+# Retention: idempotent (deletes only what is past the cutoff), so a lost worker re-runs it.
+@shared_task(
+    name="runs.prune_telemetry",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=3000,
+    time_limit=3300,
+)
+def prune_telemetry() -> int:
+    """Delete raw GPU samples older than AIRBOARD_TELEMETRY_RAW_DAYS; rollups are kept."""
+    from runs import retention
+
+    return retention.prune_raw_samples().deleted

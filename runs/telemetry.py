@@ -2,22 +2,54 @@
 
 The natural keys live in the database (`gpusample_natural_key`, `metricpoint_natural_key`),
 so a resent row conflicts and is skipped, whichever worker writes it and however often.
+
+GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
+
+    tier        table        kept for                               written by
+    raw         GpuSample    AIRBOARD_TELEMETRY_RAW_DAYS (14)       store_gpu_samples
+    minute      GpuMinute    as long as the run                     refresh_minutes (from raw)
+    hour        GpuHour      as long as the run                     refresh_hours (from minutes)
+
+Each rollup row is recomputed from the tier below for exactly the keys a batch touched, so an
+out-of-order or duplicate sample can never double-count: the rollup is a pure function of the
+rows below it, and a batch costs one grouped query per tier, whatever its number of series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.db import transaction
-from django.db.models import Avg, Count, Max, Min
-from django.db.models.functions import TruncMinute
+from django.db import connection, transaction
+from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, When
+from django.db.models.functions import NullIf, TruncHour, TruncMinute
 
-from runs.models import ROLLUP_FIELDS, GpuMinute, GpuSample, MetricPoint
+from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 
-# Rows per INSERT statement: well under SQLite's 32,766 bound parameters at 14 columns a row.
+# Rows per INSERT statement: 1,000 x 22 columns stays under PostgreSQL's 65,535 bind
+# parameters and SQLite's 32,766.
 INSERT_CHUNK = 1000
+# Series spans OR-ed into one rollup query: SQLite parses `a OR b OR ...` into a tree whose
+# depth is capped at 1,000, so a batch touching more spans than this takes several queries.
+SPANS_PER_QUERY = 200
+# Columns written by the raw insert, in order; the natural key first.
+INSERT_COLUMNS = (
+    "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
+    "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
+    "sm_active", "tensor_active", "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "pcie_tx_kbps",
+    "pcie_rx_kbps", "processes", "source",
+)  # fmt: skip
+_TS = INSERT_COLUMNS.index("ts")
+# PostgreSQL: skip stored keys and hand back the keys actually inserted (exact count, rollup keys).
+ON_CONFLICT_RETURNING = (
+    "ON CONFLICT (run_id, node_id, gpu_index, ts) DO NOTHING RETURNING run_id, node_id, gpu_index, ts"
+)
+_PROCESSES = INSERT_COLUMNS.index("processes")
+
+SeriesKey = tuple[int, int, int]  # (run_id, node_id, gpu_index)
+BucketKey = tuple[int, int, int, datetime]  # (run_id, node_id, gpu_index, minute or hour start)
 
 
 @dataclass(frozen=True)
@@ -42,24 +74,71 @@ def _count_where(model: type, keys: Sequence[tuple], fields: Sequence[str]) -> i
 
 
 def store_gpu_samples(samples: Sequence[GpuSample]) -> StoreResult:
-    """Insert samples, skipping ones already stored, then refresh the minute rollups they touch.
+    """Insert samples, skipping ones already stored, then refresh the rollups they touch.
 
-    1. Count which natural keys already exist (so the caller can report duplicates).
-    2. Bulk insert with conflict-ignore: a concurrent writer of the same rows is harmless.
-    3. Recompute the rollup rows of the (run, node, gpu, minute) keys in this batch from raw
-       samples: idempotent, and proportional to the batch, not the run.
+    1. Drop in-batch repeats of a natural key (the first wins, as the database would keep it).
+    2. Insert with conflict-ignore in one transaction, counting the rows the database really
+       inserted: `RETURNING` on PostgreSQL (which also says which keys are new), the summed
+       `changes()` of an `executemany` of `INSERT OR IGNORE` on SQLite. No pre-count query.
+    3. Recompute the minute rollups of the (series, minute) keys that gained rows, then the
+       hour rollups of their hours: one grouped query per tier per batch. A batch of pure
+       duplicates changes nothing and skips both.
     """
     if not samples:
         return StoreResult(0, 0)
-    fields = ("run_id", "node_id", "gpu_index", "ts")
-    keys = list({(s.run_id, s.node_id, s.gpu_index, s.ts) for s in samples})
-    in_batch_repeats = len(samples) - len(keys)
+    unique: dict[BucketKey, GpuSample] = {}
+    for s in samples:
+        unique.setdefault((s.run_id, s.node_id, s.gpu_index, s.ts), s)
+    rows = [_insert_row(s) for s in unique.values()]
     with transaction.atomic():
-        existing = _count_where(GpuSample, keys, fields)
-        for start in range(0, len(samples), INSERT_CHUNK):
-            GpuSample.objects.bulk_create(samples[start : start + INSERT_CHUNK], ignore_conflicts=True)
-        refresh_minutes({(s.run_id, s.node_id, s.gpu_index, _minute(s.ts)) for s in samples})
-    return StoreResult(inserted=len(keys) - existing, duplicates=existing + in_batch_repeats)
+        if connection.vendor == "postgresql":
+            new_keys = _insert_postgresql(rows)
+            inserted = len(new_keys)
+            touched = {(r, n, g, _minute(ts)) for r, n, g, ts in new_keys}
+        else:
+            inserted = _insert_sqlite(rows)
+            touched = {(r, n, g, _minute(ts)) for r, n, g, ts in unique} if inserted else set()
+        if touched:
+            refresh_minutes(touched)
+            refresh_hours({(r, n, g, _hour(m)) for r, n, g, m in touched})
+    return StoreResult(inserted=inserted, duplicates=len(samples) - inserted)
+
+
+def _insert_row(sample: GpuSample) -> list[Any]:
+    """One sample as the raw insert's parameter list (values adapted for this backend)."""
+    row = [getattr(sample, name) for name in INSERT_COLUMNS]
+    row[_TS] = connection.ops.adapt_datetimefield_value(row[_TS])
+    if row[_PROCESSES] is not None:
+        row[_PROCESSES] = GpuSample._meta.get_field("processes").get_db_prep_value(row[_PROCESSES], connection)
+    return row
+
+
+def _insert_postgresql(rows: list[list[Any]]) -> list[BucketKey]:
+    """Multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING the natural keys actually inserted."""
+    table = connection.ops.quote_name(GpuSample._meta.db_table)
+    columns = ", ".join(INSERT_COLUMNS)
+    one = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
+    new_keys: list[BucketKey] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start : start + INSERT_CHUNK]
+            # Only our own constants and the quoted table name are formatted in; values are bound.
+            values = ", ".join([one] * len(chunk))
+            sql = f"INSERT INTO {table} ({columns}) VALUES {values} {ON_CONFLICT_RETURNING}"  # noqa: S608
+            cursor.execute(sql, [value for row in chunk for value in row])
+            new_keys.extend(cursor.fetchall())
+    return new_keys
+
+
+def _insert_sqlite(rows: list[list[Any]]) -> int:
+    """`executemany` of INSERT OR IGNORE; sqlite3 sums each statement's changes into rowcount."""
+    table = connection.ops.quote_name(GpuSample._meta.db_table)
+    placeholders = ", ".join(["%s"] * len(INSERT_COLUMNS))
+    # Only our own constants and the quoted table name are formatted in; values are bound.
+    sql = f"INSERT OR IGNORE INTO {table} ({', '.join(INSERT_COLUMNS)}) VALUES ({placeholders})"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+        return max(cursor.rowcount, 0)
 
 
 def store_metric_points(points: Sequence[MetricPoint]) -> StoreResult:
@@ -80,48 +159,130 @@ def _minute(ts: datetime) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
-def refresh_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> int:
-    """Rebuild the GpuMinute rows for (run_id, node_id, gpu_index, minute) keys from raw samples."""
-    keys = sorted(set(keys))
-    if not keys:
-        return 0
-    aggregates = {"samples": Count("id"), "memory_total_bytes": Max("memory_total_bytes")}
-    aggregates["power_limit_watts"] = Max("power_limit_watts")
+def _hour(ts: datetime) -> datetime:
+    return ts.replace(minute=0, second=0, microsecond=0)
+
+
+def _spans(keys: Iterable[BucketKey], step: timedelta) -> list[tuple[SeriesKey, datetime, datetime]]:
+    """Merge each series' bucket starts into contiguous [first, end) spans, so one OR term covers a run of buckets."""
+    by_series: dict[SeriesKey, list[datetime]] = {}
+    for run_id, node_id, gpu, bucket in keys:
+        by_series.setdefault((run_id, node_id, gpu), []).append(bucket)
+    spans = []
+    for series, buckets in by_series.items():
+        buckets.sort()
+        first = last = buckets[0]
+        for bucket in buckets[1:]:
+            if bucket - last > step:
+                spans.append((series, first, last + step))
+                first = bucket
+            last = bucket
+        spans.append((series, first, last + step))
+    return spans
+
+
+def _span_filters(keys: Iterable[BucketKey], step: timedelta, time_field: str) -> list[Q]:
+    """OR-ed filters over the rows below the buckets in `keys`, at most SPANS_PER_QUERY terms each."""
+    filters: list[Q] = []
+    spans = _spans(keys, step)
+    for start in range(0, len(spans), SPANS_PER_QUERY):
+        q = Q()
+        for (run_id, node_id, gpu), first, end in spans[start : start + SPANS_PER_QUERY]:
+            q |= Q(run_id=run_id, node_id=node_id, gpu_index=gpu, **{f"{time_field}__gte": first}) & Q(
+                **{f"{time_field}__lt": end}
+            )
+        filters.append(q)
+    return filters
+
+
+def minute_aggregates() -> dict[str, Any]:
+    """Aggregates of GpuSample rows that make one GpuMinute row."""
+    aggregates: dict[str, Any] = {
+        "samples": Count("id"),
+        "memory_total_bytes": Max("memory_total_bytes"),
+        "power_limit_watts": Max("power_limit_watts"),
+    }
     for field in ROLLUP_FIELDS:
         aggregates[f"{field}_min"] = Min(field)
         aggregates[f"{field}_avg"] = Avg(field)
         aggregates[f"{field}_max"] = Max(field)
-    rows: list[GpuMinute] = []
-    # Group keys by (run, node, gpu) and read the span of minutes each needs in one query.
-    spans: dict[tuple[int, int, int], list[datetime]] = {}
-    for run_id, node_id, gpu, minute in keys:
-        spans.setdefault((run_id, node_id, gpu), []).append(minute)
-    for (run_id, node_id, gpu), minutes in spans.items():
-        wanted = set(minutes)
-        first, last = min(minutes), max(minutes)
-        qs = (
-            GpuSample.objects.filter(
-                run_id=run_id,
-                node_id=node_id,
-                gpu_index=gpu,
-                ts__gte=first,
-                ts__lt=last + timedelta(minutes=1),
-            )
-            .annotate(minute=TruncMinute("ts"))
-            .values("minute")
-            .annotate(**aggregates)
+    return aggregates
+
+
+def hour_aggregates() -> dict[str, Any]:
+    """Aggregates of GpuMinute rows that make one GpuHour row.
+
+    The hour's average weights each minute's average by its sample count, so an hour with a
+    half-reported minute is not skewed by it as a plain mean of minute averages would be
+    (exact when the field was reported in every sample, as NVML does for a present field).
+    """
+    aggregates: dict[str, Any] = {
+        "samples": Sum("samples"),
+        "memory_total_bytes": Max("memory_total_bytes"),
+        "power_limit_watts": Max("power_limit_watts"),
+    }
+    for field in ROLLUP_FIELDS:
+        avg = f"{field}_avg"
+        weight = Sum(Case(When(**{f"{avg}__isnull": False}, then=F("samples")), default=0))
+        aggregates[f"{field}_min"] = Min(f"{field}_min")
+        aggregates[avg] = Sum(F(avg) * F("samples"), output_field=FloatField()) / NullIf(
+            weight, 0, output_field=FloatField()
         )
-        for agg in qs:
-            minute = agg.pop("minute")
-            if minute not in wanted:
-                continue
-            rows.append(GpuMinute(run_id=run_id, node_id=node_id, gpu_index=gpu, minute=minute, **agg))
-    update_fields = list(aggregates)
-    GpuMinute.objects.bulk_create(
+        aggregates[f"{field}_max"] = Max(f"{field}_max")
+    return aggregates
+
+
+def _rebuild(
+    source: type, target: type, keys: Iterable[BucketKey], step: timedelta, time_field: str, bucket_field: str
+) -> int:
+    """Recompute `target` rows at `keys` from `source` rows, one grouped query per span group, and upsert them.
+
+    1. Turn the keys into contiguous spans per series and OR them into one filter.
+    2. GROUP BY (run, node, gpu, truncated time) with the tier's aggregates.
+    3. Upsert the results on the target's natural key; keys whose source rows are gone (all
+       pruned) are left as they are: a rollup outlives the tier below it.
+    """
+    keys = set(keys)
+    if not keys:
+        return 0
+    trunc = TruncMinute if step == timedelta(minutes=1) else TruncHour
+    aggregates = minute_aggregates() if source is GpuSample else hour_aggregates()
+    rows = []
+    for q in _span_filters(keys, step, time_field):
+        grouped = (
+            source.objects.filter(q)
+            .annotate(bucket=trunc(time_field, tzinfo=UTC))
+            .values("run_id", "node_id", "gpu_index", "bucket")
+            # Prefixed names: an annotation named like a column would shadow it in F().
+            .annotate(**{f"agg_{name}": expression for name, expression in aggregates.items()})
+            .order_by()
+        )
+        for agg in grouped:
+            values = {name: agg[f"agg_{name}"] for name in aggregates}
+            rows.append(
+                target(
+                    run_id=agg["run_id"],
+                    node_id=agg["node_id"],
+                    gpu_index=agg["gpu_index"],
+                    **{bucket_field: agg["bucket"]},
+                    **values,
+                )
+            )
+    target.objects.bulk_create(
         rows,
         update_conflicts=True,
-        unique_fields=["run", "node", "gpu_index", "minute"],
-        update_fields=update_fields,
+        unique_fields=["run", "node", "gpu_index", bucket_field],
+        update_fields=list(aggregates),
         batch_size=500,
     )
     return len(rows)
+
+
+def refresh_minutes(keys: Iterable[BucketKey]) -> int:
+    """Rebuild the GpuMinute rows for (run_id, node_id, gpu_index, minute) keys from raw samples."""
+    return _rebuild(GpuSample, GpuMinute, keys, timedelta(minutes=1), "ts", "minute")
+
+
+def refresh_hours(keys: Iterable[BucketKey]) -> int:
+    """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups."""
+    return _rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour")

@@ -6,7 +6,7 @@ Every view scopes to `Run.objects.for_user(user)` first: another team's run is a
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
 from django.conf import settings
@@ -16,14 +16,16 @@ from django.contrib.auth.models import Group, User
 from django.core.paginator import Paginator
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.costs import estimate_run_cost
 from runs import charts
+from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run, RunEvent
@@ -278,3 +280,52 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
         else:
             messages.info(request, f"The run is already {run.get_status_display().lower()}; nothing to cancel.")
     return redirect("run_detail", pk=run.pk)
+
+
+def _instant(value: str | None) -> datetime | None:
+    """An ISO time from a query string (naive = UTC), or None when absent; ValueError when malformed."""
+    if not value:
+        return None
+    parsed = parse_datetime(value.replace(" ", "T").replace("Z", "+00:00"))
+    if parsed is None:
+        raise ValueError(value)
+    return parsed if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)
+
+
+@login_required
+def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
+    """One GPU field of a run as a figure for [from, to]: charts.js re-queries it on zoom.
+
+    A narrower range picks a finer tier (raw below ~33 minutes), so zooming shows real samples.
+    """
+    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    field = request.GET.get("field", "utilization_gpu")
+    if field not in charts.ROLLUP_FIELDS:
+        return JsonResponse({"error": f"field must be one of {', '.join(charts.ROLLUP_FIELDS)}"}, status=400)
+    try:
+        start, end = _instant(request.GET.get("from")), _instant(request.GET.get("to"))
+    except ValueError:
+        return JsonResponse({"error": "from and to must be ISO 8601 times"}, status=400)
+    if start and end and end <= start:
+        return JsonResponse({"error": "to must be after from"}, status=400)
+    series = charts.gpu_series(run, field, start, end)
+    tier = series[0].tier if series else None
+    return JsonResponse({"field": field, "tier": tier, "figure": charts.gpu_figure(field, series)})
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    """Every GPU of the user's running runs now, and utilization by team and accelerator over time."""
+    now = timezone.now()
+    nodes = fleet_queries.live_gpus(request.user, now)
+    ctx = {
+        "nodes": nodes,
+        "gpu_count": sum(len(n.gpus) for n in nodes),
+        "run_count": len({n.run_id for n in nodes}),
+        "recent_minutes": settings.AIRBOARD_FLEET_RECENT_MINUTES,
+        "by_team": fleet_queries.history_figure(fleet_queries.utilization_history(request.user, "team", now), "team"),
+        "by_accelerator": fleet_queries.history_figure(
+            fleet_queries.utilization_history(request.user, "accelerator", now), "accelerator type"
+        ),
+    }
+    return render(request, "runs/fleet.html", ctx)

@@ -39,8 +39,43 @@
       }
       var figure = JSON.parse(source.textContent);
       Plotly.newPlot(el, figure.data, themed(figure.layout), { responsive: true, displaylogo: false });
-      drawn.push({ el: el, layout: figure.layout });
+      var item = { el: el, layout: figure.layout };
+      drawn.push(item);
+      if (figure.layout.meta && figure.layout.meta.telemetry_field) {
+        el.on("plotly_relayout", function (event) { refine(item, event); });
+      }
     });
+  }
+
+  /* GPU charts carry layout.meta.telemetry_field: on zoom, fetch the range again from the
+   * run's telemetry.json (relative to the run page), which answers at a finer tier, and on
+   * a reset fetch the whole run. Only the latest request's answer is drawn. */
+  function refine(item, event) {
+    var from = event["xaxis.range[0]"];
+    var to = event["xaxis.range[1]"];
+    if (from === undefined && !event["xaxis.autorange"]) {
+      return;
+    }
+    var params = new URLSearchParams({ field: item.layout.meta.telemetry_field });
+    if (from !== undefined) {
+      params.set("from", from);
+      params.set("to", to);
+    }
+    var ticket = (item.ticket || 0) + 1;
+    item.ticket = ticket;
+    fetch("telemetry.json?" + params.toString(), { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        if (!body || !body.figure || item.ticket !== ticket) {
+          return;
+        }
+        var layout = body.figure.layout;
+        if (from !== undefined) {
+          layout.xaxis = Object.assign({}, layout.xaxis, { range: [from, to], autorange: false });
+        }
+        item.layout = layout;
+        Plotly.react(item.el, body.figure.data, themed(layout));
+      });
   }
 
   function restyle() {

@@ -1,0 +1,64 @@
+"""Retention of GPU telemetry: raw samples go after AIRBOARD_TELEMETRY_RAW_DAYS; rollups stay.
+
+The tiers (see runs/telemetry.py) are built so that pruning raw samples loses no chart: the
+minute and hour rollups were recomputed from them as they arrived, and a rollup row whose raw
+samples are gone is never rebuilt from nothing (`_rebuild` only upserts groups it found).
+
+Deletes go in batches so that no single statement holds a long lock or bloats the WAL: on
+SQLite a 10,000-row delete is a short write transaction the web process can interleave with,
+on PostgreSQL it keeps each transaction's dead tuples and replication lag small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs.models import GpuSample
+
+# Rows per delete: small enough for a short transaction, large enough that a day's worth of a
+# large fleet (8 GPUs x 1 Hz x 500 runs = 345M rows) goes in a bounded number of statements.
+DELETE_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    deleted: int
+    batches: int
+    cutoff: datetime
+
+
+def raw_cutoff(now: datetime | None = None) -> datetime:
+    """Raw samples stamped before this instant are past retention."""
+    return (now or timezone.now()) - timedelta(days=settings.AIRBOARD_TELEMETRY_RAW_DAYS)
+
+
+def prune_raw_samples(
+    now: datetime | None = None, batch_size: int = DELETE_BATCH, max_batches: int | None = None
+) -> PruneResult:
+    """Delete raw GpuSample rows older than the retention cutoff, `batch_size` at a time.
+
+    1. Read the ids of the oldest `batch_size` samples before the cutoff, walking
+       `gpusample_ts_idx` from its start (so each batch costs an index range, not a scan).
+    2. Delete exactly those ids, re-checked against the cutoff, in a transaction of its own
+       (GpuSample has no dependants, so Django issues one DELETE, no per-row collection).
+    3. Repeat until a batch comes back short, or `max_batches` have run (the next daily run
+       continues where this one stopped). GpuMinute and GpuHour are never touched.
+    """
+    cutoff = raw_cutoff(now)
+    deleted = batches = 0
+    while max_batches is None or batches < max_batches:
+        ids = list(GpuSample.objects.filter(ts__lt=cutoff).order_by("ts").values_list("id", flat=True)[:batch_size])
+        if not ids:
+            break
+        with transaction.atomic():
+            count, _ = GpuSample.objects.filter(id__in=ids, ts__lt=cutoff).delete()
+        deleted += count
+        batches += 1
+        if len(ids) < batch_size:
+            break
+    return PruneResult(deleted=deleted, batches=batches, cutoff=cutoff)
