@@ -256,10 +256,10 @@ def push_gpu_samples(request: HttpRequest, payload: GpuSampleBatchIn) -> Status:
             node_key = (run.pk, s.attempt, s.node)
             if node_key not in nodes:
                 nodes[node_key] = ingest.node_for(run, s.attempt, s.node, s.host)
-            values = s.model_dump(include=set(ingest.SAMPLE_VALUE_COLUMNS))
-            rows.append(
-                [run.pk, nodes[node_key].pk, s.gpu, s.ts.isoformat(), *map(values.get, ingest.SAMPLE_VALUE_COLUMNS)]
-            )
+            values = [getattr(s, column) for column in ingest.SAMPLE_VALUE_COLUMNS]
+            if s.processes is not None:  # the one nested column: stored as plain JSON
+                values[-1] = [p.model_dump() for p in s.processes]
+            rows.append([run.pk, nodes[node_key].pk, s.gpu, s.ts.isoformat(), *values])
         return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload.source)
 
 
