@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
+from billing.models import (
+    AcceleratorPrice,
+    AlertChannel,
+    BudgetAlert,
+    Delivery,
+    EgressPrice,
+    EgressRecord,
+    PolicyAction,
+    PolicyVersion,
+    UsagePolicy,
+)
 
 
 @admin.register(AcceleratorPrice)
@@ -35,4 +45,46 @@ class EgressRecordAdmin(admin.ModelAdmin):
     # Run.__str__ is on every row: join it rather than one query per row; and a run picker
     # must not render a <select> of every run ever recorded.
     list_select_related = ("run",)
+    raw_id_fields = ("run",)
+
+
+@admin.register(UsagePolicy)
+class UsagePolicyAdmin(admin.ModelAdmin):
+    list_display = ("name", "budget_usd", "period", "action", "updated_at")
+    search_fields = ("name",)
+    filter_horizontal = ("teams",)
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionAdmin(admin.ModelAdmin):
+    list_display = ("policy", "number", "user", "at", "note")
+    list_select_related = ("policy", "user")
+    readonly_fields = ("policy", "number", "snapshot", "diff", "user", "at", "note")
+
+
+@admin.register(AlertChannel)
+class AlertChannelAdmin(admin.ModelAdmin):
+    list_display = ("policy", "kind", "secret_prefix")
+    list_select_related = ("policy",)
+    # The signing secret is never shown again after creation: not even here.
+    exclude = ("secret", "target")
+    readonly_fields = ("policy", "kind", "secret_prefix")
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(admin.ModelAdmin):
+    list_display = ("policy", "period_start", "kind", "threshold", "spend_usd", "fired_at")
+    list_select_related = ("policy",)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    list_display = ("at", "policy", "channel_kind", "target", "status", "status_code", "attempts")
+    list_select_related = ("policy",)
+
+
+@admin.register(PolicyAction)
+class PolicyActionAdmin(admin.ModelAdmin):
+    list_display = ("at", "policy", "run", "kind", "outcome", "method")
+    list_select_related = ("policy", "run")
     raw_id_fields = ("run",)

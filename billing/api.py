@@ -15,9 +15,10 @@ from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 from pydantic import Field
 
-from billing import reports
+from billing import policies, reports
 from billing.choices import GroupBy
 from dashboard.api import Access, read_auth
+from runs.api import ERRORS
 
 router = Router(tags=["costs"])
 
@@ -69,7 +70,7 @@ def _row(row: dict) -> dict[str, str]:
     }
 
 
-@router.get("/costs", auth=read_auth, response=CostsOut, by_alias=True)
+@router.get("/costs", auth=read_auth, response={200: CostsOut, **ERRORS}, by_alias=True)
 def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
     """Estimated cost per group over an inclusive UTC date range, from the daily rollups."""
     end = query.to or timezone.now().date()
@@ -84,3 +85,44 @@ def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
     out = [_row(row) for row in reports.grouped(rows, GroupBy(query.group_by))]
     total = reports.totals(rows)["total_usd"]
     return {"group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total), "rows": out}
+
+
+# --- Admission (dry run) --------------------------------------------------------------------
+
+
+class AdmissionIn(Schema):
+    workload_yaml: str = Field(..., max_length=1_000_000)
+    team: str = Field(..., max_length=150)
+    user: str = Field("", max_length=150)
+    region: str | None = Field(None, max_length=32)
+
+
+class ViolationOut(Schema):
+    rule: str
+    message: str
+
+
+class AdmissionOut(Schema):
+    decision: Literal["allow", "deny"]
+    violations: list[ViolationOut]
+    warnings: list[str]
+    policy: str | None
+    region: str
+    remaining_budget_usd: str | None
+    estimated_usd_per_hour: str | None
+
+
+@router.post("/admission", auth=read_auth, response={200: AdmissionOut, **ERRORS}, tags=["policies"])
+def admission(request: HttpRequest, payload: AdmissionIn) -> dict:
+    """Would this workload be admitted for this team now? A dry run: nothing is stored.
+
+    A key (ingest or read) answers only for its own team (403 otherwise); a user only for a
+    team they belong to (404 otherwise, as for a team that does not exist).
+    """
+    access = Access(request)
+    if access.key is not None and access.key.team.name != payload.team:
+        raise HttpError(403, "This API key belongs to another team; use a key of the team you ask about.")
+    team = access.teams().filter(name=payload.team).first()
+    if team is None:
+        raise HttpError(404, f"No team named {payload.team!r} that you belong to.")
+    return policies.admit_yaml(payload.workload_yaml, team, region=payload.region or None).as_dict()

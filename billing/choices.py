@@ -20,3 +20,53 @@ class GroupBy(models.TextChoices):
     CREATOR = "creator", "Creator"
     USAGE_POLICY_NAME = "usage_policy_name", "Usage policy"
     DAY = "day", "Day"
+
+
+class BudgetPeriod(models.TextChoices):
+    """The span a policy's budget covers; it starts on the policy's `period_start_day`."""
+
+    MONTH = "month", "Month"
+    QUARTER = "quarter", "Quarter"
+
+
+class SpentAction(models.TextChoices):
+    """What happens once a policy's budget is spent."""
+
+    NOTIFY = "notify", "Notify only"
+    REFUSE = "refuse", "Refuse new runs"
+    CANCEL = "cancel", "Refuse new runs and cancel running ones"
+
+
+class AlertKind(models.TextChoices):
+    """A threshold of actual spend, or of the forecast to the period's end."""
+
+    SPEND = "spend", "Spend reached"
+    FORECAST = "forecast", "Forecast to exceed"
+
+
+class ChannelKind(models.TextChoices):
+    """Where a policy's alerts go."""
+
+    EMAIL = "email", "Email"
+    SLACK = "slack", "Slack-compatible webhook"
+    WEBHOOK = "webhook", "Signed JSON webhook"
+
+
+class DeliveryStatus(models.TextChoices):
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+
+
+class EnforcementKind(models.TextChoices):
+    """What enforcement did to a run (each at most once per run)."""
+
+    BUDGET_CANCEL = "budget_cancel", "Cancelled: budget spent"
+    IDLE_WARN = "idle_warn", "Warned: GPUs idle"
+    IDLE_CANCEL = "idle_cancel", "Cancelled: GPUs idle"
+
+
+class EnforcementOutcome(models.TextChoices):
+    CLAIMED = "claimed", "Claimed"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped (no cancel method configured)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import IntegrityError, OperationalError
 
-from billing import rollups
+from billing import enforcement, rollups
 
 
 # Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*").
@@ -26,3 +26,22 @@ def roll_up_costs() -> dict[str, int | bool]:
     """Recompute the CostDaily days touched by runs changed since the last pass."""
     result = rollups.refresh_changed()
     return {"claimed": result.claimed, "runs": result.runs, "days": result.days, "rows": result.rows}
+
+
+# Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*"). Safe to run twice at once,
+# or again after a lost worker: every alert and every run action is claimed in the database
+# (BudgetAlert's conditional UPDATE, PolicyAction's unique (run, kind)), so a rerun sends and
+# cancels nothing twice. Not acks_late:
+# a redelivered pass would be harmless but the next beat (five minutes on) does the same work.
+@shared_task(
+    name="billing.enforce_policies",
+    autoretry_for=(OperationalError,),
+    retry_backoff=10,
+    max_retries=3,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def enforce_policies() -> dict[str, int]:
+    """Evaluate every usage policy: fire budget alerts, cancel runs, apply the idle-GPU rule."""
+    result = enforcement.enforce_all()
+    return {"policies": result.policies, "alerts": result.alerts, "actions": len(result.actions)}

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from billing import views
+from billing import policy_views, views
 
 urlpatterns = [
     path("", views.cost_overview, name="cost_overview"),
@@ -10,4 +10,14 @@ urlpatterns = [
     path("prices/export.csv", views.price_export, name="price_export"),
     path("prices/<str:kind>/new/", views.price_edit, name="price_new"),
     path("prices/<str:kind>/<int:pk>/", views.price_edit, name="price_edit"),
+    path("policies/", policy_views.policy_list, name="policy_list"),
+    path("policies/new/", policy_views.policy_edit, name="policy_new"),
+    path("policies/<int:pk>/", policy_views.policy_detail, name="policy_detail"),
+    path("policies/<int:pk>/edit/", policy_views.policy_edit, name="policy_edit"),
+    path("policies/<int:pk>/versions/", policy_views.policy_versions, name="policy_versions"),
+    path("policies/<int:pk>/versions/<int:number>/rollback/", policy_views.policy_rollback, name="policy_rollback"),
+    path("policies/<int:pk>/channels/", policy_views.channel_add, name="policy_channel_add"),
+    path(
+        "policies/<int:pk>/channels/<int:channel_pk>/delete/", policy_views.channel_delete, name="policy_channel_delete"
+    ),
 ]

@@ -33,6 +33,13 @@ BEAT_SCHEDULE = {
         "task": "billing.roll_up_costs",
         "schedule": crontab(minute="*/5"),
     },
+    # Usage policies against spend: budget alerts (each fires once), cancels of runs under a
+    # spent policy, the idle-GPU rule. Every 5 minutes, offset by 2 from the cost rollup so it
+    # reads fresh rows; running runs' accrual since the rollup is added by the pass itself.
+    "enforce-policies": {
+        "task": "billing.enforce_policies",
+        "schedule": crontab(minute="2-59/5"),
+    },
     # Raw GPU samples past AIRBOARD_TELEMETRY_RAW_DAYS go, in batches; the minute and hour
     # rollups stay. At 03:17 UTC, away from the top of the hour when collectors and billing run.
     "prune-telemetry": {

@@ -221,6 +221,31 @@ AIRBOARD_TRUSTED_PROXIES = env_int("AIRBOARD_TRUSTED_PROXIES", 0, minimum=0)
 # A Content-Security-Policy replacing the default one (dashboard/security.py says why it is as it is).
 AIRBOARD_CSP = env_str("AIRBOARD_CSP", "")
 
+# --- Usage policies: alert email, webhooks, cancels (billing/alerts.py, enforcement.py) ---
+# Alert email: console in DEBUG; otherwise SMTP from AIRBOARD_EMAIL_HOST (etc.) when set.
+EMAIL_HOST = env_str("AIRBOARD_EMAIL_HOST", "")
+EMAIL_PORT = env_int("AIRBOARD_EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("AIRBOARD_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_str("AIRBOARD_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("AIRBOARD_EMAIL_USE_TLS", True)
+EMAIL_BACKEND = env_str(
+    "AIRBOARD_EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST and not DEBUG
+    else "django.core.mail.backends.console.EmailBackend",
+)
+DEFAULT_FROM_EMAIL = env_str("AIRBOARD_EMAIL_FROM", "airboard@localhost")
+# Alert and cancel webhooks: seconds per try, retries after the first try, first backoff (doubles).
+AIRBOARD_WEBHOOK_TIMEOUT_SECONDS = env_float("AIRBOARD_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+AIRBOARD_WEBHOOK_RETRIES = env_int("AIRBOARD_WEBHOOK_RETRIES", 3, minimum=0)
+AIRBOARD_WEBHOOK_BACKOFF_SECONDS = env_float("AIRBOARD_WEBHOOK_BACKOFF_SECONDS", 1.0, minimum=0)
+# Cancelling a run a policy stops: a command template ({run_id} = the source's run id; split
+# with shlex, run without a shell), else a webhook; local runs are flagged for their launcher.
+AIRBOARD_CANCEL_COMMAND = env_str("AIRBOARD_CANCEL_COMMAND", "")
+AIRBOARD_CANCEL_TIMEOUT_SECONDS = env_float("AIRBOARD_CANCEL_TIMEOUT_SECONDS", 60.0, minimum=1)
+AIRBOARD_CANCEL_WEBHOOK_URL = env_url("AIRBOARD_CANCEL_WEBHOOK_URL", {"http", "https"})
+AIRBOARD_CANCEL_WEBHOOK_SECRET = env_str("AIRBOARD_CANCEL_WEBHOOK_SECRET", "")
+
 # --- Collectors ---------------------------------------------------------------------
 # MLflow: the tracking server (or store URI) to pull runs and metric histories from.
 AIRBOARD_MLFLOW_TRACKING_URI = env_str("MLFLOW_TRACKING_URI", "")

@@ -75,11 +75,12 @@ PLACEHOLDER = re.compile(r"\{\{\s*parameters\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 def admit(workload: Workload, team: Group) -> list[str]:
     """Admission hook: the reasons this team may not run this workload now ([] = admitted).
 
-    Budget and usage-policy admission (`billing.policies.admit`) is a later issue; until it
-    lands every valid workload of an existing team is admitted. Keep the signature: the launcher
+    Delegates to `billing.policies.admit` (usage policy constraints and budget). The launcher
     prints each reason and exits 1 when the list is not empty.
     """
-    return []
+    from billing.policies import admit as admit_by_policy  # billing imports runs: import late
+
+    return [violation.message for violation in admit_by_policy(workload, team).violations]
 
 
 def launch_problems(workload: Workload) -> list[Problem]:

@@ -25,7 +25,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
-from billing.models import AcceleratorPrice
+from billing.models import AcceleratorPrice, AlertChannel, UsagePolicy
+from billing.policies import record_version
 from dashboard.models import ApiKeyRole
 from runs.choices import AcceleratorType, BatchKind
 from runs.models import IngestBatch, Run
@@ -39,6 +40,13 @@ SKIP_NAMES = {"login", "logout"}
 # Distinctive strings that only vision's data carries: none may show on another team's pages.
 VISION_RUN_ID = "vision-private-run-7f3a"
 VISION_EXPERIMENT = "/Workspace/Users/alice/vision-private-experiment"
+ADMISSION_WORKLOAD = """\
+experiment_name: /Workspace/Users/alice/admission-check
+compute:
+  accelerator_type: GPU_1xA10
+  num_accelerators: 1
+command: python train.py
+"""
 
 
 @dataclass
@@ -49,6 +57,8 @@ class Seeded:
     run: Run
     batch: IngestBatch
     price: AcceleratorPrice
+    policy: UsagePolicy
+    channel: AlertChannel
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,14 @@ PAGES: dict[str, Page] = {
     "price_new": Page(lambda s: {"kind": "accelerator"}, member=403, other=403),
     "price_edit": Page(lambda s: {"kind": "accelerator", "pk": s.price.pk}, member=403, other=403),
     "price_upload": Page(member=403, other=403),
+    # Policies: a team's members read them; only policy admins (staff here) change them.
+    "policy_new": Page(member=403, other=403),
+    "policy_detail": Page(lambda s: {"pk": s.policy.pk}),
+    "policy_edit": Page(lambda s: {"pk": s.policy.pk}, member=403),
+    "policy_versions": Page(lambda s: {"pk": s.policy.pk}),
+    "policy_rollback": Page(lambda s: {"pk": s.policy.pk, "number": 1}, member=403),
+    "policy_channel_add": Page(lambda s: {"pk": s.policy.pk}, member=403),
+    "policy_channel_delete": Page(lambda s: {"pk": s.policy.pk, "channel_pk": s.channel.pk}, member=403),
 }
 
 ARGUMENT = re.compile(r"<(?:(?P<converter>[^>:]+):)?(?P<name>\w+)>")
@@ -130,7 +148,11 @@ def seeded(world: World) -> Seeded:
         accelerator_type=AcceleratorType.H100_8, region="us-west-2", effective_from=T0 - timedelta(days=400),
         usd_per_hour="9.5", kind="list", source="test",
     )  # fmt: skip
-    return Seeded(world, run, batch, price)
+    policy = UsagePolicy.objects.create(name="vision-private-policy", budget_usd="1000")
+    policy.teams.add(world.vision)
+    record_version(policy, world.sam)
+    channel = AlertChannel.objects.create(policy=policy, kind="email", target="alice@example.com")
+    return Seeded(world, run, batch, price, policy, channel)
 
 
 def _method(client: Client, url: str) -> str:
@@ -195,6 +217,7 @@ class Operation:
 
     body: Callable[[Seeded], dict[str, Any]]
     other: int
+    read_key: int = 403  # a read-only check (admission's dry run) answers 200
 
 
 WRITES: dict[str, Operation] = {
@@ -206,6 +229,10 @@ WRITES: dict[str, Operation] = {
     "POST /api/v1/gpu-samples": Operation(
         lambda s: {"samples": [{"run": VISION_RUN_ID, "gpu": 0, "ts": T0.isoformat(), "utilization_gpu": 50}]},
         other=422,
+    ),
+    # Admission is a dry run any key of the team may ask; another team's key is refused.
+    "POST /api/v1/admission": Operation(
+        lambda s: {"workload_yaml": ADMISSION_WORKLOAD, "team": "vision"}, other=403, read_key=200
     ),
     "POST /api/v1/metrics": Operation(
         lambda s: {"points": [{"run": VISION_RUN_ID, "key": "loss", "ts": T0.isoformat(), "value": 1.0}]},
@@ -274,7 +301,8 @@ def test_every_api_operation(seeded: Seeded) -> None:
 
         if write:
             read_key = _call(vision_read, method, url, body)
-            assert read_key.status_code == 403, f"{label}: a read key got {read_key.status_code}"
+            expected_read = WRITES[label].read_key
+            assert read_key.status_code == expected_read, f"{label}: a read key got {read_key.status_code}"
             other = _call(nlp_ingest, method, url, body)
             expected = WRITES[label].other
             assert other.status_code == expected, f"{label}: another team's key got {other.status_code}"

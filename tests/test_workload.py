@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -724,9 +725,15 @@ def test_command_accepts_a_valid_file() -> None:
     assert (code, out.strip(), err) == (0, "OK: llama-finetune on 16 x GPU_8xH100 (2 node(s))", "")
 
 
-def test_command_accepts_long_option_and_team() -> None:
+@pytest.mark.django_db
+def test_command_accepts_long_option_and_team_then_checks_admission() -> None:
+    Group.objects.create(name="vision")
     code, out, _ = run_command("--file", str(DATA / "minimal.yaml"), "--team", "vision")
-    assert (code, out.strip()) == (0, "OK: my-training on 1 x GPU_1xA10 (1 node(s))")
+    assert code == 0
+    assert out.startswith("ALLOW: my-training for team vision")
+    code, _, err = run_command("--file", str(DATA / "minimal.yaml"), "--team", "no-such-team")
+    assert code == 1
+    assert "not admitted" in err
 
 
 def test_command_reports_problems_as_file_line_path_message() -> None:
@@ -752,10 +759,13 @@ def test_command_on_empty_and_missing_files(tmp_path: Path) -> None:
     assert run_command("-f", str(tmp_path / "latin1.yaml"))[0] == 1
 
 
+@pytest.mark.django_db
 def test_command_json_output() -> None:
+    Group.objects.create(name="vision")
     code, out, _ = run_command("-f", str(DATA / "everything.yaml"), "--json", "--team", "vision")
     report = json.loads(out)
     assert (code, report["ok"], report["problems"], report["team"]) == (0, True, [], "vision")
+    assert report["admission"]["decision"] == "allow"
     assert report["workload"]["nodes"] == 1 and report["workload"]["accelerator_type"] == "GPU_8xB300"
 
     code, out, err = run_command("-f", str(DATA / "duplicate_keys.yaml"), "--json")

@@ -24,9 +24,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("-f", "--file", required=True, help="path to the workload YAML file")
-        # Admission against the team's usage and budget policies comes later (billing.policies.admit);
-        # for now the team is only recorded, so launch scripts can already pass it.
-        parser.add_argument("--team", help="team the run would be charged to (recorded only, for now)")
+        # With a team, the workload also goes through admission (billing.policies.admit): the
+        # team's usage policy constraints and budget. That needs the database; without --team
+        # the check stays pure file checking.
+        parser.add_argument("--team", help="team the run would be charged to: also check admission for it")
+        parser.add_argument("--region", help="workspace region for admission (default: the team's home region)")
         parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -45,8 +47,25 @@ class Command(BaseCommand):
         except WorkloadError as exc:
             problems = exc.problems
 
+        admission = None
+        if team is not None and workload is not None:
+            admission = _admission(workload, team, options.get("region"))
+            if admission["decision"] == "deny":
+                problems = [
+                    Problem("", None, f"not admitted ({v['rule']}): {v['message']}") for v in admission["violations"]
+                ]
+
         if as_json:
-            self.stdout.write(json.dumps(_report(workload, problems, team), indent=2))
+            report = _report(workload, problems, team)
+            report["admission"] = admission
+            self.stdout.write(json.dumps(report, indent=2))
+        elif admission is not None:
+            self.stdout.write(f"{admission['decision'].upper()}: {workload.experiment_name} for team {team}"
+                              + (f" under policy {admission['policy']}" if admission["policy"] else ""))  # fmt: skip
+            for problem in problems:
+                self.stderr.write(_located(filename, problem))
+            for warning in admission["warnings"]:
+                self.stdout.write(f"note: {warning}")
         elif workload is not None:
             self.stdout.write(
                 f"OK: {workload.experiment_name} on {workload.num_accelerators} x {workload.accelerator_type} "
@@ -64,6 +83,23 @@ def _located(filename: str, problem: Problem) -> str:
     """`FILE:LINE: path: message`, leaving out the parts a problem does not have."""
     where = f"{filename}:{problem.line}" if problem.line is not None else filename
     return ": ".join(part for part in (where, problem.path, problem.message) if part)
+
+
+def _admission(workload: Workload, team_name: str, region: str | None) -> dict[str, Any]:
+    """Admission's decision as a dict; an unknown team is a deny like any other violation."""
+    from django.contrib.auth.models import Group
+
+    from billing.policies import admit
+
+    team = Group.objects.filter(name=team_name).first()
+    if team is None:
+        return {
+            "decision": "deny",
+            "policy": None,
+            "warnings": [],
+            "violations": [{"rule": "team", "message": f"No team is named {team_name!r}; check --team."}],
+        }
+    return admit(workload, team, region=region).as_dict()
 
 
 def _report(workload: Workload | None, problems: list[Problem], team: str | None) -> dict[str, Any]:

@@ -1,0 +1,145 @@
+"""Usage policy pages (`/costs/policies/`).
+
+Policy admins (`can_manage_policies`: staff or `billing.manage_policies`) see and edit every
+policy. Other users see their teams' policies read-only; any other policy answers 404, so a
+page never tells whether another team's policy exists.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from billing import policies
+from billing.models import AlertChannel, UsagePolicy
+from billing.policy_forms import ChannelForm, PolicyForm, can_manage_policies
+
+# Rows of the delivery, alert and action logs on a policy page.
+LOG_ROWS = 50
+
+
+def visible_policies(request: HttpRequest) -> QuerySet[UsagePolicy]:
+    """Every policy for an admin; else those covering one of the user's teams."""
+    if can_manage_policies(request.user):
+        return UsagePolicy.objects.all()
+    return UsagePolicy.objects.filter(teams__in=request.user.groups.all()).distinct()
+
+
+def _policy(request: HttpRequest, pk: int) -> UsagePolicy:
+    return get_object_or_404(visible_policies(request).prefetch_related("teams"), pk=pk)
+
+
+def _require_admin(request: HttpRequest) -> None:
+    if not can_manage_policies(request.user):
+        raise PermissionDenied("Only policy admins change policies.")
+
+
+@login_required
+def policy_list(request: HttpRequest) -> HttpResponse:
+    rows = []
+    for policy in visible_policies(request).prefetch_related("teams").order_by("name"):
+        status = policies.evaluate(policy)
+        figure = policies.burn_down_figure(status)
+        rows.append({"policy": policy, "status": status, "figure": figure, "figure_id": f"burn-{policy.pk}"})
+    ctx = {"rows": rows, "can_manage": can_manage_policies(request.user), "current": "policy_list"}
+    return render(request, "billing/policy_list.html", ctx)
+
+
+def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> dict:
+    status = policies.evaluate(policy)
+    return {
+        "policy": policy,
+        "status": status,
+        "figure": policies.burn_down_figure(status),
+        "channels": policy.channels.order_by("pk"),
+        "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
+        "alerts": policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")[:LOG_ROWS],
+        "actions": policy.actions.select_related("run").order_by("-at", "-pk")[:LOG_ROWS],
+        "can_manage": can_manage_policies(request.user),
+        "current": "policy_list",
+        **extra,
+    }
+
+
+@login_required
+def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    ctx = _detail_ctx(request, policy, channel_form=ChannelForm() if can_manage_policies(request.user) else None)
+    return render(request, "billing/policy_detail.html", ctx)
+
+
+@login_required
+def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    """Create (no pk) or edit a policy; every save that changes it stores a version."""
+    policy = _policy(request, pk) if pk is not None else None
+    _require_admin(request)
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            saved = form.save()
+            version = policies.record_version(saved, request.user, note="created" if policy is None else "edited")
+        if version is None:
+            messages.info(request, "Nothing changed.")
+        else:
+            messages.success(request, f"Saved {saved.name} as version {version.number}.")
+        return redirect("policy_detail", pk=saved.pk)
+    return render(request, "billing/policy_form.html", {"form": form, "policy": policy, "current": "policy_list"})
+
+
+@login_required
+def policy_versions(request: HttpRequest, pk: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    versions = policy.versions.select_related("user").order_by("-number")
+    ctx = {"policy": policy, "versions": versions, "can_manage": can_manage_policies(request.user),
+           "current": "policy_list"}  # fmt: skip
+    return render(request, "billing/policy_versions.html", ctx)
+
+
+@login_required
+@require_POST
+def policy_rollback(request: HttpRequest, pk: int, number: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    _require_admin(request)
+    version = policy.versions.filter(number=number).first()
+    if version is None:
+        raise Http404("No such version.")
+    new = policies.rollback(policy, version, request.user)
+    if new is None:
+        messages.info(request, f"The policy already matches version {number}.")
+    else:
+        messages.success(request, f"Rolled back to version {number}, saved as version {new.number}.")
+    return redirect("policy_versions", pk=policy.pk)
+
+
+@login_required
+@require_POST
+def channel_add(request: HttpRequest, pk: int) -> HttpResponse:
+    """Add a channel. A signed webhook's secret is shown in this one response, never again."""
+    policy = _policy(request, pk)
+    _require_admin(request)
+    form = ChannelForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request, "billing/policy_detail.html", _detail_ctx(request, policy, channel_form=form), status=400
+        )
+    channel = form.save(commit=False)
+    channel.policy = policy
+    channel.save()
+    ctx = _detail_ctx(request, policy, channel_form=ChannelForm(), new_secret=channel.secret or None)
+    return render(request, "billing/policy_detail.html", ctx)
+
+
+@login_required
+@require_POST
+def channel_delete(request: HttpRequest, pk: int, channel_pk: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    _require_admin(request)
+    get_object_or_404(AlertChannel, pk=channel_pk, policy=policy).delete()
+    messages.success(request, "Channel removed.")
+    return redirect("policy_detail", pk=policy.pk)
