@@ -19,12 +19,15 @@ from dashboard import ratelimit
 from runs.choices import RunStatus
 from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
 from runs.models import CollectorState, MlflowRun, Run
+from runs.stalls import run_stalls
 
 # How far back the overview's failure panel looks.
 FAILURE_WINDOW = timedelta(days=7)
 # Rows listed in each overview panel; the run list has the rest.
 PANEL_ROWS = 10
 FAILED_STATUSES = [RunStatus.FAILED, RunStatus.TIMED_OUT]
+# Running runs checked for stalled GPUs on the overview, newest first.
+STALL_RUNS = 50
 
 
 @login_required
@@ -53,6 +56,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "has_runs": runs.exists(),
         "month": now,
         "stale_collectors": [c for c in CollectorState.objects.all() if c.is_stale],
+        # Stalled / process-less GPUs of running runs (runs/stalls.py): one sample query per run.
+        "stalls": run_stalls(active.filter(status=RunStatus.RUNNING)[:STALL_RUNS]),
     }
     return render(request, "dashboard/overview.html", ctx)
 

@@ -106,3 +106,16 @@ class CollectorKind(models.TextChoices):
     RUNS = "runs", "Run source"
     LOGS = "logs", "Log source"
     AGENT = "agent", "GPU node agent"
+
+
+class PostMortemStatus(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    IN_REVIEW = "in_review", "In review"
+    DONE = "done", "Done"
+
+
+class StallKind(models.TextChoices):
+    """What `runs.stalls` flags on a running run."""
+
+    HUNG = "hung", "Busy but doing no work (hung collective?)"
+    NO_PROCESS = "no_process", "Billed GPU with no process on it"

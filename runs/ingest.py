@@ -18,8 +18,8 @@ from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
+from runs import postmortem
 from runs.choices import (
     GPUS_PER_NODE,
     AcceleratorType,
@@ -29,8 +29,8 @@ from runs.choices import (
     TelemetrySource,
     accelerator_count_problem,
 )
-from runs.models import Attempt, GpuSample, IngestBatch, LogChunk, MetricPoint, Node, Run
-from runs.telemetry import StoreResult, store_gpu_samples, store_metric_points
+from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
+from runs.telemetry import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ def upsert_run(team: Group, data: dict[str, Any]) -> UpsertResult:
         for name in RUN_FIELDS:
             if name in data and data[name] is not None:
                 setattr(run, name, data[name])
+        previous_status = None if created else run.status
         status = data.get("status")
         if status:
             if not created and _moves_backwards(run.status, status):
@@ -127,6 +128,8 @@ def upsert_run(team: Group, data: dict[str, Any]) -> UpsertResult:
 
         for attempt_data in data.get("attempts") or []:
             ignored += _upsert_attempt(run, attempt_data)
+        if run.status != previous_status:
+            postmortem.enqueue_classification(run)  # on commit, and only for failed runs
     return UpsertResult(run=run, created=created, ignored=ignored)
 
 
@@ -208,6 +211,7 @@ def append_log_chunk(
                 chunk = LogChunk.objects.create(node=node, seq=seq, text=text, line_count=_count_lines(text))
         except IntegrityError:
             return append_log_chunk(run, attempt, node_index, seq, text, host)
+        postmortem.enqueue_classification(run)  # late logs of a failed run: classify again
     return "stored", chunk
 
 
@@ -219,12 +223,8 @@ def _count_lines(text: str) -> int:
 
 # --- Telemetry batches ----------------------------------------------------------------------
 
-SAMPLE_COLUMNS = (
-    "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
-    "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
-    "sm_active", "tensor_active", "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "pcie_tx_kbps",
-    "pcie_rx_kbps", "processes",
-)  # fmt: skip
+# A recorded sample row: every column the insert writes but `source`, which is per batch.
+SAMPLE_COLUMNS = INSERT_COLUMNS[:-1]
 # A sample row: ids and time first, then the value fields in this order.
 SAMPLE_VALUE_COLUMNS = SAMPLE_COLUMNS[4:]
 METRIC_COLUMNS = ("run_id", "key", "step", "ts", "value")
@@ -272,10 +272,8 @@ def enqueue_batch(batch: IngestBatch, queue: str | None = None) -> None:
 
 
 def _ts(value: str) -> datetime:
-    parsed = parse_datetime(value)
-    if parsed is None:
-        raise ValueError(f"bad timestamp {value!r} in a stored batch")
-    return parsed
+    """A timestamp the API wrote with isoformat(); fromisoformat reads it back ten times faster."""
+    return datetime.fromisoformat(value)
 
 
 def process_batch(batch_id: int) -> StoreResult | None:
@@ -287,11 +285,16 @@ def process_batch(batch_id: int) -> StoreResult | None:
     rows: list[list[Any]] = body["rows"]
     if batch.kind == BatchKind.GPU_SAMPLES:
         source = body.get("source") or TelemetrySource.API
-        # Rows recorded before a column was added are shorter: the missing tail stays NULL.
-        objects = [GpuSample(**dict(zip(SAMPLE_COLUMNS, row, strict=False)), source=source) for row in rows]
-        for obj in objects:
-            obj.ts = _ts(obj.ts)
-        result = store_gpu_samples(objects)
+        width = len(SAMPLE_COLUMNS)
+        ts_at = SAMPLE_COLUMNS.index("ts")
+        samples = []
+        for row in rows:
+            # Rows recorded before a column was added are shorter: the missing tail stays NULL.
+            sample = [*row, *([None] * (width - len(row)))]
+            sample[ts_at] = _ts(sample[ts_at])
+            sample.append(source)
+            samples.append(sample)
+        result = store_sample_rows(samples)
     else:
         points = [MetricPoint(**dict(zip(METRIC_COLUMNS, row, strict=True))) for row in rows]
         for point in points:

@@ -15,6 +15,7 @@ from runs.choices import (
     BatchKind,
     BatchStatus,
     CollectorKind,
+    PostMortemStatus,
     RunEventKind,
     RunSource,
     RunStatus,
@@ -518,6 +519,63 @@ class IngestBatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} batch {self.pk} ({self.row_count} rows, {self.status})"
+
+
+class FailureAnalysis(models.Model):
+    """The classifier's verdict on a failed run: its first causal error, where, and what to do."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="failure")
+    # A class id of runs.classify_rules.CLASSES; not a choices field, so a new class in the
+    # rules needs no migration.
+    class_id = models.CharField(max_length=40)
+    title = models.CharField(max_length=200)
+    attempt_number = models.PositiveIntegerField(null=True, blank=True)
+    node_index = models.PositiveIntegerField(null=True, blank=True)
+    line = models.PositiveIntegerField(null=True, blank=True, help_text="1-based, within that node's log.")
+    evidence = models.TextField(blank=True)
+    # The evidence with numbers, hex ids and paths folded, so recurring causes group together.
+    signature = models.CharField(max_length=200, blank=True)
+    remedy = models.TextField(blank=True)
+    note = models.TextField(blank=True, help_text="Timing remarks: timeout, runtime cap.")
+    failed_at = models.DateTimeField(null=True, blank=True, help_text="When the failure happened, best known.")
+    classified_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # Similar failures and the failures overview: one class, newest first.
+            models.Index(fields=["class_id", "-failed_at"], name="failure_class_failed_idx"),
+            # Failures overview: a date range of failures across classes.
+            models.Index(fields=["failed_at"], name="failure_failed_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.class_id}"
+
+
+class PostMortem(models.Model):
+    """A written post-mortem of a failed run: root cause, action items and a Markdown body."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="postmortems")
+    title = models.CharField(max_length=200)
+    summary = models.TextField(blank=True)
+    owner = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="postmortems")
+    status = models.CharField(max_length=16, choices=PostMortemStatus.choices, default=PostMortemStatus.DRAFT)
+    root_cause = models.TextField(blank=True, help_text="Prefilled from the classifier.")
+    # [{"text": "...", "owner": "alice", "done": false}]
+    action_items = models.JSONField(default=list, blank=True)
+    body = models.TextField(blank=True, help_text="Markdown; rendered sanitised.")
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            # The run's failure page lists its post-mortems, newest first.
+            models.Index(fields=["run", "-created_at"], name="postmortem_run_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
 
 
 def runs_visible_to(user: User) -> QuerySet[Run]:

@@ -96,3 +96,26 @@ def prune_telemetry() -> int:
     from runs import retention
 
     return retention.prune_raw_samples().deleted
+
+
+# Failure classification: overwrites one FailureAnalysis row per run, so re-running is harmless.
+# Sent to the collect queue by runs.postmortem.enqueue_classification (CLASSIFY_QUEUE).
+@shared_task(
+    name="runs.classify_run",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=5,
+    max_retries=3,
+    soft_time_limit=300,
+    time_limit=360,
+)
+def classify_run(run_id: int) -> str:
+    """Classify a failed run's logs and store the verdict; '' when the run is gone."""
+    from runs import postmortem
+    from runs.models import Run
+
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return ""
+    return postmortem.classify_run(run).class_id
