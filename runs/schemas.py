@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_va
 
 from runs.choices import AcceleratorType, RunSource, RunStatus, TelemetrySource, accelerator_count_problem
 
-ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/]+$")]
+ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/\x00]+$")]
 RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]+)+|internet)?$")]
 
 
@@ -46,11 +46,19 @@ def _metric_value(value: Any) -> Any:
     return value
 
 
+def _refuse_nul(value: Any) -> Any:
+    """U+0000 cannot be stored in PostgreSQL text: refuse it on every backend, naming the field."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("contains a NUL (U+0000) character")
+    return value
+
+
 def bounded(low: float, high: float) -> Any:
     return Annotated[float | None, Field(default=None, ge=low, le=high), AfterValidator(_finite)]
 
 
 class NodeIn(Schema):
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
     index: int = Field(ge=0, le=4096)
     host: str = Field(default="", max_length=255)
     status: RunStatus | None = None
@@ -60,6 +68,7 @@ class NodeIn(Schema):
 
 
 class AttemptIn(Schema):
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
     number: int = Field(ge=1, le=1000)
     status: RunStatus | None = None
     started_at: Timestamp | None = None
@@ -81,6 +90,8 @@ class AttemptIn(Schema):
 
 class RunIn(Schema):
     """A run as its source reports it. Fields left out keep their stored value."""
+
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
 
     source: RunSource = RunSource.SERVERLESS
     external_id: ExternalId
@@ -130,12 +141,14 @@ class LogChunkIn(Schema):
 
 
 class GpuProcessIn(BaseModel):
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
     pid: int = Field(ge=0, le=2**31)
     used_memory_bytes: int | None = Field(default=None, ge=0, le=2**50)
     run: str = Field(default="", max_length=200, description="AIRBOARD_RUN_ID found in the process environment.")
 
 
 class GpuSampleIn(BaseModel):
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
     attempt: int | None = Field(default=None, ge=1, le=1000, description="Default: the run's latest attempt.")
@@ -168,6 +181,7 @@ class GpuSampleBatchIn(BaseModel):
 
 
 class MetricPointIn(BaseModel):
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
     key: str = Field(min_length=1, max_length=250)

@@ -262,3 +262,12 @@ def test_a_workload_with_a_literal_token_is_refused_and_not_stored(world: World)
     assert "secrets" in errors[0]["message"]
     assert token not in response.content.decode()
     assert not Run.objects.exists()
+
+
+def test_a_nul_character_is_refused_with_the_field_named_on_every_backend(world: World) -> None:
+    body = run_payload(experiment_name="llama\x00ft")
+    response = world.api(world.vision).post("/api/v1/runs", body, content_type="application/json")
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "experiment_name"
+    assert not Run.objects.exists()
+    assert world.api(world.vision).get("/api/v1/runs/bad%00id").status_code in (404, 422)
