@@ -49,6 +49,7 @@ from runs.demo import (
     rng_for,
 )
 from runs.demo import email as demo_email
+from runs.demo_clusters import remove_demo_clusters, write_demo_clusters
 from runs.demo_constants import DEMO_PASSWORD
 from runs.demo_logs import LogContext, node_log
 from runs.demo_series import PROFILES, Activity, metric_points, minute_rollups, raw_samples
@@ -100,9 +101,13 @@ def is_demo_user(user: User) -> bool:
 
 def seed_demo(
     *, seed: int = 42, now: datetime | None = None, runs: int = 2000, reset: bool = False, if_empty: bool = False,
-    log: Log = print,
+    advice_examples: bool = True, log: Log = print,
 ) -> dict[str, int] | None:  # fmt: skip
-    """Seed the demo workspace (see the module docstring); returns row counts, None when skipped."""
+    """Seed the demo workspace (see the module docstring); returns row counts, None when skipped.
+
+    `advice_examples` adds, beside the `runs` planned runs, the demo clusters and runs that
+    trigger every configuration-advice rule (runs/demo_clusters.py).
+    """
     now = (now or timezone.now()).replace(microsecond=0)
     if if_empty and Run.objects.exists():
         log("Runs already exist: --if-empty leaves the database as it is.")
@@ -124,6 +129,8 @@ def seed_demo(
         plan = build_plan(seed, now, runs)
         clock.phase("plan", f"{len(plan.runs)} runs, {sum(len(r.attempts) for r in plan.runs)} attempts")
         counts = write_plan(plan, clock)
+        if advice_examples:
+            counts |= write_demo_clusters(now)
     log("Done: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f" in {time.perf_counter() - clock.start:.1f}s.")
     log(f"Log in as alice (or admin, staff) with password {DEMO_PASSWORD!r}.")
     return counts
@@ -131,8 +138,9 @@ def seed_demo(
 
 def reset_demo() -> dict[str, int]:
     """Remove the demo runs (and all that hangs off them), the demo personas and emptied demo teams."""
+    clusters = remove_demo_clusters()  # first: a cluster protects its team from deletion
     runs = Run.objects.filter(is_demo=True)
-    counts = {"runs": runs.count()}
+    counts = {"runs": runs.count(), **clusters}
     runs.delete()
     users = User.objects.filter(email__iendswith="@" + DEMO_EMAIL_DOMAIN)
     counts["users"] = users.count()

@@ -22,6 +22,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--if-empty", action="store_true", help="Do nothing when any run exists (used by `make run`)."
         )
+        parser.add_argument(
+            "--without-advice-examples",
+            action="store_true",
+            help="Only the planned runs: no extra clusters and runs that trigger each configuration-advice rule.",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         runs = int(options["runs"])  # type: ignore[arg-type]
@@ -32,5 +37,6 @@ class Command(BaseCommand):
             runs=runs,
             reset=bool(options["reset"]),
             if_empty=bool(options["if_empty"]),
+            advice_examples=not options["without_advice_examples"],
             log=self.stdout.write,
         )
