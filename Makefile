@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt migrate seed clean
+.PHONY: run test e2e lint fmt migrate seed clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PYTHON) >/dev/null || { echo "Airboard needs $(PYTHON) on PATH (or: make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -16,8 +16,13 @@ $(STAMP): requirements.txt requirements-dev.txt
 run: $(STAMP)
 	$(PY) manage.py runall
 
+# The whole suite, the browser tests (tests/e2e, skipped without Chromium) included.
 test: $(STAMP)
 	$(PY) -m pytest
+
+# Only the browser tests; screenshots land in artifacts/screenshots/.
+e2e: $(STAMP)
+	$(PY) -m pytest -m e2e tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

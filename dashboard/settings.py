@@ -170,6 +170,7 @@ CELERY_TASK_ROUTES = {
     "runs.collect_*": {"queue": "collect"},
     # Long batched deletes stay off the ingest queue.
     "runs.prune_*": {"queue": "collect"},
+    "runs.classify_*": {"queue": "collect"},
     "billing.*": {"queue": "billing"},
     "alerts.*": {"queue": "alerts"},
 }
@@ -286,3 +287,8 @@ if not REDIS_URL:
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
 # Fleet page: a GPU counts as "now" if it has a minute rollup within this many minutes.
 AIRBOARD_FLEET_RECENT_MINUTES = env_int("AIRBOARD_FLEET_RECENT_MINUTES", 5, minimum=1)
+
+# --- Prometheus /metrics (dashboard/metrics_views.py) ------------------------------------
+# Bearer token Prometheus sends (`authorization: credentials` in its scrape config). Empty:
+# /metrics answers 404. The figures cover every team: treat the token as an operator secret.
+AIRBOARD_METRICS_TOKEN = env_str("AIRBOARD_METRICS_TOKEN", "")

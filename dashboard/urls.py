@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard import views
+from dashboard import metrics_views, views
 from dashboard.api import api
 
 urlpatterns = [
@@ -10,6 +10,8 @@ urlpatterns = [
     path("login/", views.login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("collectors/", views.collectors, name="collectors"),
+    # Prometheus scrape target; bearer token, not a login (dashboard/metrics_views.py).
+    path("metrics", metrics_views.metrics, name="metrics"),
     path("runs/", include("runs.urls")),
     path("costs/", include("billing.urls")),
     path("api/v1/", api.urls),

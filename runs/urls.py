@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import views
+from runs import cluster_views, postmortem_views, views
 
 urlpatterns = [
     path("", views.run_list, name="run_list"),
@@ -9,4 +9,23 @@ urlpatterns = [
     path("<int:pk>/log/", views.run_log, name="run_log"),
     path("<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("<int:pk>/telemetry.json", views.run_telemetry, name="run_telemetry"),
+    path("<int:pk>/status.json", views.run_status, name="run_status"),
+]
+
+# Classic clusters and configuration advice (runs/cluster_views.py).
+urlpatterns += [
+    path("clusters/", cluster_views.cluster_list, name="cluster_list"),
+    path("clusters/<int:pk>/", cluster_views.cluster_detail, name="cluster_detail"),
+    path("advice/", cluster_views.advice, name="advice"),
+]
+
+# Failures and post-mortems (runs/postmortem_views.py).
+urlpatterns += [
+    path("failures/", postmortem_views.failures_overview, name="failures_overview"),
+    path("<int:pk>/failure/", postmortem_views.failure_detail, name="failure_detail"),
+    path("<int:pk>/log/tail.json", postmortem_views.log_tail, name="run_log_tail"),
+    path("<int:pk>/search/", postmortem_views.run_search, name="run_search"),
+    path("<int:pk>/postmortem/new/", postmortem_views.postmortem_new, name="postmortem_new"),
+    path("postmortems/<int:pk>/", postmortem_views.postmortem_detail, name="postmortem_detail"),
+    path("postmortems/<int:pk>/edit/", postmortem_views.postmortem_edit, name="postmortem_edit"),
 ]

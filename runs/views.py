@@ -6,6 +6,8 @@ Every view scopes to `Run.objects.for_user(user)` first: another team's run is a
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
@@ -167,6 +169,40 @@ def _columns(sort: str) -> list[dict[str, str | None]]:
     return columns
 
 
+# The run list as CSV (?format=csv): every run the filters match, not one page of them.
+CSV_HEADER = [
+    "external_id", "status", "team", "experiment_name", "creator", "accelerator_type", "num_accelerators",
+    "region", "home_region", "submitted_at", "started_at", "ended_at", "duration_seconds", "mlflow_run_id",
+]  # fmt: skip
+
+
+class _Echo:
+    """A file-like object whose write returns the row: csv.writer then feeds a streaming response."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _runs_csv(runs: QuerySet[Run]) -> StreamingHttpResponse:
+    """Stream the filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them."""
+    writer = csv.writer(_Echo())
+
+    def rows() -> Iterator[str]:
+        yield writer.writerow(CSV_HEADER)
+        for run in runs.iterator(chunk_size=500):
+            duration = run.duration
+            yield writer.writerow([
+                run.external_id, run.status, run.team.name, run.experiment_name, run.creator, run.accelerator_type,
+                run.num_accelerators, run.region, run.home_region,
+                *(t.astimezone(UTC).isoformat() if t else "" for t in (run.submitted_at, run.started_at, run.ended_at)),
+                int(duration.total_seconds()) if duration is not None else "", run.mlflow_run_id,
+            ])  # fmt: skip
+
+    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="runs-{timezone.now():%Y-%m-%d}.csv"'
+    return response
+
+
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET or None, user=request.user)
@@ -176,6 +212,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         # cleaned_data holds only the fields that validated: apply those, show errors for the rest.
         runs = filter_runs(runs, getattr(form, "cleaned_data", {}))
     runs, sort = sort_runs(runs, request.GET.get("sort", DEFAULT_SORT))
+    if request.GET.get("format") == "csv":
+        return _runs_csv(runs)
     page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
 
     ctx = {
@@ -311,6 +349,32 @@ def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
     series = charts.gpu_series(run, field, start, end)
     tier = series[0].tier if series else None
     return JsonResponse({"field": field, "tier": tier, "figure": charts.gpu_figure(field, series)})
+
+
+@login_required
+def run_status(request: HttpRequest, pk: int) -> JsonResponse:
+    """A run's status, small enough to poll: static/js/live.js asks every 5 s while it is active.
+
+    One indexed row read; no caching, since the point is to see a change within seconds.
+    """
+    run = get_object_or_404(
+        Run.objects.for_user(request.user).only("pk", "external_id", "status", "started_at", "ended_at", "updated_at"),
+        pk=pk,
+    )
+    response = JsonResponse(
+        {
+            "id": run.pk,
+            "external_id": run.external_id,
+            "status": run.status,
+            "status_label": run.get_status_display(),
+            "active": run.is_active,
+            "started_at": run.started_at.isoformat() if run.started_at else None,
+            "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+            "updated_at": run.updated_at.isoformat(),
+        }
+    )
+    response["Cache-Control"] = "private, no-cache"
+    return response
 
 
 @login_required

@@ -29,13 +29,14 @@ from billing.models import AcceleratorPrice, AlertChannel, UsagePolicy
 from billing.policies import record_version
 from dashboard.models import ApiKeyRole
 from runs.choices import AcceleratorType, BatchKind
-from runs.models import IngestBatch, Run
+from runs.models import Cluster, IngestBatch, PostMortem, Run
 from tests.conftest import T0, World, make_run
 
 # Public by design, or not pages of ours: the admin has its own staff checks, the API is
 # checked operation by operation below, login/logout are where anonymous users go.
 SKIP_PREFIXES = ("admin/", "api/", "static/", "media/", "__debug__/")
-SKIP_NAMES = {"login", "logout"}
+# /metrics is for Prometheus: a bearer token, not a login (tests/test_metrics.py checks it).
+SKIP_NAMES = {"login", "logout", "metrics"}
 
 # Distinctive strings that only vision's data carries: none may show on another team's pages.
 VISION_RUN_ID = "vision-private-run-7f3a"
@@ -59,6 +60,8 @@ class Seeded:
     price: AcceleratorPrice
     policy: UsagePolicy
     channel: AlertChannel
+    cluster: Cluster
+    postmortem: PostMortem | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ PAGES: dict[str, Page] = {
     "run_log": Page(lambda s: {"pk": s.run.pk}),
     "run_cancel": Page(lambda s: {"pk": s.run.pk}),
     "run_telemetry": Page(lambda s: {"pk": s.run.pk}),
+    # Failures and post-mortems (runs/postmortem_views.py).
+    "failure_detail": Page(lambda s: {"pk": s.run.pk}),
+    "run_log_tail": Page(lambda s: {"pk": s.run.pk}),
+    "run_search": Page(lambda s: {"pk": s.run.pk}),
+    "postmortem_new": Page(lambda s: {"pk": s.run.pk}),
+    "postmortem_detail": Page(lambda s: {"pk": s.postmortem.pk}),
+    "postmortem_edit": Page(lambda s: {"pk": s.postmortem.pk}),
+    "run_status": Page(lambda s: {"pk": s.run.pk}),
+    "cluster_detail": Page(lambda s: {"pk": s.cluster.pk}),
     # The price book is shared by every team; only billing admins (staff) change it.
     "price_new": Page(lambda s: {"kind": "accelerator"}, member=403, other=403),
     "price_edit": Page(lambda s: {"kind": "accelerator", "pk": s.price.pk}, member=403, other=403),
@@ -152,7 +164,14 @@ def seeded(world: World) -> Seeded:
     policy.teams.add(world.vision)
     record_version(policy, world.sam)
     channel = AlertChannel.objects.create(policy=policy, kind="email", target="alice@example.com")
-    return Seeded(world, run, batch, price, policy, channel)
+    # Named after vision's experiment, so charlie's pages are checked not to show it either.
+    cluster = Cluster.objects.create(
+        team=world.vision, cluster_id="vision-private-cluster", name=VISION_EXPERIMENT, node_type_id="g5.xlarge",
+        spark_version="15.4.x-gpu-ml-scala2.12", runtime_engine="PHOTON", start_time=T0,
+    )  # fmt: skip
+    seeded = Seeded(world, run, batch, price, policy, channel, cluster)
+    seeded.postmortem = PostMortem.objects.create(run=run, title="vision post-mortem", owner=world.alice)
+    return seeded
 
 
 def _method(client: Client, url: str) -> str:

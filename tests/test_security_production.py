@@ -13,7 +13,10 @@ from tests.conftest import ROOT
 
 
 def _run(code: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SECRET_KEY", "DJANGO_DEBUG"}}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' harness setting (tests/e2e/conftest.py),
+    # never a deployment's: the deployment check rightly refuses it.
+    dropped = {"DJANGO_SECRET_KEY", "DJANGO_DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    environment = {k: v for k, v in os.environ.items() if k not in dropped}
     environment.update(env)
     return subprocess.run(
         [sys.executable, *code], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120
