@@ -61,16 +61,7 @@ def with_workload(data: dict[str, Any]) -> dict[str, Any]:
     if not text.strip():
         return data
     workload = parse_workload(text)
-    derived = {
-        "experiment_name": workload.experiment_name,
-        "accelerator_type": workload.accelerator_type,
-        "num_accelerators": workload.num_accelerators,
-        "gpus_per_node": workload.gpus_per_node,
-        "timeout_minutes": workload.timeout_minutes,
-        "max_retries": workload.max_retries,
-        "usage_policy_name": workload.usage_policy_name,
-        "parameters": workload.parameters,
-    }
+    derived = workload.run_fields()
     merged = {key: value for key, value in derived.items() if value is not None}
     merged.update({key: value for key, value in data.items() if value not in (None, "", {})})
     return merged

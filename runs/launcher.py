@@ -336,14 +336,7 @@ class Launcher:
             "external_id": self.external_id,
             # upsert_run links the run to the dashboard user with this username or email.
             "creator": self.creator,
-            "experiment_name": workload.experiment_name,
-            "accelerator_type": workload.accelerator_type,
-            "num_accelerators": workload.num_accelerators,
-            "gpus_per_node": workload.gpus_per_node,
-            "timeout_minutes": workload.timeout_minutes,
-            "max_retries": workload.max_retries,
-            "usage_policy_name": workload.usage_policy_name,
-            "parameters": workload.parameters,
+            **workload.run_fields(),
             "workload_yaml": self.workload_text,
             "submitted_at": timezone.now(),
         }

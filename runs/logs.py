@@ -68,8 +68,11 @@ def chunk_texts(node: Node | int) -> Iterator[str]:
     yield from qs.iterator(chunk_size=CHUNK_BATCH)
 
 
-def iter_lines(chunks: Iterable[str]) -> Iterator[str]:
+def iter_lines(chunks: Iterable[str], *, partial: bool = True) -> Iterator[str]:
     """Split concatenated chunks into lines (without their newline), across chunk boundaries.
+
+    `partial=False` leaves out a trailing line with no newline yet (a live tail must not
+    send a line that is still being written).
 
     Only "\\n" ends a line (a trailing "\\r" is dropped): str.splitlines() would also split on
     form feeds and Unicode separators, and then our line numbers would disagree with `grep -n`
@@ -83,7 +86,7 @@ def iter_lines(chunks: Iterable[str]) -> Iterator[str]:
         pending = parts.pop()
         for part in parts:
             yield part.removesuffix("\r")
-    if pending:
+    if pending and partial:
         yield pending.removesuffix("\r")
 
 

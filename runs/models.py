@@ -245,13 +245,9 @@ ROLLUP_FIELDS = (
 )
 
 
-class GpuMinute(models.Model):
-    """Per-minute rollup of GpuSample (min / avg / max per field); long runs chart from it."""
+class GpuRollupStats(models.Model):
+    """The min / avg / max of each ROLLUP_FIELDS field over a time bucket (abstract)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_minutes")
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_minutes")
-    gpu_index = models.PositiveSmallIntegerField()
-    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
     samples = models.PositiveIntegerField(default=0)
     memory_total_bytes = models.BigIntegerField(null=True, blank=True)
     power_limit_watts = models.FloatField(null=True, blank=True)
@@ -275,6 +271,18 @@ class GpuMinute(models.Model):
     sm_clock_mhz_max = models.FloatField(null=True, blank=True)
 
     class Meta:
+        abstract = True
+
+
+class GpuMinute(GpuRollupStats):
+    """Per-minute rollup of GpuSample (min / avg / max per field); long runs chart from it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_minutes")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_minutes")
+    gpu_index = models.PositiveSmallIntegerField()
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+
+    class Meta:
         constraints = [
             # One row per GPU-minute; the rollup step upserts on it. Run first: the chart
             # query reads one run's minutes in time order.
@@ -289,34 +297,13 @@ class GpuMinute(models.Model):
         return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.minute.isoformat()}"
 
 
-class GpuHour(models.Model):
+class GpuHour(GpuRollupStats):
     """Per-hour rollup of GpuMinute (same shape); the fleet page and very long ranges chart from it."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_hours")
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_hours")
     gpu_index = models.PositiveSmallIntegerField()
     hour = models.DateTimeField(help_text="Start of the hour, UTC.")
-    samples = models.PositiveIntegerField(default=0)
-    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
-    power_limit_watts = models.FloatField(null=True, blank=True)
-    utilization_gpu_min = models.FloatField(null=True, blank=True)
-    utilization_gpu_avg = models.FloatField(null=True, blank=True)
-    utilization_gpu_max = models.FloatField(null=True, blank=True)
-    utilization_memory_min = models.FloatField(null=True, blank=True)
-    utilization_memory_avg = models.FloatField(null=True, blank=True)
-    utilization_memory_max = models.FloatField(null=True, blank=True)
-    memory_used_bytes_min = models.FloatField(null=True, blank=True)
-    memory_used_bytes_avg = models.FloatField(null=True, blank=True)
-    memory_used_bytes_max = models.FloatField(null=True, blank=True)
-    power_watts_min = models.FloatField(null=True, blank=True)
-    power_watts_avg = models.FloatField(null=True, blank=True)
-    power_watts_max = models.FloatField(null=True, blank=True)
-    temperature_c_min = models.FloatField(null=True, blank=True)
-    temperature_c_avg = models.FloatField(null=True, blank=True)
-    temperature_c_max = models.FloatField(null=True, blank=True)
-    sm_clock_mhz_min = models.FloatField(null=True, blank=True)
-    sm_clock_mhz_avg = models.FloatField(null=True, blank=True)
-    sm_clock_mhz_max = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -22,7 +22,7 @@ How the first causal error is chosen across logs (`_pick`):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -112,18 +112,6 @@ def signature(evidence: str) -> str:
     for pattern, replacement in _SIGNATURE_FOLDS:
         text = pattern.sub(replacement, text)
     return text.strip()[:SIGNATURE_CHARS]
-
-
-def complete_lines(chunks: Iterable[str]) -> Iterator[str]:
-    """Like `runs.logs.iter_lines`, but never the trailing line still being written (no newline yet)."""
-    pending = ""
-    for chunk in chunks:
-        if not chunk:
-            continue
-        parts = (pending + chunk).split("\n")
-        pending = parts.pop()
-        for part in parts:
-            yield part.removesuffix("\r")
 
 
 def _node_candidate(attempt: Attempt, node: Node | None) -> Candidate:

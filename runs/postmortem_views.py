@@ -156,7 +156,7 @@ def log_tail(request: HttpRequest, pk: int) -> JsonResponse:
     after = int(after_raw)
     lines = []
     last = after
-    for number, raw in enumerate(postmortem.complete_lines(chunk_texts(node)), start=1):
+    for number, raw in enumerate(iter_lines(chunk_texts(node), partial=False), start=1):
         if number <= after:
             continue
         if len(lines) >= TAIL_MAX_LINES:

@@ -115,6 +115,19 @@ class Workload:
     permissions: list[dict[str, str]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
 
+    def run_fields(self) -> dict[str, Any]:
+        """The fields of a Run this workload decides (upserts and the local launcher fill runs from it)."""
+        return {
+            "experiment_name": self.experiment_name,
+            "accelerator_type": self.accelerator_type,
+            "num_accelerators": self.num_accelerators,
+            "gpus_per_node": self.gpus_per_node,
+            "timeout_minutes": self.timeout_minutes,
+            "max_retries": self.max_retries,
+            "usage_policy_name": self.usage_policy_name,
+            "parameters": self.parameters,
+        }
+
     def summary(self) -> dict[str, Any]:
         """The JSON-safe headline fields (what `check_workload --json` prints)."""
         return {
