@@ -18,6 +18,7 @@ from billing.choices import (
     SpentAction,
 )
 from billing.fields import ExactDecimalField
+from dashboard.fields import EncryptedTextField
 from runs.choices import AcceleratorType
 from runs.models import Run
 
@@ -293,10 +294,11 @@ class AlertChannel(models.Model):
 
     policy = models.ForeignKey(UsagePolicy, on_delete=models.CASCADE, related_name="channels")
     kind = models.CharField(max_length=16, choices=ChannelKind.choices)
-    target = models.CharField(max_length=1000, help_text="Comma-separated addresses, or the webhook URL.")
-    # Kept as given because HMAC signing needs the secret itself; never shown again after
-    # creation (forms and pages show `secret_prefix`), never logged.
-    secret = models.CharField(max_length=200, blank=True)
+    # Encrypted at rest: a Slack-compatible URL carries its token in the path.
+    target = EncryptedTextField(help_text="Comma-separated addresses, or the webhook URL.")
+    # HMAC signing needs the secret itself, so it is encrypted rather than hashed; never shown
+    # again after creation (forms and pages show `secret_prefix`), never logged.
+    secret = EncryptedTextField(blank=True)
     secret_prefix = models.CharField(max_length=12, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -247,6 +247,10 @@ AIRBOARD_CANCEL_TIMEOUT_SECONDS = env_float("AIRBOARD_CANCEL_TIMEOUT_SECONDS", 6
 AIRBOARD_CANCEL_WEBHOOK_URL = env_url("AIRBOARD_CANCEL_WEBHOOK_URL", {"http", "https"})
 AIRBOARD_CANCEL_WEBHOOK_SECRET = env_str("AIRBOARD_CANCEL_WEBHOOK_SECRET", "")
 
+# Key for secrets encrypted at rest (webhook URLs and signing secrets); default: derived from
+# DJANGO_SECRET_KEY. Set it once and keep it: changing it makes those values unreadable.
+AIRBOARD_ENCRYPTION_KEY = env_str("AIRBOARD_ENCRYPTION_KEY", "")
+
 # --- Collectors ---------------------------------------------------------------------
 # MLflow: the tracking server (or store URI) to pull runs and metric histories from.
 AIRBOARD_MLFLOW_TRACKING_URI = env_str("MLFLOW_TRACKING_URI", "")
