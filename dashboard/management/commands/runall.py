@@ -42,6 +42,8 @@ class Command(BaseCommand):
             call_command("load_prices", "--default")
         if not options["no_seed"] and "seed_demo" in commands:
             call_command("seed_demo", "--if-empty")
+            # Failed demo runs get their root cause now rather than when a worker is asked.
+            call_command("classify_runs")
 
         python = sys.executable
         beat_schedule = str(settings.VAR_DIR / "celerybeat-schedule")
