@@ -23,10 +23,25 @@ ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/
 RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]+)+|internet)?$")]
 
 
+# Times outside this window are typing or clock errors, and PostgreSQL refuses some of them.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+
+
 def _aware(value: datetime) -> datetime:
-    """Timestamps without an offset are taken as UTC (NVML and MLflow clocks are epoch-based)."""
+    """Timestamps without an offset are taken as UTC (NVML and MLflow clocks are epoch-based).
+
+    Every time is stored in UTC: PostgreSQL refuses offsets beyond +-15:59 that Python accepts
+    (the fuzz test sent -23:00), so the offset is applied here.
+    """
     if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
+        value = value.replace(tzinfo=UTC)
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range") from None
+    if not EARLIEST <= value < LATEST:
+        raise ValueError("must be between 1970 and 2200")
     return value
 
 

@@ -271,3 +271,18 @@ def test_a_nul_character_is_refused_with_the_field_named_on_every_backend(world:
     assert response.json()["errors"][0]["field"] == "experiment_name"
     assert not Run.objects.exists()
     assert world.api(world.vision).get("/api/v1/runs/bad%00id").status_code in (404, 422)
+
+
+@pytest.mark.parametrize("when", ["0419-12-16T14:58:57-23:00", "1900-01-01T00:00:00Z", "2999-01-01T00:00:00Z"])
+def test_implausible_times_are_refused_with_the_field_named(world: World, when: str) -> None:
+    response = world.api(world.vision).post(
+        "/api/v1/runs", run_payload(started_at=when, attempts=[]), content_type="application/json"
+    )
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "started_at"
+
+
+def test_times_with_an_offset_are_stored_in_utc(world: World) -> None:
+    body = run_payload(started_at="2026-11-02T04:00:00-05:00", attempts=[])
+    assert world.api(world.vision).post("/api/v1/runs", body, content_type="application/json").status_code == 201
+    assert Run.objects.get().started_at == T0
