@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, DataError
+from django.db import DatabaseError, DataError, IntegrityError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
@@ -127,11 +127,18 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 @api.exception_handler(DatabaseError)
 def _database_down(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
     # The request's transaction rolled back: nothing was half-written.
-    if isinstance(exc, DataError) and "NUL" in str(exc):
-        # PostgreSQL text cannot hold U+0000; SQLite can, so only this backend refuses it here.
-        return error_response(
-            request, 422, "A text value contains a NUL (U+0000) character, which cannot be stored; remove it."
-        )
+    if isinstance(exc, DataError):
+        # A value the schema let through but the database cannot hold (a NUL in PostgreSQL
+        # text, an integer past 64 bits): the request's fault, not the database's.
+        logger.warning("value refused by the database: %s", exc)
+        if "NUL" in str(exc):
+            detail = "A text value contains a NUL (U+0000) character, which cannot be stored; remove it."
+        else:
+            detail = "A value is out of the range the database can store."
+        return error_response(request, 422, detail)
+    if isinstance(exc, IntegrityError):
+        logger.warning("write refused by a database constraint: %s", exc)
+        return error_response(request, 409, "The request conflicts with stored data; nothing was stored.")
     # Anything else is the database being unavailable: ask the client to retry.
     logger.exception("database error during API request")
     response = error_response(request, 503, "The database is unavailable; nothing was stored. Retry shortly.")

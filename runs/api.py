@@ -138,7 +138,7 @@ class RunFilter(Schema):
     experiment: str | None = Field(default=None, max_length=500)
     submitted_after: str | None = Field(default=None, description="ISO 8601 time")
     limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=1_000_000_000)
 
 
 class RunListOut(Schema):

@@ -286,3 +286,9 @@ def test_times_with_an_offset_are_stored_in_utc(world: World) -> None:
     body = run_payload(started_at="2026-11-02T04:00:00-05:00", attempts=[])
     assert world.api(world.vision).post("/api/v1/runs", body, content_type="application/json").status_code == 201
     assert Run.objects.get().started_at == T0
+
+
+def test_numbers_past_what_the_database_holds_are_4xx(world: World) -> None:
+    api = world.api(world.vision)
+    assert api.get("/api/v1/runs?offset=71623063114069557248").status_code == 422
+    assert api.get(f"/api/v1/batches/{2**63 + 5}").status_code in (404, 422)
