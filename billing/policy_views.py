@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from billing import policies
 from billing.models import AlertChannel, UsagePolicy
 from billing.policy_forms import ChannelForm, PolicyForm, can_manage_policies
+from dashboard.csv_export import csv_response
 
 # Rows of the delivery, alert and action logs on a policy page.
 LOG_ROWS = 50
@@ -40,10 +41,24 @@ def _require_admin(request: HttpRequest) -> None:
         raise PermissionDenied("Only policy admins change policies.")
 
 
+POLICY_CSV_HEADER = [
+    "name", "teams", "period_start", "period_end", "budget_usd", "spend_usd", "percent", "remaining_usd",
+    "forecast_usd", "action",
+]  # fmt: skip
+
+
 @login_required
 def policy_list(request: HttpRequest) -> HttpResponse:
     rows = []
-    for policy in visible_policies(request).prefetch_related("teams").order_by("name"):
+    visible = visible_policies(request).prefetch_related("teams").order_by("name")
+    if request.GET.get("format") == "csv":
+        statuses = (policies.evaluate(policy) for policy in visible)
+        return csv_response("policies.csv", POLICY_CSV_HEADER, (
+            [s.policy.name, ", ".join(t.name for t in s.policy.teams.all()) or "every team", s.period_start,
+             s.period_end, s.budget, s.spend, s.percent, s.remaining, s.forecast, s.policy.get_action_display()]
+            for s in statuses
+        ))  # fmt: skip
+    for policy in visible:
         status = policies.evaluate(policy)
         figure = policies.burn_down_figure(status)
         rows.append({"policy": policy, "status": status, "figure": figure, "figure_id": f"burn-{policy.pk}"})

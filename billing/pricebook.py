@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -299,6 +299,7 @@ def load_price_csv(
     dry_run: bool = False,
     user: User | None = None,
     note: str = "CSV import",
+    progress: Callable[[int, int], None] | None = None,
 ) -> LoadResult:
     """Load a price CSV into the price book, all or nothing, with a history line per change.
 
@@ -312,6 +313,8 @@ def load_price_csv(
        transaction, so loading the same file twice adds nothing the second time, and write
        a PriceChange per new or changed field (`user` None for the command line).
     5. `dry_run`: do all of it, report the counts, then roll the transaction back.
+
+    `progress(done, total)` is called as rows are compared (load_prices draws a bar with it).
     """
     with _open(path_or_file) as file:
         rows, errors = _parse(file)
@@ -326,7 +329,9 @@ def load_price_csv(
         }
         new: dict[PriceKind, list[models.Model]] = {kind: [] for kind in PriceKind}
         changed: dict[PriceKind, list[tuple[models.Model, dict[str, str]]]] = {kind: [] for kind in PriceKind}
-        for row in rows:
+        for done, row in enumerate(rows, 1):
+            if progress is not None:
+                progress(done, len(rows))
             spec = SPECS[row.kind]
             current = existing[row.kind].get(row.key)
             if current is None:
@@ -388,9 +393,9 @@ def _record_history(
     history.record_many(entries, user, note)
 
 
-def load_default_prices(*, replace: bool = False) -> LoadResult:
+def load_default_prices(*, replace: bool = False, progress: Callable[[int, int], None] | None = None) -> LoadResult:
     """Load the price book shipped with Airboard (`billing/data/default_prices.csv`)."""
-    return load_price_csv(DEFAULT_PRICE_FILE, replace=replace)
+    return load_price_csv(DEFAULT_PRICE_FILE, replace=replace, progress=progress)
 
 
 # --- Export -----------------------------------------------------------------------------

@@ -7,7 +7,6 @@ Price pages: everyone logged in reads; billing admins (`can_edit_prices`) edit, 
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterable, Sequence
 
@@ -26,6 +25,7 @@ from billing.choices import GroupBy
 from billing.forms import PRICE_FORMS, CostFilterForm, PriceUploadForm, can_edit_prices
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
 from billing.pricebook import export_price_csv, load_price_csv
+from dashboard.csv_export import csv_response as export_csv
 
 # Rows in the "top" tables; the CSV download has them all.
 TOP = 20
@@ -40,14 +40,8 @@ def _visible_teams(request: HttpRequest) -> Iterable[Group]:
 
 
 def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> HttpResponse:
-    """A CSV download; exact decimals are written as plain strings."""
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    writer = csv.writer(response)
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow([reports.decimal_str(v) if hasattr(v, "as_tuple") else v for v in row])
-    return response
+    """A CSV download; exact decimals are written as plain strings (dashboard/csv_export.py)."""
+    return export_csv(filename, header, rows)
 
 
 AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours", "idle_gpu_hours"]
@@ -216,5 +210,10 @@ def price_export(request: HttpRequest) -> HttpResponse:
 @login_required
 def price_history(request: HttpRequest) -> HttpResponse:
     changes = PriceChange.objects.select_related("user")
+    if request.GET.get("format") == "csv":
+        header = ["at", "user", "model", "object_id", "field", "old", "new", "note"]
+        rows = ([c.at, c.user.get_username() if c.user else "", c.model, c.object_id, c.field, c.old, c.new, c.note]
+                for c in changes.iterator(chunk_size=2000))  # fmt: skip
+        return export_csv(f"price-history-{timezone.now():%Y-%m-%d}.csv", header, rows)
     page = Paginator(changes, 100).get_page(request.GET.get("page"))
     return render(request, "billing/price_history.html", {"page": page})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -9,13 +10,14 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from billing.costs import month_to_date_by_team
+from billing.costs import TeamSpend, month_to_date_by_team
 from dashboard import ratelimit
+from dashboard.csv_export import csv_response
 from runs.choices import RunStatus
 from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
 from runs.models import CollectorState, MlflowRun, Run
@@ -28,6 +30,32 @@ PANEL_ROWS = 10
 FAILED_STATUSES = [RunStatus.FAILED, RunStatus.TIMED_OUT]
 # Running runs checked for stalled GPUs on the overview, newest first.
 STALL_RUNS = 50
+# The overview's tables as CSV (?format=csv&table=NAME): every row, not one panel of them.
+RUN_CSV_HEADER = [
+    "external_id", "team", "experiment_name", "status", "accelerator_type", "num_accelerators", "region",
+    "submitted_at", "started_at", "ended_at", "state_message",
+]  # fmt: skip
+SPEND_CSV_HEADER = ["team", "gpu_hours", "usd", "compute_usd", "egress_usd", "unpriced_gpu_hours"]
+
+
+def _run_csv_rows(runs: QuerySet[Run]) -> Iterator[list[object]]:
+    for r in runs:
+        yield [r.external_id, r.team.name, r.experiment_name, r.status, r.accelerator_type, r.num_accelerators,
+               r.region, r.submitted_at, r.started_at, r.ended_at, r.state_message]  # fmt: skip
+
+
+def _overview_csv(
+    table: str, active: QuerySet[Run], failures: QuerySet[Run], team_spend: list[TeamSpend]
+) -> HttpResponse:
+    """One of the overview's tables (`table=active|failures|spend`) in full."""
+    stamp = f"{timezone.now():%Y-%m-%d}"
+    if table == "failures":
+        ordered = failures.order_by("-ended_at", "-submitted_at")
+        return csv_response(f"failures-{stamp}.csv", RUN_CSV_HEADER, _run_csv_rows(ordered))
+    if table == "spend":
+        rows = ([row["team_name"], *(row[name] for name in SPEND_CSV_HEADER[1:])] for row in team_spend)
+        return csv_response(f"spend-by-team-{stamp}.csv", SPEND_CSV_HEADER, rows)
+    return csv_response(f"active-runs-{stamp}.csv", RUN_CSV_HEADER, _run_csv_rows(active))
 
 
 @login_required
@@ -44,6 +72,10 @@ def overview(request: HttpRequest) -> HttpResponse:
         team_ids = list(Group.objects.values_list("pk", flat=True))
     else:
         team_ids = list(request.user.groups.values_list("pk", flat=True))
+    if request.GET.get("format") == "csv":
+        table = request.GET.get("table", "")
+        spend = month_to_date_by_team(team_ids, now=now) if team_ids and table == "spend" else []
+        return _overview_csv(table, active, failures, spend)
 
     ctx = {
         "active_runs": active[:PANEL_ROWS],
@@ -66,6 +98,12 @@ def overview(request: HttpRequest) -> HttpResponse:
 def collectors(request: HttpRequest) -> HttpResponse:
     """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
     is_staff = request.user.is_staff or request.user.is_superuser
+    if request.GET.get("format") == "csv":
+        header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "last_error_at",
+                  "last_error"]  # fmt: skip
+        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.last_error_at,
+                 c.last_error] for c in CollectorState.objects.all())  # fmt: skip
+        return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {
         "collectors": CollectorState.objects.all(),
         "unlinked": MlflowRun.objects.filter(run__isnull=True).order_by("-start_time")[:200] if is_staff else None,

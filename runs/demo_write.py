@@ -36,6 +36,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from billing.models import EgressRecord
+from dashboard.progress import Progress
 from runs.choices import TelemetrySource
 from runs.demo import (
     ADMIN_USERNAME,
@@ -315,11 +316,17 @@ def _insert(model: type[Model], rows: list[dict[str, object]]) -> None:
     sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608 - names from _meta
     # A field a row does not name gets its model default, as bulk_create would give it.
     adapters = [(f.attname, _adapter(f), f.get_default()) for f in fields]
+    # A bar (stderr) only when the table takes several statements: the samples, minutes, points.
+    bar = Progress(len(rows), str(model._meta.verbose_name_plural), label="   ") if len(rows) > 10 * BATCH else None
     with connection.cursor() as cursor:
         for start in range(0, len(rows), 10 * BATCH):
             batch = rows[start : start + 10 * BATCH]
             params = [[adapt(row.get(name, default)) for name, adapt, default in adapters] for row in batch]
             cursor.executemany(sql, params)
+            if bar is not None:
+                bar.advance(len(batch))
+    if bar is not None:
+        bar.close()
 
 
 def _adapter(field: DjangoField) -> Callable[[object], object]:

@@ -19,6 +19,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from billing.run_costs import breakdowns_for_runs
+from dashboard.csv_export import cell
 from runs.charts import STATUS_COLORS, _layout
 from runs.choices import RunStatus
 from runs.models import Attempt, FailureAnalysis, Run
@@ -160,5 +161,7 @@ def stats_csv(rows: list[WeekRow]) -> str:
     writer = csv.writer(out)
     writer.writerow(["week", "team", "class", "title", "failed_runs", "failed_cost_usd"])
     for r in rows:
-        writer.writerow([r.week.isoformat(), r.team, r.class_id, r.title, r.failures, f"{r.cost:.2f}"])
+        writer.writerow(
+            [cell(v) for v in (r.week.isoformat(), r.team, r.class_id, r.title, r.failures, f"{r.cost:.2f}")]
+        )
     return out.getvalue()

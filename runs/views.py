@@ -26,6 +26,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.costs import estimate_run_cost
+from dashboard.csv_export import cell, csv_response
 from runs import charts
 from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
@@ -191,12 +192,12 @@ def _runs_csv(runs: QuerySet[Run]) -> StreamingHttpResponse:
         yield writer.writerow(CSV_HEADER)
         for run in runs.iterator(chunk_size=500):
             duration = run.duration
-            yield writer.writerow([
+            yield writer.writerow([cell(v) for v in [
                 run.external_id, run.status, run.team.name, run.experiment_name, run.creator, run.accelerator_type,
                 run.num_accelerators, run.region, run.home_region,
                 *(t.astimezone(UTC).isoformat() if t else "" for t in (run.submitted_at, run.started_at, run.ended_at)),
                 int(duration.total_seconds()) if duration is not None else "", run.mlflow_run_id,
-            ])  # fmt: skip
+            ]])  # fmt: skip
 
     response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="runs-{timezone.now():%Y-%m-%d}.csv"'
@@ -382,6 +383,13 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """Every GPU of the user's running runs now, and utilization by team and accelerator over time."""
     now = timezone.now()
     nodes = fleet_queries.live_gpus(request.user, now)
+    if request.GET.get("format") == "csv":
+        header = ["team", "run", "accelerator_type", "node_index", "host", "gpu_index", "minute",
+                  "utilization_avg", "utilization_max", "memory_used", "memory_total", "memory_percent"]  # fmt: skip
+        rows = ([n.team, n.run_external_id, n.accelerator_type, n.node_index, n.host, g.gpu_index, g.minute,
+                 g.utilization, g.utilization_max, g.memory_used, g.memory_total, g.memory_percent]
+                for n in nodes for g in n.gpus)  # fmt: skip
+        return csv_response(f"fleet-{now:%Y-%m-%d_%H%M}.csv", header, rows)
     ctx = {
         "nodes": nodes,
         "gpu_count": sum(len(n.gpus) for n in nodes),

@@ -8,6 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.pricebook import DEFAULT_PRICE_FILE, load_default_prices, load_price_csv
+from dashboard.progress import Progress
+
+# A bar only for files long enough to take a while; the shipped book (tens of rows) loads at once.
+PROGRESS_MIN_ROWS = 500
 
 
 class Command(BaseCommand):
@@ -30,12 +34,27 @@ class Command(BaseCommand):
     ) -> None:
         if bool(file) == default:
             raise CommandError("Give a FILE or --default, not both and not neither.")
+        bars: list[Progress] = []
+
+        def progress(done: int, total: int) -> None:
+            if total < PROGRESS_MIN_ROWS:
+                return
+            if not bars:
+                bars.append(Progress(total, "rows", label="comparing"))
+            bars[0].update(done)
+
         try:
-            result = load_default_prices(replace=replace) if default else load_price_csv(file, replace=replace)
+            if default:
+                result = load_default_prices(replace=replace, progress=progress)
+            else:
+                result = load_price_csv(file, replace=replace, progress=progress)
         except OSError as exc:
             raise CommandError(f"Cannot read {file}: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
             raise CommandError(f"Cannot read {file}: not UTF-8 text ({exc.reason})") from exc
+        finally:
+            for bar in bars:
+                bar.close()
 
         if not result.ok:
             for error in result.errors:

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from dashboard.progress import Progress
 from runs.choices import RunSource, TelemetrySource
 from runs.importers import ParsedSample, ParseResult, TelemetryFormat, detect_format, parse_telemetry
 from runs.ingest import node_for
@@ -86,11 +87,13 @@ class Command(BaseCommand):
         node = node_for(run, options["attempt"], options["node"])
         source = TelemetrySource.DCGM if result.format == TelemetryFormat.DCGM else TelemetrySource.NVIDIA_SMI
         inserted = duplicates = 0
-        for offset in range(0, len(result.samples), STORE_CHUNK):
-            chunk = [_to_model(s, run, node.pk, source) for s in result.samples[offset : offset + STORE_CHUNK]]
-            stored = store_gpu_samples(chunk)
-            inserted += stored.inserted
-            duplicates += stored.duplicates
+        with Progress(len(result.samples), "samples", label="storing") as bar:
+            for offset in range(0, len(result.samples), STORE_CHUNK):
+                chunk = [_to_model(s, run, node.pk, source) for s in result.samples[offset : offset + STORE_CHUNK]]
+                stored = store_gpu_samples(chunk)
+                inserted += stored.inserted
+                duplicates += stored.duplicates
+                bar.advance(len(chunk))
         self._report(result, inserted, duplicates, run, node.attempt.number, node.index)
 
     def _report(

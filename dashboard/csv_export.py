@@ -1,0 +1,52 @@
+"""One CSV download for every table: `csv_response(filename, header, rows)`.
+
+Cells are written for spreadsheets: exact decimals as plain digits ('12.5', never '1.25E+1'), datetimes as UTC ISO 8601,
+None as empty. A text cell that starts with `= + - @` (or a tab / carriage return) would be run
+as a formula by Excel or LibreOffice, and run names, error messages and notes come from users
+and remote systems, so such cells get a leading apostrophe (OWASP "CSV injection"). Numbers are
+never escaped: -3 stays a number.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from django.http import HttpResponse
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(value: object) -> object:
+    """One value as written to the CSV."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        text = format(value, "f")
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat() if value.tzinfo else value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, int | float):
+        return value
+    text = str(value)
+    if text.startswith(FORMULA_PREFIXES):
+        return "'" + text
+    return text
+
+
+def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> HttpResponse:
+    """An attachment download of `header` then `rows`, every cell through `cell()`."""
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)
+    response["Content-Disposition"] = f'attachment; filename="{safe_name}"'
+    writer = csv.writer(response)
+    writer.writerow([cell(h) for h in header])
+    for row in rows:
+        writer.writerow([cell(v) for v in row])
+    return response
