@@ -187,6 +187,14 @@ class CostDaily(models.Model):
             models.Index(fields=["team", "day"], name="costdaily_team_day_idx"),
             # recompute_days deletes whole days; staff pages read all teams by day range.
             models.Index(fields=["day"], name="costdaily_day_idx"),
+            # Month to date by team (reports.month_to_date, the by-team sums): on PostgreSQL an
+            # index-only scan of this month's days, the sums read from the index (INCLUDE is
+            # PostgreSQL-only; SQLite builds a plain (day, team) index).
+            models.Index(
+                fields=["day", "team"],
+                include=["compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours"],
+                name="costdaily_day_team_cover_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -377,3 +385,66 @@ class PolicyAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id}: {self.outcome}"
+
+
+# --- Reconciliation with the provider's bill (billing/reconcile.py) ------------------------
+
+
+class BillingListPrice(models.Model):
+    """A row of Databricks `system.billing.list_prices`: a SKU's default price per unit, in force."""
+
+    sku_name = models.CharField(max_length=200)
+    price_start_time = models.DateTimeField()
+    price_end_time = models.DateTimeField(null=True, blank=True, help_text="Blank: still in force.")
+    currency_code = models.CharField(max_length=8, default="USD")
+    usage_unit = models.CharField(max_length=64, blank=True)
+    price_per_unit = ExactDecimalField(help_text="pricing.default: the list price per usage unit.")
+
+    class Meta:
+        ordering = ["sku_name", "price_start_time"]
+        constraints = [
+            # A re-imported list price is a no-op; usage is priced by (sku, start) lookups.
+            models.UniqueConstraint(
+                fields=["sku_name", "currency_code", "price_start_time"],
+                name="billinglistprice_natural_key",
+                violation_error_message="A list price for this SKU already starts at that time.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sku_name} {self.price_per_unit} {self.currency_code}/{self.usage_unit}"
+
+
+class BilledUsage(models.Model):
+    """One billed usage record (`system.billing.usage`), linked to a run by its job_run_id."""
+
+    record_id = models.CharField(max_length=200, help_text="The provider's record_id, or a hash of the row.")
+    sku_name = models.CharField(max_length=200)
+    usage_start_time = models.DateTimeField()
+    usage_end_time = models.DateTimeField()
+    usage_date = models.DateField()
+    usage_quantity = ExactDecimalField()
+    usage_unit = models.CharField(max_length=64, blank=True)
+    usage_metadata = models.JSONField(default=dict, blank=True)
+    custom_tags = models.JSONField(default=dict, blank=True)
+    job_run_id = models.CharField(max_length=200, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="billed_usage")
+    price_per_unit = ExactDecimalField(null=True, blank=True, help_text="Blank: no list price in force.")
+    billed_usd = ExactDecimalField(null=True, blank=True, help_text="usage_quantity x price_per_unit.")
+    imported_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["usage_date", "record_id"]
+        constraints = [
+            # Idempotent import: a re-sent record is ignored (bulk insert with ignore_conflicts).
+            models.UniqueConstraint(fields=["record_id"], name="billedusage_record_id_unique"),
+        ]
+        indexes = [
+            # Reconciliation per day: billed usage in a date range.
+            models.Index(fields=["usage_date"], name="billedusage_date_idx"),
+            # Per-run billed figure (billed_for_run) and re-linking rows whose run arrived later.
+            models.Index(fields=["job_run_id"], name="billedusage_job_run_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.record_id}: {self.usage_quantity} {self.usage_unit} of {self.sku_name}"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from billing import policy_views, views
+from billing import policy_views, reconcile_views, views
 
 urlpatterns = [
     path("", views.cost_overview, name="cost_overview"),
@@ -21,3 +21,6 @@ urlpatterns = [
         "policies/<int:pk>/channels/<int:channel_pk>/delete/", policy_views.channel_delete, name="policy_channel_delete"
     ),
 ]
+
+# Reconciliation with the provider's bill (billing/reconcile_views.py).
+urlpatterns += [path("reconcile/", reconcile_views.reconcile_overview, name="reconcile_overview")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 from django.utils import timezone
 
+from billing.reconcile import BilledFigure, billed_for_run
 from billing.run_costs import RunBreakdown, breakdowns_for_runs
 from runs.models import Run
 
@@ -15,3 +16,9 @@ register = template.Library()
 def run_cost_breakdown(run: Run) -> RunBreakdown:
     """Classic cluster, idle and per-interval cost of `run` (a constant handful of queries)."""
     return breakdowns_for_runs([run], now=timezone.now())[run.pk]
+
+
+@register.simple_tag
+def run_billed(run: Run) -> BilledFigure | None:
+    """What the provider billed for `run` (imported usage records), or None before any arrive."""
+    return billed_for_run(run)
