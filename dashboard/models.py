@@ -56,12 +56,14 @@ class ApiKey(models.Model):
     def authenticate(cls, raw: str) -> ApiKey | None:
         key = cls.objects.select_related("team").filter(key_hash=hash_key(raw), revoked_at__isnull=True).first()
         if key is not None:
-            # Conditional update: at most one write a minute per key, not one per request.
+            # At most one write a minute per key, not one per request: the row just read says
+            # whether it is due, and the conditional update keeps concurrent requests to one.
             now = timezone.now()
             stale = now - timedelta(minutes=1)
-            cls.objects.filter(pk=key.pk).filter(
-                models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale)
-            ).update(last_used_at=now)
+            if key.last_used_at is None or key.last_used_at < stale:
+                cls.objects.filter(pk=key.pk).filter(
+                    models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale)
+                ).update(last_used_at=now)
         return key
 
     @property
