@@ -313,6 +313,15 @@ class AlertChannel(models.Model):
     def __str__(self) -> str:
         return f"{self.get_kind_display()} for {self.policy_id}"
 
+    @property
+    def display_target(self) -> str:
+        """What pages show: addresses as they are, a webhook URL without what may be its token."""
+        if self.kind == ChannelKind.EMAIL:
+            return self.target
+        from billing.alerts import redact_url
+
+        return redact_url(self.target)
+
 
 class BudgetAlert(models.Model):
     """A threshold crossed in one period; `fired_at` set by exactly one claimant."""

@@ -82,9 +82,35 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
     }
 
 
+def _detail_csv(policy: UsagePolicy, table: str) -> HttpResponse:
+    """The policy page's logs, whole: alerts fired, deliveries (targets already redacted), actions."""
+    if table == "deliveries":
+        rows = [
+            (d.at, d.get_channel_kind_display(), d.target, d.get_status_display(), d.status_code, d.attempts, d.error)
+            for d in policy.deliveries.order_by("-at", "-pk")
+        ]
+        header = ["at", "channel", "target", "status", "status_code", "attempts", "error"]
+    elif table == "actions":
+        rows = [
+            (a.at, a.run.external_id, a.get_kind_display(), a.get_outcome_display(), a.method, a.output_tail)
+            for a in policy.actions.select_related("run").order_by("-at", "-pk")
+        ]
+        header = ["at", "run", "action", "outcome", "via", "output"]
+    else:
+        table = "alerts"
+        rows = [
+            (a.fired_at, a.get_kind_display(), a.threshold, a.spend_usd, a.forecast_usd, a.budget_usd)
+            for a in policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")
+        ]
+        header = ["fired_at", "kind", "threshold_percent", "spend_usd", "forecast_usd", "budget_usd"]
+    return csv_response(f"policy-{policy.name}-{table}.csv", header, rows)
+
+
 @login_required
 def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
     policy = _policy(request, pk)
+    if request.GET.get("format") == "csv":
+        return _detail_csv(policy, request.GET.get("table", "alerts"))
     ctx = _detail_ctx(request, policy, channel_form=ChannelForm() if can_manage_policies(request.user) else None)
     return render(request, "billing/policy_detail.html", ctx)
 

@@ -150,3 +150,16 @@ def test_webhook_secret_shown_once(world, policy) -> None:
 def test_list_shows_spend_and_chart(world, policy) -> None:
     page = world.client_for(world.alice).get(reverse("policy_list")).content.decode()
     assert 'id="burn-' in page and "Remaining" in page
+
+
+def test_a_webhook_url_token_is_never_shown_and_the_logs_export_as_csv(world, policy) -> None:
+    slack = "https://hooks.slack.com/services/T0001/B0002/tokentokentokentoken"
+    AlertChannel.objects.create(policy=policy, kind="slack", target=slack)
+    alice = world.client_for(world.alice)
+    page = alice.get(urls(policy)["detail"]).content.decode()
+    assert "tokentokentoken" not in page and "hooks.slack.com/services/***" in page
+    for table, first in (("alerts", "fired_at"), ("deliveries", "at"), ("actions", "at")):
+        response = alice.get(urls(policy)["detail"], {"format": "csv", "table": table})
+        assert response["Content-Type"].startswith("text/csv")
+        assert response.content.decode().splitlines()[0].startswith(first)
+    assert world.client_for(world.charlie).get(urls(policy)["detail"], {"format": "csv"}).status_code == 404
