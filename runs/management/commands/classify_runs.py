@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from dashboard.progress import Progress
 from runs.models import Run
 from runs.postmortem import FAILED_STATUSES, classify_run
 
@@ -21,8 +22,10 @@ class Command(BaseCommand):
         if not options["all"]:
             runs = runs.filter(failure__isnull=True)
         counts: dict[str, int] = {}
-        for run in runs.iterator(chunk_size=200):
-            class_id = classify_run(run).class_id
-            counts[class_id] = counts.get(class_id, 0) + 1
+        with Progress(runs.count(), "runs", label="classifying") as progress:
+            for run in runs.iterator(chunk_size=200):
+                class_id = classify_run(run).class_id
+                counts[class_id] = counts.get(class_id, 0) + 1
+                progress.advance()
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to do"
         self.stdout.write(f"Classified {sum(counts.values())} run(s): {summary}")
