@@ -17,7 +17,7 @@ import csv
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation, localcontext
@@ -272,7 +272,9 @@ def refresh_links_and_prices() -> tuple[int, int]:
     return linked, priced
 
 
-def import_usage(usage: IO[str], prices: IO[str] | None = None) -> ImportResult:
+def import_usage(
+    usage: IO[str], prices: IO[str] | None = None, progress: Callable[[int, int], None] | None = None
+) -> ImportResult:
     """Import list prices (optional) and usage records; all rows or none.
 
     1. Parse both files; any bad row -> errors, nothing written.
@@ -294,7 +296,10 @@ def import_usage(usage: IO[str], prices: IO[str] | None = None) -> ImportResult:
         BillingListPrice.objects.bulk_create(list_prices, ignore_conflicts=True, batch_size=CHUNK)
         result.prices_added = BillingListPrice.objects.count() - before_prices
         before = BilledUsage.objects.count()
-        BilledUsage.objects.bulk_create(records, ignore_conflicts=True, batch_size=CHUNK)
+        for start in range(0, len(records), CHUNK):
+            BilledUsage.objects.bulk_create(records[start : start + CHUNK], ignore_conflicts=True)
+            if progress is not None:
+                progress(min(start + CHUNK, len(records)), len(records))
         result.added = BilledUsage.objects.count() - before
         result.unchanged = len(records) - result.added
         result.linked, result.priced = refresh_links_and_prices()

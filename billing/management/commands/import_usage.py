@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.reconcile import import_usage
+from dashboard.progress import Progress
 
 
 class Command(BaseCommand):
@@ -26,7 +27,13 @@ class Command(BaseCommand):
             with ExitStack() as stack:
                 usage = stack.enter_context(open(file, encoding="utf-8-sig", newline=""))
                 price_file = stack.enter_context(open(prices, encoding="utf-8-sig", newline="")) if prices else None
-                result = import_usage(usage, price_file)
+                with Progress(0, "records", label="importing usage") as bar:
+
+                    def advance(done: int, total: int) -> None:
+                        bar.total = total
+                        bar.update(done)
+
+                    result = import_usage(usage, price_file, progress=advance)
         except OSError as exc:
             raise CommandError(f"Cannot read {exc.filename}: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
