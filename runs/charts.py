@@ -65,8 +65,10 @@ class GpuSeries:
 
 def plotly_time(ts: datetime) -> str:
     """A datetime as the naive UTC string plotly.js reads without guessing a zone."""
-    if timezone.is_aware(ts):
-        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    if ts.tzinfo is not None:
+        if ts.utcoffset():  # the database hands back UTC already; convert only what is not
+            ts = ts.astimezone(UTC)
+        ts = ts.replace(tzinfo=None)
     return ts.isoformat(sep=" ")
 
 
@@ -154,7 +156,9 @@ def _collect(
 ) -> list[GpuSeries]:
     """Group (node_id, gpu, time, value[, low, avg]) rows into downsampled series, in attempt, node, GPU order."""
     keyed: list[tuple[tuple[int, int, int], GpuSeries]] = []
-    for (node_id, gpu), group in groupby(rows.iterator(chunk_size=5_000), key=lambda r: (r[0], r[1])):
+    # One fetch, not a server-side cursor: the tier is chosen so that a range has at most a few
+    # tens of thousands of rows, and fetchmany round trips cost more than holding them.
+    for (node_id, gpu), group in groupby(list(rows), key=lambda r: (r[0], r[1])):
         points = list(group)
         attempt, index, prefix = names.get(node_id, (0, node_id, f"node #{node_id}"))
         x: list[datetime] = [p[2] for p in points]
