@@ -31,6 +31,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from billing import reports
 from billing.costs import _EXACT, ZERO, _exact_sum
 from billing.models import BilledUsage, BillingListPrice
+from billing.pricebook import RowError
 from billing.run_costs import breakdowns_for_runs
 from runs.choices import RunSource
 from runs.models import Run
@@ -40,17 +41,6 @@ BILLED_SOURCES = (RunSource.SERVERLESS, RunSource.CLASSIC)
 USAGE_REQUIRED = ("usage_start_time", "usage_end_time", "sku_name", "usage_quantity")
 PRICE_REQUIRED = ("sku_name", "price_start_time")
 CHUNK = 1000
-
-
-@dataclass(frozen=True)
-class RowError:
-    """A bad CSV row: its line number in the file (header = line 1) and what is wrong."""
-
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
 
 
 @dataclass
