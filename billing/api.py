@@ -81,9 +81,9 @@ def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
         raise CostError("from", "the range is longer than ten years")
     team_ids = list(Access(request).teams().values_list("pk", flat=True))
     filters = reports.CostFilters(start, end, accelerator_type=query.accelerator_type, region=query.region)
-    rows = reports.cost_rows(team_ids, filters)
-    out = [_row(row) for row in reports.grouped(rows, GroupBy(query.group_by))]
-    total = reports.totals(rows)["total_usd"]
+    group_by = GroupBy(query.group_by)
+    out = [_row(row) for row in reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by)]
+    total = reports.totals(reports.rows_for(team_ids, filters))["total_usd"]
     return {"group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total), "rows": out}
 
 

@@ -10,6 +10,14 @@ class PriceKind(models.TextChoices):
     NEGOTIATED = "negotiated", "Negotiated"
 
 
+class EgressOrigin(models.TextChoices):
+    """Where an egress record comes from: posted by a source, or derived by Airboard."""
+
+    REPORTED = "reported", "Reported"
+    # From the run's MLflow network system metrics while its GPUs ran outside its home region.
+    DERIVED = "derived", "Derived from network metrics"
+
+
 class GroupBy(models.TextChoices):
     """Dimensions the cost pages and `GET /api/v1/costs` can group by."""
 

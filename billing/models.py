@@ -12,6 +12,7 @@ from billing.choices import (
     BudgetPeriod,
     ChannelKind,
     DeliveryStatus,
+    EgressOrigin,
     EnforcementKind,
     EnforcementOutcome,
     PriceKind,
@@ -87,12 +88,15 @@ class EgressRecord(models.Model):
     destination_region = models.CharField(max_length=32)
     bytes = models.BigIntegerField()
     ts = models.DateTimeField()
+    origin = models.CharField(max_length=16, choices=EgressOrigin.choices, default=EgressOrigin.REPORTED)
 
     class Meta:
         constraints = [
-            # A resent egress record is a no-op.
+            # A resent egress record is a no-op. Origin is part of the key: derived records are
+            # replaced wholesale (billing.egress) and must never collide with reported ones.
             models.UniqueConstraint(
-                fields=["run", "source_region", "destination_region", "ts"], name="egressrecord_natural_key"
+                fields=["run", "source_region", "destination_region", "ts", "origin"],
+                name="egressrecord_natural_key_origin",
             ),
         ]
 
@@ -183,22 +187,58 @@ class CostDaily(models.Model):
             ),
         ]
         indexes = [
-            # Cost pages and the API: a team's days in a date range (month to date by team).
+            # Cost pages and the API: a team's days in a date range (filtered by type or region).
             models.Index(fields=["team", "day"], name="costdaily_team_day_idx"),
             # recompute_days deletes whole days; staff pages read all teams by day range.
             models.Index(fields=["day"], name="costdaily_day_idx"),
-            # Month to date by team (reports.month_to_date, the by-team sums): on PostgreSQL an
-            # index-only scan of this month's days, the sums read from the index (INCLUDE is
-            # PostgreSQL-only; SQLite builds a plain (day, team) index).
-            models.Index(
-                fields=["day", "team"],
-                include=["compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours"],
-                name="costdaily_day_team_cover_idx",
-            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.day} {self.team_id} {self.experiment_name}: ${self.compute_usd + self.egress_usd}"
+
+
+class CostDailyTeam(models.Model):
+    """One UTC day of one team's spend: the CostDaily rows of that day and team, summed exactly.
+
+    Written by `rollups.recompute_days` in the same transaction as CostDaily, so the two never
+    disagree. Month to date and the by-team and by-day sums without dimension filters read
+    this table: one row per team and day (about 20 x 31 a month) instead of one per
+    experiment, user, policy, type and region (up to one per run and day).
+    """
+
+    day = models.DateField()
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="cost_team_days")
+    compute_usd = ExactDecimalField(default=0)
+    egress_usd = ExactDecimalField(default=0)
+    idle_usd = ExactDecimalField(default=0, help_text="Part of compute_usd: GPUs held but idle.")
+    gpu_hours = ExactDecimalField(default=0)
+    idle_gpu_hours = ExactDecimalField(default=0)
+    runs = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # One row per day and team; recompute_days replaces whole days, racing writers fail here.
+            models.UniqueConstraint(fields=["day", "team"], name="costdailyteam_day_team_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.team_id}: ${self.compute_usd + self.egress_usd}"
+
+
+class RunCostSpan(models.Model):
+    """The UTC days a run's cost covered when it was last rolled up.
+
+    A run whose attempts, cluster or egress records move keeps only its new days in the
+    database; this remembers the old ones so the rollup rewrites them too (a retry whose
+    start was corrected from Monday to Tuesday must leave Monday's total).
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="cost_span")
+    first_day = models.DateField()
+    last_day = models.DateField()
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.first_day}..{self.last_day}"
 
 
 class RollupState(models.Model):

@@ -19,7 +19,7 @@ from django.db.models import Count, QuerySet, Sum
 
 from billing.choices import GroupBy
 from billing.costs import ZERO, _egress_prices, _exact_sum, _price_egress, _utc, month_start
-from billing.models import CostDaily, EgressRecord
+from billing.models import CostDaily, CostDailyTeam, EgressRecord
 
 MONEY = ("compute_usd", "egress_usd", "idle_usd")
 AMOUNTS = (*MONEY, "gpu_hours", "idle_gpu_hours")
@@ -76,13 +76,37 @@ def cost_rows(team_ids: Iterable[int], filters: CostFilters | None = None) -> Qu
     return rows
 
 
+def summary_rows(team_ids: Iterable[int], filters: CostFilters) -> QuerySet[CostDailyTeam] | None:
+    """The per-(day, team) summary narrowed by `filters`; None when a filter needs CostDaily's dimensions."""
+    if filters.accelerator_type or filters.region:
+        return None
+    rows = CostDailyTeam.objects.filter(team_id__in=list(team_ids), day__gte=filters.start, day__lte=filters.end)
+    return rows.filter(team_id=filters.team_id) if filters.team_id else rows
+
+
+def rows_for(team_ids: Iterable[int], filters: CostFilters, group_by: str | None = None) -> QuerySet:
+    """The smallest rollup that answers sums by `group_by` (None: the totals) under `filters`.
+
+    Team and day sums without a type or region filter read `CostDailyTeam` (one row per team
+    and day); any other dimension reads CostDaily. Both hold the same amounts, exactly.
+    """
+    team_ids = list(team_ids)
+    if group_by in (None, GroupBy.TEAM, GroupBy.DAY):
+        summary = summary_rows(team_ids, filters)
+        if summary is not None:
+            return summary
+    return cost_rows(team_ids, filters)
+
+
 def _with_total(row: dict) -> dict:
     row["total_usd"] = _exact_sum([row["compute_usd"], row["egress_usd"]])
     return row
 
 
-def sum_by(rows: QuerySet[CostDaily], fields: Iterable[str]) -> list[dict]:
+def sum_by(rows: QuerySet, fields: Iterable[str]) -> list[dict]:
     """Exact sums of the amounts per distinct value of `fields` (ORM paths); one query.
+
+    `rows` is a CostDaily or a CostDailyTeam queryset: both carry the same amount columns.
 
     Rows come back as dicts: the field values, then the amounts and `total_usd`, ordered by
     total (largest first).
@@ -104,7 +128,7 @@ def sum_by(rows: QuerySet[CostDaily], fields: Iterable[str]) -> list[dict]:
     return sorted(out, key=lambda row: (-row["total_usd"], [str(row[f]) for f in fields]))
 
 
-def grouped(rows: QuerySet[CostDaily], group_by: str) -> list[dict]:
+def grouped(rows: QuerySet, group_by: str) -> list[dict]:
     """Sums per `group_by` value, each row with `key` set to the value (days ascending)."""
     field = GROUP_FIELDS[GroupBy(group_by)]
     out = [{"key": row.pop(field), **row} for row in sum_by(rows, [field])]
@@ -113,7 +137,7 @@ def grouped(rows: QuerySet[CostDaily], group_by: str) -> list[dict]:
     return out
 
 
-def totals(rows: QuerySet[CostDaily]) -> dict[str, Decimal]:
+def totals(rows: QuerySet) -> dict[str, Decimal]:
     """Exact sums of every amount over `rows` (zeros when there are none)."""
     if connection.vendor == "postgresql":
         sums = rows.aggregate(**{name: Sum(name) for name in AMOUNTS})
@@ -125,17 +149,16 @@ def totals(rows: QuerySet[CostDaily]) -> dict[str, Decimal]:
 def month_to_date(team_ids: Iterable[int], now: datetime) -> MonthToDate:
     """This UTC month's spend and, from MIN_FORECAST_DAYS days of data, a forecast to its end.
 
-    1. Sum the month's rows up to today. PostgreSQL: one query for the spend and the count of
-       distinct days, read from `costdaily_day_team_cover_idx` alone (an index-only scan:
-       the two money columns are INCLUDEd). SQLite: the exact-text sums in Python, then the
-       distinct days.
+    1. Sum the month's `CostDailyTeam` rows up to today (one row per team and day, so a few
+       hundred rows whatever the number of runs). PostgreSQL: one query for the spend and the
+       count of distinct days. SQLite: the exact-text sums in Python, then the distinct days.
     2. Elapsed time is exact: from 00:00 UTC on the 1st to `now`, in days.
     3. Forecast = spend / elapsed days x days in the month (linear), rounded to the cent;
        None with fewer than MIN_FORECAST_DAYS days that have rows.
     """
     now = _utc(now)
     first = month_start(now).date()
-    rows = cost_rows(team_ids).filter(day__gte=first, day__lte=now.date())
+    rows = CostDailyTeam.objects.filter(team_id__in=list(team_ids), day__gte=first, day__lte=now.date())
     if connection.vendor == "postgresql":
         sums = rows.aggregate(compute=Sum("compute_usd"), egress=Sum("egress_usd"), days=Count("day", distinct=True))
         spend = _exact_sum([sums["compute"] or ZERO, sums["egress"] or ZERO])

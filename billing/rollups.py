@@ -23,11 +23,13 @@ from billing.costs import ZERO, _exact_sum, _utc
 from billing.models import (
     AcceleratorPrice,
     CostDaily,
+    CostDailyTeam,
     EgressPrice,
     EgressRecord,
     InstancePrice,
     PriceChange,
     RollupState,
+    RunCostSpan,
 )
 from billing.run_costs import breakdowns_for_runs
 from runs.models import Attempt, Run
@@ -105,47 +107,127 @@ def recompute_days(days: Iterable[date], now: datetime | None = None) -> int:
     1. Find the runs touching any of the days (`runs_touching`).
     2. Price them in chunks with `breakdowns_for_runs` (running runs accrue to `now`) and
        add each run's lines for the wanted days into its dimension tuple, exactly.
-    3. In one transaction, delete those days' rows and insert the new ones. Rows of other
-       days are never touched. Two passes racing on the same day cannot both insert: the
-       named unique constraint on the dimension tuple refuses the second.
+    3. Sum those rows per (day, team) into the `CostDailyTeam` summary, exactly.
+    4. In one transaction, delete those days' rows of both tables and insert the new ones,
+       and record each priced run's span of days (`RunCostSpan`). Rows of other days are
+       never touched. Two passes racing on the same day cannot both insert: the named
+       unique constraints refuse the second.
     """
+    return _recompute(days, now or timezone.now())[0]
+
+
+def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
+    """`recompute_days`, also returning the ids of the runs it priced."""
     wanted = set(days)
     if not wanted:
-        return 0
-    as_of = now or timezone.now()
+        return 0, set()
     run_ids = sorted(runs_touching(wanted))
     sums: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple, int] = defaultdict(int)
+    spans: dict[int, tuple[date, date]] = {}
     for i in range(0, len(run_ids), CHUNK):
         runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*_RUN_FIELDS))
         breakdowns = breakdowns_for_runs(runs, now=as_of)
         for run in runs:
             dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
-            for line in breakdowns[run.pk].days:
+            days = breakdowns[run.pk].days
+            if days:
+                spans[run.pk] = (days[0].day, days[-1].day)
+            for line in days:
                 if line.day not in wanted:
                     continue
                 key = (line.day, *dims)
                 counts[key] += 1
-                for name in ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours"):
+                for name in _LINE_AMOUNTS:
                     sums[key][name].append(getattr(line, name))
     rows = [
-        CostDaily(
-            day=key[0],
-            **dict(zip(DIMENSIONS, key[1:], strict=True)),
-            compute_usd=_exact_sum(values["compute"]),
-            egress_usd=_exact_sum(values["egress"]),
-            idle_usd=_exact_sum(values["idle"]),
-            gpu_hours=_exact_sum(values["gpu_hours"]),
-            idle_gpu_hours=_exact_sum(values["idle_gpu_hours"]),
-            runs=counts[key],
-        )
+        CostDaily(day=key[0], **dict(zip(DIMENSIONS, key[1:], strict=True)), **_amounts(values), runs=counts[key])
         for key, values in sums.items()
     ]
+    team_rows = _team_days(rows)
     with transaction.atomic():
         for first, last in _ranges(wanted):
             CostDaily.objects.filter(day__gte=first, day__lte=last).delete()
+            CostDailyTeam.objects.filter(day__gte=first, day__lte=last).delete()
         CostDaily.objects.bulk_create(rows, batch_size=1000)
+        CostDailyTeam.objects.bulk_create(team_rows, batch_size=1000)
+        _save_spans(spans)
+    return len(rows), set(run_ids)
+
+
+_LINE_AMOUNTS = ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours")
+
+
+def _amounts(values: dict[str, list[Decimal]]) -> dict[str, Decimal]:
+    """A DayBreakdown's amounts summed exactly, under CostDaily's column names."""
+    return {
+        "compute_usd": _exact_sum(values["compute"]),
+        "egress_usd": _exact_sum(values["egress"]),
+        "idle_usd": _exact_sum(values["idle"]),
+        "gpu_hours": _exact_sum(values["gpu_hours"]),
+        "idle_gpu_hours": _exact_sum(values["idle_gpu_hours"]),
+    }
+
+
+def _team_days(rows: list[CostDaily]) -> list[CostDailyTeam]:
+    """The per-(day, team) summary of `rows`, exactly: what month to date and by-team sums read."""
+    names = ("compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours")
+    sums: dict[tuple[date, int], dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
+    counts: dict[tuple[date, int], int] = defaultdict(int)
+    for row in rows:
+        key = (row.day, row.team_id)
+        counts[key] += row.runs
+        for name in names:
+            sums[key][name].append(getattr(row, name))
+    return [
+        CostDailyTeam(day=day, team_id=team_id, runs=counts[(day, team_id)], **{n: _exact_sum(v[n]) for n in names})
+        for (day, team_id), v in sums.items()
+    ]
+
+
+def summarize_days(days: Iterable[date]) -> int:
+    """Rebuild the CostDailyTeam rows of `days` from the CostDaily rows stored for them.
+
+    `recompute_days` writes both tables itself; this is for CostDaily rows written some other
+    way (an import, a repair by hand).
+    """
+    wanted = sorted(set(days))
+    rows = _team_days(list(CostDaily.objects.filter(day__in=wanted)))
+    with transaction.atomic():
+        CostDailyTeam.objects.filter(day__in=wanted).delete()
+        CostDailyTeam.objects.bulk_create(rows, batch_size=1000)
     return len(rows)
+
+
+def _save_spans(spans: dict[int, tuple[date, date]]) -> None:
+    """Record each priced run's first and last day; only rows that changed are written."""
+    ids = list(spans)
+    stored: dict[int, tuple[date, date]] = {}
+    for i in range(0, len(ids), CHUNK):
+        for run_id, first, last in RunCostSpan.objects.filter(run_id__in=ids[i : i + CHUNK]).values_list(
+            "run_id", "first_day", "last_day"
+        ):
+            stored[run_id] = (first, last)
+    changed = [
+        RunCostSpan(run_id=run_id, first_day=first, last_day=last)
+        for run_id, (first, last) in spans.items()
+        if stored.get(run_id) != (first, last)
+    ]
+    RunCostSpan.objects.bulk_create(
+        changed, batch_size=1000, update_conflicts=True, unique_fields=["run"], update_fields=["first_day", "last_day"]
+    )
+
+
+def span_days(run_ids: Iterable[int]) -> set[date]:
+    """Days the given runs covered when last rolled up (their `RunCostSpan`), one query a chunk."""
+    run_ids = list(run_ids)
+    days: set[date] = set()
+    for i in range(0, len(run_ids), CHUNK):
+        for first, last in RunCostSpan.objects.filter(run_id__in=run_ids[i : i + CHUNK]).values_list(
+            "first_day", "last_day"
+        ):
+            days.update(first + timedelta(days=n) for n in range((last - first).days + 1))
+    return days
 
 
 def touched_days(run_ids: Iterable[int], now: datetime) -> set[date]:
@@ -198,8 +280,9 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
     1. Claim the lease (`claim`); if another worker holds it, do nothing.
     2. Runs to look at: those whose `updated_at` (or cluster's) is after the cursor, plus
        runs with an attempt still running, which accrue to now.
-    3. The UTC days those runs touch, plus the rolled-up days from the earliest
-       effective_from of any price edited since the cursor.
+    3. The UTC days those runs touch now, the days they covered at the last pass (their
+       `RunCostSpan`), plus the rolled-up days from the earliest effective_from of any price
+       edited since the cursor.
     4. `recompute_days` on that set; then move the cursor to the pass's start (less an
        overlap, see CURSOR_OVERLAP) and release the lease.
     """
@@ -215,8 +298,14 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         run_ids = set(changed.values_list("pk", flat=True))
         running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
         run_ids |= set(running.values_list("run_id", flat=True))
-        days = touched_days(run_ids, as_of) | _days_since_price_changes(cursor)
-        rows = recompute_days(days, now=as_of)
+        # The days they cover now, and the days they covered at the last pass: an attempt
+        # whose times moved, or a cluster or egress record that changed, leaves old days too.
+        days = touched_days(run_ids, as_of) | span_days(run_ids) | _days_since_price_changes(cursor)
+        rows, priced = _recompute(days, as_of)
+        # A run that no longer covers any day (its attempts were removed) keeps no span.
+        gone = sorted(run_ids - priced)
+        for i in range(0, len(gone), CHUNK):
+            RunCostSpan.objects.filter(run_id__in=gone[i : i + CHUNK]).delete()
         RollupState.objects.filter(name=STATE_NAME).update(
             cursor=as_of - CURSOR_OVERLAP, last_run_at=as_of, days_last_run=len(days), lease_until=None
         )

@@ -67,10 +67,10 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
     )  # fmt: skip
     rows = reports.cost_rows(team_ids, filters)
     group_field = reports.GROUP_FIELDS[GroupBy(group_by)]
-    by_group = reports.grouped(rows, group_by)
+    by_group = reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by)
     experiments = reports.grouped(rows, GroupBy.EXPERIMENT_NAME)
     creators = reports.grouped(rows, GroupBy.CREATOR)
-    daily = reports.sum_by(rows, ["day", group_field])
+    daily = reports.sum_by(reports.rows_for(team_ids, filters, group_by), ["day", group_field])
     flows = reports.egress_flows(team_ids, filters)
     idle = sorted((r for r in experiments if r["idle_usd"] > 0), key=lambda r: -r["idle_usd"])
 
@@ -96,7 +96,7 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         return csv_response(f"costs-by-{group_by}-{stamp}.csv", [group_by, *AMOUNT_HEADER],
                             ([r["key"], *_amounts(r)] for r in by_group))  # fmt: skip
 
-    total = reports.totals(rows)
+    total = reports.totals(reports.rows_for(team_ids, filters))
     month_team_ids = [filters.team_id] if filters.team_id else team_ids
     ctx = {
         "form": form,

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 import time_machine
 
+from billing import rollups
 from billing.models import CostDaily, EgressPrice, EgressRecord
 from tests.conftest import World, make_run
 
@@ -24,9 +25,11 @@ def _day(world_team, day: date, usd: str, **dims: object) -> CostDaily:
         "region": "us-west-2",
     }
     fields.update(dims)
-    return CostDaily.objects.create(
+    row = CostDaily.objects.create(
         day=day, team=world_team, compute_usd=Decimal(usd), gpu_hours=Decimal("1.5"), runs=1, **fields
     )
+    rollups.summarize_days([day])
+    return row
 
 
 @pytest.fixture

@@ -12,8 +12,18 @@ from hypothesis import strategies as st
 
 from billing import rollups
 from billing.costs import _exact_sum, estimate_costs_for_runs
-from billing.models import AcceleratorPrice, CostDaily, EgressPrice, EgressRecord, PriceChange, RollupState
+from billing.models import (
+    AcceleratorPrice,
+    CostDaily,
+    CostDailyTeam,
+    EgressPrice,
+    EgressRecord,
+    PriceChange,
+    RollupState,
+    RunCostSpan,
+)
 from billing.tasks import roll_up_costs
+from runs import ingest
 from runs.models import Attempt, Run
 from tests.conftest import T0, World, make_run
 
@@ -151,6 +161,7 @@ def test_rollup_always_sums_to_per_run_costs(world: World, runs: list, prices: l
     """Whatever the runs, attempts, prices and regions, sum(CostDaily) == sum(run totals), exactly."""
     Run.objects.all().delete()
     CostDaily.objects.all().delete()
+    CostDailyTeam.objects.all().delete()
     AcceleratorPrice.objects.all().delete()
     EgressPrice.objects.all().delete()
     for i, usd in enumerate(prices):
@@ -180,3 +191,70 @@ def test_rollup_always_sums_to_per_run_costs(world: World, runs: list, prices: l
     got = rollups.totals(CostDaily.objects.all())
     assert _exact_sum([got["compute_usd"], got["egress_usd"]]) == _exact_sum(c.total for c in expected.values())
     assert got["gpu_hours"] == _exact_sum(c.gpu_hours for c in expected.values())
+    _assert_summary_matches()
+
+
+def _assert_summary_matches() -> None:
+    """CostDailyTeam holds exactly the CostDaily rows summed per (day, team), no more, no less."""
+    expected: dict[tuple, list[CostDaily]] = {}
+    for row in CostDaily.objects.all():
+        expected.setdefault((row.day, row.team_id), []).append(row)
+    summary = {(r.day, r.team_id): r for r in CostDailyTeam.objects.all()}
+    assert set(summary) == set(expected)
+    for key, rows in expected.items():
+        sums = rollups.totals(rows)
+        assert {name: getattr(summary[key], name) for name in sums} == sums
+        assert summary[key].runs == sum(r.runs for r in rows)
+
+
+def test_team_summary_follows_every_recompute(world: World) -> None:
+    _price()
+    make_run(world.vision, "a", started_at=T0.replace(hour=22), ended_at=T0.replace(hour=22) + timedelta(hours=4))
+    make_run(world.vision, "b", experiment_name="/Workspace/other", started_at=T0, ended_at=T0 + timedelta(hours=1))
+    make_run(world.nlp, "c", started_at=T0, ended_at=T0 + timedelta(hours=3))
+    rollups.recompute_days([T0.date(), T0.date() + timedelta(days=1)], now=T0 + timedelta(days=2))
+    _assert_summary_matches()
+    day0 = CostDailyTeam.objects.get(day=T0.date(), team=world.vision)
+    assert (day0.compute_usd, day0.runs) == (Decimal("48"), 2)  # 2 h + 1 h, x 8 GPUs x $2
+    # A run removed: the next recompute of its day leaves no trace of it in either table.
+    Run.objects.filter(external_id="c").delete()
+    rollups.recompute_days([T0.date()], now=T0 + timedelta(days=2))
+    assert not CostDailyTeam.objects.filter(team=world.nlp).exists()
+    _assert_summary_matches()
+
+
+def test_attempt_moved_to_another_day_leaves_its_old_day(world: World) -> None:
+    """A source corrects an attempt's times: the day it no longer covers is rebuilt too."""
+    _price()
+    with time_machine.travel(T0 + timedelta(days=5), tick=False):
+        make_run(world.vision, "moved", started_at=T0, ended_at=T0 + timedelta(hours=1))
+        rollups.refresh_changed()
+    assert CostDaily.objects.get().day == T0.date()
+    assert RunCostSpan.objects.get().first_day == T0.date()
+    with time_machine.travel(T0 + timedelta(days=5, minutes=10), tick=False):
+        later = T0 + timedelta(days=2)
+        ingest.upsert_run(
+            world.vision,
+            {"source": "serverless", "external_id": "moved",
+             "attempts": [{"number": 1, "started_at": later, "ended_at": later + timedelta(hours=1)}]},
+        )  # fmt: skip
+        result = rollups.refresh_changed()
+    assert result.days == 2  # the new day and the old one
+    assert [(r.day, r.compute_usd) for r in CostDaily.objects.all()] == [(later.date(), Decimal("16"))]
+    assert list(CostDailyTeam.objects.values_list("day", flat=True)) == [later.date()]
+    span = RunCostSpan.objects.get()
+    assert (span.first_day, span.last_day) == (later.date(), later.date())
+
+
+def test_run_that_lost_its_attempts_leaves_its_days_and_span(world: World) -> None:
+    _price()
+    with time_machine.travel(T0 + timedelta(days=5), tick=False):
+        run = make_run(world.vision, "gone")
+        rollups.refresh_changed()
+    assert CostDaily.objects.count() == 1
+    with time_machine.travel(T0 + timedelta(days=5, minutes=10), tick=False):
+        Attempt.objects.filter(run=run).delete()
+        run.save()  # the source's update of the run itself
+        rollups.refresh_changed()
+    assert CostDaily.objects.count() == 0 and CostDailyTeam.objects.count() == 0
+    assert not RunCostSpan.objects.exists()
