@@ -7,18 +7,21 @@ Amounts are exact decimals sent as strings, so no float ever rounds a cent.
 from __future__ import annotations
 
 from datetime import date, timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import Field
+from pydantic import BaseModel, Field, field_validator
 
-from billing import policies, reports
+from billing import egress, policies, reports
 from billing.choices import GroupBy
-from dashboard.api import Access, read_auth
-from runs.api import ERRORS
+from dashboard.api import Access, InvalidRows, bearer, read_auth
+from runs.api import ERRORS, _check_count, _resolve_runs
+from runs.choices import RunSource
+from runs.schemas import ExternalId, RegionName, Timestamp, _refuse_nul
 
 router = Router(tags=["costs"])
 
@@ -85,6 +88,72 @@ def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
     out = [_row(row) for row in reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by)]
     total = reports.totals(reports.rows_for(team_ids, filters))["total_usd"]
     return {"group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total), "rows": out}
+
+
+# --- Egress records --------------------------------------------------------------------------
+
+Region = Annotated[RegionName, Field(min_length=2)]
+
+
+class EgressRecordIn(BaseModel):
+    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    run: ExternalId
+    run_source: RunSource = RunSource.SERVERLESS
+    source_region: Region
+    destination_region: Region = Field(description="A region, or `internet`.")
+    bytes: int = Field(ge=0, le=2**63 - 1)
+    ts: Timestamp = Field(description="When the data moved (the end of the interval it covers).")
+
+
+class EgressBatchIn(BaseModel):
+    records: list[EgressRecordIn] = Field(min_length=1)
+
+
+class EgressOut(Schema):
+    inserted: int
+    duplicates: int
+
+
+class EgressConflictError(HttpError):
+    """A 409 naming each record already stored with other bytes; nothing of the batch was stored."""
+
+    def __init__(self, errors: list[dict[str, str]]) -> None:
+        super().__init__(409, f"{len(errors)} record(s) conflict with stored ones; nothing was stored.")
+        self.errors = errors
+
+
+@router.post("/egress", auth=bearer, response={200: EgressOut, 201: EgressOut, **ERRORS}, summary="Report egress")
+def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
+    """Bytes a run moved between regions (or to `internet`), priced by the region pair in force at `ts`.
+
+    Idempotent: a record sent again (same run, regions and ts) is counted as a duplicate; the
+    same key with other bytes is a 409. Reported records replace the estimate Airboard
+    derives from network metrics for a cross-region run.
+    """
+    Access(request).require_write()
+    records = payload.records
+    _check_count(records, "records")
+    runs = _resolve_runs(request, {(r.run_source, r.run) for r in records})
+    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
+    errors: list[dict[str, str]] = []
+    for i, r in enumerate(records):
+        if (r.run_source, r.run) not in runs:
+            errors.append({"field": f"records[{i}].run", "message": f"no run {r.run!r} ({r.run_source}) in your team"})
+        if r.source_region == r.destination_region:
+            errors.append({"field": f"records[{i}].destination_region", "message": "is the source region"})
+        if r.ts > horizon:
+            errors.append({"field": f"records[{i}].ts", "message": "is more than the allowed skew in the future"})
+    if errors:
+        raise InvalidRows(errors[:500])
+    rows = [
+        egress.EgressRow(runs[(r.run_source, r.run)].pk, r.source_region, r.destination_region, r.bytes, r.ts)
+        for r in records
+    ]
+    try:
+        result = egress.store_reported(rows)
+    except egress.EgressConflict as exc:
+        raise EgressConflictError(exc.rows[:500]) from None
+    return Status(201 if result.inserted else 200, {"inserted": result.inserted, "duplicates": result.duplicates})
 
 
 # --- Admission (dry run) --------------------------------------------------------------------

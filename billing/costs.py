@@ -41,7 +41,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Q
 from django.utils import timezone
 
-from billing.choices import PriceKind
+from billing.choices import EgressOrigin, PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
 from runs.models import Attempt, Run
 
@@ -121,6 +121,12 @@ class EgressLine:
     usd_per_gb: Decimal | None
     usd: Decimal
     unpriced: bool
+    origin: str = EgressOrigin.REPORTED
+
+    @property
+    def derived(self) -> bool:
+        """True for an estimate from network metrics (billing.egress), not a reported record."""
+        return self.origin == EgressOrigin.DERIVED
 
 
 @dataclass(frozen=True)
@@ -346,9 +352,17 @@ def _egress_prices(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Egress
     return found
 
 
-def _price_egress(ts: datetime, source: str, destination: str, num_bytes: int, periods: _EgressPeriods) -> EgressLine:
+def _price_egress(
+    ts: datetime,
+    source: str,
+    destination: str,
+    num_bytes: int,
+    periods: _EgressPeriods,
+    origin: str = EgressOrigin.REPORTED,
+) -> EgressLine:
     usd_per_gb = _price_in_force(periods.prices, periods.starts, ts)
     return EgressLine(
+        origin=origin,
         ts=ts,
         source_region=source,
         destination_region=destination,
@@ -412,7 +426,7 @@ def estimate_costs_for_runs(runs: Iterable[Run], now: datetime | None = None) ->
 
     records: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     record_rows = EgressRecord.objects.filter(run_id__in=run_ids).order_by("ts", "pk")
-    for row in record_rows.values_list("run_id", "ts", "source_region", "destination_region", "bytes"):
+    for row in record_rows.values_list("run_id", "ts", "source_region", "destination_region", "bytes", "origin"):
         records[row[0]].append(row[1:])
     pairs = {(row[1], row[2]) for rows in records.values() for row in rows}
     egress_prices = _egress_prices(pairs)
@@ -463,9 +477,9 @@ def _run_cost(
             reasons.append(_missing_price_reason(what, periods[0].effective_from if periods else None))
 
     egress_lines = []
-    for ts, source, destination, num_bytes in records:
+    for ts, source, destination, num_bytes, origin in records:
         pair_periods = egress_prices[(source, destination)]
-        line = _price_egress(ts, source, destination, num_bytes, pair_periods)
+        line = _price_egress(ts, source, destination, num_bytes, pair_periods, origin)
         egress_lines.append(line)
         if line.unpriced:
             first = pair_periods.starts[0] if pair_periods.starts else None

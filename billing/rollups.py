@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from billing import egress
 from billing.costs import ZERO, _exact_sum, _utc
 from billing.models import (
     AcceleratorPrice,
@@ -296,6 +297,8 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         if cursor is not None:
             changed = changed.filter(Q(updated_at__gt=cursor) | Q(cluster__updated_at__gt=cursor))
         run_ids = set(changed.values_list("pk", flat=True))
+        # A run that became cross-region (or stopped being) after its network metrics arrived.
+        egress.derive_for_runs(run_ids, now=as_of)
         running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
         run_ids |= set(running.values_list("run_id", flat=True))
         # The days they cover now, and the days they covered at the last pass: an attempt

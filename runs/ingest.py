@@ -291,11 +291,20 @@ def process_batch(batch_id: int) -> StoreResult | None:
         for point in points:
             point.ts = _ts(point.ts)
         result = store_metric_points(points)
+        derive_network_egress(points)
     # Conditional update: when a redelivered task races the first, the first result stands.
     IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.PENDING).update(
         status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now()
     )
     return result
+
+
+def derive_network_egress(points: list[MetricPoint]) -> int:
+    """Refresh the derived egress of the runs whose network counters are among `points`."""
+    from billing import egress
+
+    run_ids = {point.run_id for point in points if egress.is_network_key(point.key)}
+    return egress.derive_for_runs(run_ids) if run_ids else 0
 
 
 def requeue_pending(older_than: datetime, limit: int = 1000, queue: str | None = None) -> int:

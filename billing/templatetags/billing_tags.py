@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 from django.utils import timezone
 
+from billing.costs import BYTES_PER_GB
 from billing.reconcile import BilledFigure, billed_for_run
 from billing.run_costs import RunBreakdown, breakdowns_for_runs
 from runs.models import Run
@@ -16,6 +17,12 @@ register = template.Library()
 def run_cost_breakdown(run: Run) -> RunBreakdown:
     """Classic cluster, idle and per-interval cost of `run` (a constant handful of queries)."""
     return breakdowns_for_runs([run], now=timezone.now())[run.pk]
+
+
+@register.filter
+def gigabytes(num_bytes: int) -> str:
+    """Bytes as decimal GB (10^9, as egress is priced), to three places: 1234567890 -> '1.235'."""
+    return f"{num_bytes / BYTES_PER_GB:,.3f}"
 
 
 @register.simple_tag

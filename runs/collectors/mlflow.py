@@ -33,7 +33,7 @@ from django.db import transaction
 from runs.choices import CollectorKind, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
 from runs.collectors.state import CollectResult, save_cursor, track
-from runs.ingest import node_for
+from runs.ingest import derive_network_egress, node_for
 from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Node, Run
 from runs.telemetry import store_gpu_samples, store_metric_points
 
@@ -230,6 +230,8 @@ def _collect_metrics(
     samples = gpu_samples(run, attempt_number, gpu_fields)
     with transaction.atomic():
         stored_points = store_metric_points(points)
+        if stored_points.inserted:
+            derive_network_egress(points)
         stored_samples = store_gpu_samples(samples)
         if new_cursors:
             MlflowRun.objects.filter(pk=mlflow_run.pk).update(metric_cursors={**cursors, **new_cursors})
