@@ -4,21 +4,23 @@
 
 - Classic ML runtime clusters, billed by uptime busy or idle: hours x (driver instance price
   + workers x worker instance price), from `InstancePrice`. A run with a cluster that has a
-  recorded `start_time` is billed for the cluster's uptime (start to termination, or to now);
-  otherwise for its attempts. A classic run without a cluster is billed as `instance_type` x
+  recorded `start_time` is billed its share of the cluster's uptime (start to termination, or
+  to now): each stretch goes to the runs running then, and a stretch with nobody running to
+  every run of the cluster (`share_uptime`), so a cluster shared by several runs is billed
+  once; otherwise for its attempts. A classic run without a cluster is billed as `instance_type` x
   ceil(num_accelerators / gpus_per_node) nodes for its attempts.
 - Idle cost ("GPUs held but idle"): GPU-minutes whose `utilization_gpu_max` is below
   `AIRBOARD_IDLE_UTILIZATION_PERCENT` while the run was billed, priced at the run's
   accelerator-hour price. Idle cost is a part of compute cost, not an addition to it.
 
-Egress is priced from `EgressRecord` rows only; deriving egress for cross-region runs that
-report none is left to a collector. Same exact-Decimal rules as `billing.costs`.
+Egress is priced from `EgressRecord` rows, reported or derived (`billing.egress`). Same
+exact-Decimal rules as `billing.costs`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal, localcontext
@@ -28,7 +30,9 @@ from django.utils import timezone
 
 from billing.costs import (
     _EXACT,
+    HOURS_QUANTUM,
     ZERO,
+    CostLine,
     PricePeriod,
     RunCost,
     _accelerator_prices,
@@ -39,6 +43,7 @@ from billing.costs import (
     _utc,
     compute_cost,
     estimate_costs_for_runs,
+    split_billed_hours,
 )
 from billing.models import InstancePrice
 from runs.choices import RunSource
@@ -135,6 +140,48 @@ def combined_rate(driver: list[PricePeriod] | None, workers: list[PricePeriod], 
     return rate
 
 
+def share_uptime(
+    start: datetime,
+    end: datetime,
+    rate: Sequence[PricePeriod],
+    attempts: dict[int, list[tuple[datetime, datetime]]],
+) -> dict[int, list[CostLine]]:
+    """Split one cluster's uptime [start, end) and its cost among the runs that used it, exactly.
+
+    1. Cut the uptime at every price change, every UTC midnight and every attempt start and
+       end inside it (`split_billed_hours`): the pieces' hours add up to the uptime's.
+    2. A piece belongs to the runs with an attempt running through it. A piece with none (the
+       cluster up, nobody running) belongs to every run of the cluster: it was kept up for them.
+    3. A piece's hours are divided among its owners in whole quanta of 1e-9 h: each gets the
+       same share, and the few quanta left over go one each to the owners with the lowest run
+       ids. No hour is lost or counted twice, so the runs' shares add up to the cluster's cost.
+    4. Each share is priced at the rate in force at the piece's start.
+    """
+    periods = sorted(rate, key=lambda p: p.effective_from)
+    starts = [p.effective_from for p in periods]
+    owners_all = sorted(attempts)
+    cuts = [*starts, *(t for spans in attempts.values() for span in spans for t in span)]
+    out: dict[int, list[CostLine]] = {run_id: [] for run_id in owners_all}
+    if not owners_all:
+        return out
+    for seg in split_billed_hours(start, end, cuts):
+        owners = [r for r in owners_all if any(a <= seg.start < b for a, b in attempts[r])] or owners_all
+        quanta = int(seg.hours / HOURS_QUANTUM)
+        each, extra = divmod(quanta, len(owners))
+        price = _price_in_force(periods, starts, seg.start)
+        for n, run_id in enumerate(owners):
+            with localcontext(_EXACT):
+                hours = (each + (1 if n < extra else 0)) * HOURS_QUANTUM
+                usd = hours * price.usd_per_hour if price is not None else ZERO
+            out[run_id].append(
+                CostLine(
+                    start=seg.start, end=seg.end, day=seg.day, hours=hours, accelerator_hours=hours,
+                    usd_per_hour=price.usd_per_hour if price else None, usd=usd, unpriced=price is None,
+                )
+            )  # fmt: skip
+    return out
+
+
 def idle_hours(minutes: int) -> Decimal:
     """GPU-hours of `minutes` GPU-minutes, rounded half-even to 1e-9 h as all hours are."""
     return _hours_from_microseconds(minutes * _MICROSECONDS_PER_MINUTE)
@@ -217,6 +264,7 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
         plans[run.pk] = (worker_type, driver_type, region, workers, label)
         keys |= {(worker_type, region)} | ({(driver_type, region)} if driver_type else set())
     instance_prices = _instance_prices(keys)
+    shares = _cluster_shares(classic, clusters, plans, instance_prices, as_of)
 
     threshold = settings.AIRBOARD_IDLE_UTILIZATION_PERCENT
     idle_minutes: dict[int, list[datetime]] = defaultdict(list)
@@ -233,8 +281,52 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
         key = _compute_key(run.accelerator_type, run.region)
         out[run.pk] = _breakdown(
             run, base[run.pk], intervals, plans.get(run.pk), instance_prices,
-            idle_minutes[run.pk], accel_prices.get(key, []) if key else [],
+            idle_minutes[run.pk], accel_prices.get(key, []) if key else [], shares.get(run.pk),
         )  # fmt: skip
+    return out
+
+
+def _plan_rate(
+    plan: tuple[str, str | None, str, int, str], instance_prices: dict[tuple[str, str], list[PricePeriod]]
+) -> list[PricePeriod]:
+    worker_type, driver_type, region, workers, _ = plan
+    driver = instance_prices.get((driver_type, region), []) if driver_type else None
+    return combined_rate(driver, instance_prices.get((worker_type, region), []), workers)
+
+
+def _cluster_shares(
+    classic: list[Run],
+    clusters: dict[int, Cluster],
+    plans: dict[int, tuple[str, str | None, str, int, str]],
+    instance_prices: dict[tuple[str, str], list[PricePeriod]],
+    as_of: datetime,
+) -> dict[int, tuple[list[CostLine], int]]:
+    """Each classic run's share of its cluster's uptime cost (`share_uptime`) and the cluster's run count.
+
+    Two queries: the runs of those clusters (the batch may hold only some of them) and their
+    started attempts. A cluster's price comes from the plan of the first run of the batch on it.
+    """
+    on_cluster = {r.pk: r.cluster_id for r in classic if r.cluster_id in clusters and clusters[r.cluster_id].start_time}
+    if not on_cluster:
+        return {}
+    members: dict[int, list[int]] = defaultdict(list)
+    for run_id, cluster_id in Run.objects.filter(
+        cluster_id__in=set(on_cluster.values()), source=RunSource.CLASSIC
+    ).values_list("pk", "cluster_id"):
+        members[cluster_id].append(run_id)
+    spans: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+    rows = Attempt.objects.filter(run_id__in=[r for ids in members.values() for r in ids], started_at__isnull=False)
+    for run_id, started, ended in rows.values_list("run_id", "started_at", "ended_at"):
+        spans[run_id].append((started, ended or as_of))
+    out: dict[int, tuple[list[CostLine], int]] = {}
+    for cluster_id in set(on_cluster.values()):
+        cluster = clusters[cluster_id]
+        first = next(r for r, c in on_cluster.items() if c == cluster_id)
+        end = min(cluster.terminated_time or as_of, as_of)
+        rate = _plan_rate(plans[first], instance_prices)
+        ids = members[cluster_id]
+        for run_id, lines in share_uptime(cluster.start_time, end, rate, {r: spans[r] for r in ids}).items():
+            out[run_id] = (lines, len(ids))
     return out
 
 
@@ -246,6 +338,7 @@ def _breakdown(
     instance_prices: dict[tuple[str, str], list[PricePeriod]],
     idle_minutes: list[datetime],
     accel_periods: list[PricePeriod],
+    share: tuple[list[CostLine], int] | None = None,
 ) -> RunBreakdown:
     reasons = list(base.unpriced_reasons)
     day_compute: dict[date, list[Decimal]] = defaultdict(list)
@@ -261,12 +354,12 @@ def _breakdown(
     else:
         # The serverless engine's reasons are about accelerator prices, which classic runs do not use.
         reasons = [r for r in reasons if r.startswith("no price for egress")]
-        worker_type, driver_type, region, workers, billed_as = plan
-        driver = instance_prices.get((driver_type, region), []) if driver_type else None
-        rate = combined_rate(driver, instance_prices.get((worker_type, region), []), workers)
+        _, _, region, _, billed_as = plan
+        rate = _plan_rate(plan, instance_prices)
         unpriced = False
         for number, _, start, end, _ in intervals:
-            lines = compute_cost(start, end, 1, rate)
+            # A cluster's uptime is shared by the runs on it; a run alone on it gets all of it.
+            lines = share[0] if share is not None else compute_cost(start, end, 1, rate)
             unpriced |= any(line.unpriced for line in lines)
             with localcontext(_EXACT):
                 gpu = [line.hours * run.num_accelerators for line in lines]
@@ -317,6 +410,8 @@ def _breakdown(
         for day in sorted(set(day_compute) | set(egress_by_day) | set(day_idle))
     )
     interval_costs = []
+    if share is not None and share[1] > 1:
+        billed_as = f"{billed_as}, its uptime shared by {share[1]} runs"
     for number, label, start, end, running in intervals:
         hours, gpu_hours, usd = interval_compute.get(number, (ZERO, ZERO, ZERO))
         idle = interval_idle[number]

@@ -144,3 +144,49 @@ def test_run_page_shows_the_breakdown(world: World) -> None:
     run = make_run(world.vision)
     body = world.client_for(world.alice).get(f"/runs/{run.pk}/").content.decode()
     assert "cost-breakdown" in body and "Attempt 1" in body and "$8.00" in body
+
+
+def _shared_cluster(world: World, start: datetime, end: datetime) -> Cluster:
+    _instance("g5.12xlarge", "10.00")
+    return Cluster.objects.create(
+        team=world.vision, cluster_id="shared", node_type_id="g5.12xlarge", num_workers=0, single_node=True,
+        region="us-west-2", start_time=start, terminated_time=end,
+    )  # fmt: skip
+
+
+def _classic_run(world: World, name: str, cluster: Cluster, start: datetime, end: datetime):
+    return make_run(world.vision, name, source=RunSource.CLASSIC, cluster=cluster, accelerator_type="",
+                    num_accelerators=4, started_at=start, ended_at=end)  # fmt: skip
+
+
+def test_a_shared_cluster_is_billed_once_split_by_who_was_running(world: World) -> None:
+    # $10/h, up from T0-1h to T0+4h: $50 in all. A runs T0..T0+2h, B runs T0+1h..T0+4h.
+    # Nobody [-1, 0): half each. A alone [0, 1). Both [1, 2): half each. B alone [2, 4).
+    cluster = _shared_cluster(world, T0 - timedelta(hours=1), T0 + timedelta(hours=4))
+    a = _classic_run(world, "a", cluster, T0, T0 + timedelta(hours=2))
+    b = _classic_run(world, "b", cluster, T0 + timedelta(hours=1), T0 + timedelta(hours=4))
+    costs = breakdowns_for_runs([a, b], now=T0 + timedelta(days=1))
+    assert (costs[a.pk].compute, costs[b.pk].compute) == (Decimal("20.00"), Decimal("30.00"))
+    assert costs[a.pk].gpu_hours == Decimal(2 * 4)
+    assert costs[a.pk].billed_as.endswith("its uptime shared by 2 runs")
+    # Priced alone (a page showing one run), a run still gets only its share.
+    assert breakdowns_for_runs([b], now=T0 + timedelta(days=1))[b.pk].compute == Decimal("30.00")
+    # The cluster page's uptime cost is what the runs' shares add up to.
+    from runs.clusters import cluster_costs
+
+    assert cluster_costs([cluster], now=T0 + timedelta(days=1))[0].uptime_cost == Decimal("50.00")
+
+
+def test_shares_that_do_not_divide_evenly_still_add_up_exactly(world: World) -> None:
+    from billing import rollups
+    from billing.models import CostDaily
+
+    # Three runs through one hour at $10/h: 1e9 quanta of 1e-9 h do not split in three.
+    cluster = _shared_cluster(world, T0, T0 + timedelta(hours=1))
+    runs = [_classic_run(world, name, cluster, T0, T0 + timedelta(hours=1)) for name in ("x", "y", "z")]
+    costs = breakdowns_for_runs(runs, now=T0 + timedelta(days=1))
+    shares = sorted(c.compute for c in costs.values())
+    assert shares == [Decimal("3.33333333"), Decimal("3.33333333"), Decimal("3.33333334")]
+    assert sum(shares) == Decimal("10.00")
+    rollups.recompute_days([T0.date()], now=T0 + timedelta(days=1))
+    assert rollups.totals(CostDaily.objects.all())["compute_usd"] == Decimal("10.00")
