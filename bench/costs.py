@@ -1,13 +1,19 @@
 """Benchmark: month-to-date spend by team from the daily rollups, at 1,000 and N runs.
 
-    .venv/bin/python bench/costs.py [--runs N] [--repeat R]
+    .venv/bin/python bench/costs.py [--runs N] [--repeat R] [--vacuum] [--backend both|sqlite|postgresql]
 
-Builds runs with attempts (bulk_create) in a scratch database: DATABASE_URL if set (point it
-at a throwaway PostgreSQL database: the tables are created there), otherwise SQLite under a
-temporary AIRBOARD_VAR_DIR. Rolls them up with `recompute_days`, then times
-`reports.month_to_date` + the by-team sums (median of R) and counts their queries. On
-PostgreSQL the rollup table is vacuumed first, as autovacuum would. The query
-count must not grow with the number of runs; the target is under 100 ms on PostgreSQL.
+With `--backend both` (the default) it runs itself once per backend and prints both, with the
+PostgreSQL/SQLite ratios: SQLite under a temporary AIRBOARD_VAR_DIR, PostgreSQL at
+BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/airboard_bench_costs, created
+if missing; point it at a throwaway database: the tables are created there).
+
+Each backend: builds runs with attempts (bulk_create), rolls them up with `recompute_days`,
+then times what the cost page's month-to-date card and by-team table read
+(`reports.month_to_date` + `reports.grouped` over `reports.rows_for`, median of R) and counts
+their queries, right after the rollup rewrote every day (no vacuum: the state just after a
+rollup pass in service; `--vacuum` runs VACUUM ANALYZE first, as autovacuum would later).
+The query count must not grow with the number of runs; the target is under 100 ms on
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,6 +29,55 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432/airboard_bench_costs"
+NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
+TEAMS = 20
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--vacuum", action="store_true", help="VACUUM ANALYZE the rollups before timing")
+    parser.add_argument("--backend", choices=["both", "sqlite", "postgresql"], default="both")
+    return parser.parse_args()
+
+
+def _ensure_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def run_both(args: argparse.Namespace) -> None:
+    """Run this script once per backend in a child process; print their lines, then the ratios."""
+    figures: dict[str, str] = {}
+    for backend in ("sqlite", "postgresql"):
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AIRBOARD_VAR_DIR")}
+        if backend == "postgresql":
+            env["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", DEFAULT_POSTGRES)
+            _ensure_database(env["DATABASE_URL"])
+        argv = [sys.executable, __file__, "--backend", backend, "--runs", str(args.runs), "--repeat", str(args.repeat)]
+        done = subprocess.run(argv + (["--vacuum"] if args.vacuum else []), env=env, capture_output=True, text=True)
+        sys.stdout.write(done.stdout)
+        if done.returncode:
+            sys.stderr.write(done.stderr)
+            sys.exit(done.returncode)
+        figures[backend] = next(line for line in done.stdout.splitlines() if line.startswith("FIGURE "))
+    sqlite, postgres = (float(figures[b].split()[2]) for b in ("sqlite", "postgresql"))
+    print(f"at {args.runs} runs: PostgreSQL {postgres:.2f} ms, SQLite {sqlite:.2f} ms, "
+          f"PostgreSQL/SQLite x{postgres / sqlite:.2f}; target < 100 ms on PostgreSQL: "
+          f"{'met' if postgres < 100 else 'NOT met'}")  # fmt: skip
+
+
+ARGS = _parse() if __name__ == "__main__" else None
+if ARGS is not None and ARGS.backend == "both":
+    run_both(ARGS)
+    sys.exit(0)
+
 sys.path.insert(0, str(ROOT))
 if not os.environ.get("DATABASE_URL"):
     os.environ["AIRBOARD_VAR_DIR"] = tempfile.mkdtemp(prefix="airboard-bench-")
@@ -37,12 +93,10 @@ from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from billing import reports, rollups  # noqa: E402
-from billing.models import AcceleratorPrice, CostDaily  # noqa: E402
+from billing.choices import GroupBy  # noqa: E402
+from billing.models import AcceleratorPrice, CostDaily, CostDailyTeam  # noqa: E402
 from runs.choices import AcceleratorType, Region, RunStatus  # noqa: E402
 from runs.models import Attempt, Run  # noqa: E402
-
-NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
-TEAMS = 20
 
 
 def build(total: int) -> None:
@@ -90,17 +144,14 @@ def measure(repeat: int) -> tuple[float, int]:
         with CaptureQueriesContext(connection) as ctx:
             began = time.perf_counter()
             first = reports.month_to_date(team_ids, NOW).month
-            reports.grouped(reports.cost_rows(team_ids).filter(day__gte=first, day__lte=NOW.date()), "team")
+            filters = reports.CostFilters(first, NOW.date())
+            reports.grouped(reports.rows_for(team_ids, filters, GroupBy.TEAM), GroupBy.TEAM)
             timings.append((time.perf_counter() - began) * 1000)
         queries = len(ctx.captured_queries)
     return statistics.median(timings), queries
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=15)
-    args = parser.parse_args()
+def main(args: argparse.Namespace) -> None:
     call_command("migrate", verbosity=0)
     print(f"database: {connection.vendor} {connection.settings_dict['NAME']}")
     results = {}
@@ -114,25 +165,25 @@ def main() -> None:
         )
         rows = rollups.recompute_days(days, now=NOW)
         rolled = time.perf_counter() - began
-        if connection.vendor == "postgresql":
-            # What autovacuum does shortly after a bulk rewrite. In service only the days the
-            # 5-minute rollup rewrites (today's) lack it; without it every index-only scan
-            # of the month goes back to the heap, a state that lasts about a minute in service.
+        if args.vacuum and connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("VACUUM ANALYZE billing_costdaily")
+                cursor.execute("VACUUM ANALYZE billing_costdailyteam")
         median_ms, queries = measure(args.repeat)
         results[total] = (median_ms, queries)
         print(
             f"{total:>7} runs: build {built:6.1f} s, rollup {rolled:6.1f} s ({len(days)} days, {rows} rows, "
-            f"{CostDaily.objects.count()} CostDaily), month-to-date by team: median {median_ms:7.2f} ms "
-            f"over {args.repeat}, {queries} queries"
+            f"{CostDaily.objects.count()} CostDaily, {CostDailyTeam.objects.count()} CostDailyTeam), "
+            f"month-to-date by team: median {median_ms:7.2f} ms over {args.repeat}, {queries} queries"
         )
     if len(results) == 2:
         (small_ms, small_q), (big_ms, big_q) = (results[k] for k in sorted(results))
         print(
             f"ratio {max(results)}/{min(results)} runs: latency x{big_ms / small_ms:.2f}, queries {small_q} -> {big_q}"
         )
+    # For the parent (`--backend both`): the figure at the largest size.
+    print(f"FIGURE {connection.vendor} {results[max(results)][0]:.3f} ms at {max(results)} runs")
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

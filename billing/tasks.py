@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import IntegrityError, OperationalError
 
-from billing import enforcement, rollups
+from billing import enforcement, rollups, usage_source
 
 
 # Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*").
@@ -45,3 +45,24 @@ def enforce_policies() -> dict[str, int]:
     """Evaluate every usage policy: fire budget alerts, cancel runs, apply the idle-GPU rule."""
     result = enforcement.enforce_all()
     return {"policies": result.policies, "alerts": result.alerts, "actions": len(result.actions)}
+
+
+# Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*"). Idempotent: usage records
+# are unique by record_id and inserted with conflicts ignored, so a rerun adds nothing.
+@shared_task(
+    name="billing.import_billed_usage",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=30,
+    max_retries=3,
+    soft_time_limit=540,
+    time_limit=600,
+)
+def import_billed_usage() -> dict[str, int | bool | list[str]]:
+    """Import billed usage from the configured query; nothing to do when none is configured."""
+    if not usage_source.configured():
+        return {"configured": False}
+    result = usage_source.import_configured()
+    return {"configured": True, "added": result.added, "linked": result.linked,
+            "errors": [str(e) for e in result.errors[:20]]}  # fmt: skip

@@ -272,6 +272,11 @@ DATABRICKS_TOKEN = env_str("DATABRICKS_TOKEN", "")
 AIRBOARD_LOG_SOURCE_COMMAND = env_str("AIRBOARD_LOG_SOURCE_COMMAND", "")
 AIRBOARD_LOG_SOURCE_DIR = env_str("AIRBOARD_LOG_SOURCE_DIR", "")
 AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS", 30, minimum=5)
+# Billed usage for reconciliation: a command printing system.billing.usage as CSV or as the
+# SQL Statement Execution API's JSON (billing/usage_source.py); list prices likewise. Empty:
+# usage arrives only by `manage.py import_usage FILE`.
+AIRBOARD_BILLING_USAGE_COMMAND = env_str("AIRBOARD_BILLING_USAGE_COMMAND", "")
+AIRBOARD_BILLING_PRICES_COMMAND = env_str("AIRBOARD_BILLING_PRICES_COMMAND", "")
 # Longest a collector's external command may run before it is killed.
 AIRBOARD_COLLECTOR_TIMEOUT_SECONDS = env_int("AIRBOARD_COLLECTOR_TIMEOUT_SECONDS", 120, minimum=1)
 

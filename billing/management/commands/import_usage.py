@@ -1,4 +1,8 @@
-"""`manage.py import_usage FILE [--prices LIST_PRICES_CSV]`: import billed usage, all rows or none."""
+"""`manage.py import_usage FILE [--prices LIST_PRICES_CSV]` or `import_usage --from-command`.
+
+Imports billed usage, all rows or none: from CSV files, or from the configured query
+(AIRBOARD_BILLING_USAGE_COMMAND, billing/usage_source.py).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.reconcile import import_usage
+from billing import usage_source
+from billing.reconcile import ImportResult, import_usage
 from dashboard.progress import Progress
 
 
@@ -19,10 +24,25 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("file", help="CSV export of system.billing.usage.")
+        parser.add_argument("file", nargs="?", help="CSV export of system.billing.usage.")
         parser.add_argument("--prices", help="CSV export of system.billing.list_prices, imported first.")
+        parser.add_argument(
+            "--from-command",
+            action="store_true",
+            help="Run AIRBOARD_BILLING_USAGE_COMMAND (and AIRBOARD_BILLING_PRICES_COMMAND) instead of reading files.",
+        )
 
-    def handle(self, *args: Any, file: str, prices: str | None = None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, file: str | None, prices: str | None = None, from_command: bool = False, **options: Any
+    ) -> None:
+        if from_command == bool(file):
+            raise CommandError("Give a usage CSV file, or --from-command; not both, not neither.")
+        if from_command:
+            try:
+                result = usage_source.import_configured()
+            except usage_source.UsageSourceError as exc:
+                raise CommandError(str(exc)) from exc
+            return self._report(result)
         try:
             with ExitStack() as stack:
                 usage = stack.enter_context(open(file, encoding="utf-8-sig", newline=""))
@@ -38,6 +58,9 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {exc.filename}: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
             raise CommandError(f"Cannot read the file: not UTF-8 text ({exc.reason})") from exc
+        self._report(result)
+
+    def _report(self, result: ImportResult) -> None:
         if not result.ok:
             for error in result.errors:
                 self.stderr.write(str(error))
