@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -155,17 +155,21 @@ def counter_increments(points: Iterable[tuple[datetime, float | None]]) -> dict[
     return out
 
 
-def derive_for_runs(run_ids: Iterable[int], now: datetime | None = None) -> int:
+def derive_for_runs(
+    run_ids: Iterable[int], now: datetime | None = None, days: dict[int, set[date]] | None = None
+) -> int:
     """Recompute the derived egress records of the given runs; returns how many runs changed.
 
     1. Keep the runs that ran outside their home region and have no reported record.
     2. Read their network counters (one query), add each series' growth per UTC day
        (`counter_increments`), and sum the series of every node: receive is egress
        home -> GPU region, transmit GPU region -> home. A day's record is stamped with the
-       last counter time of that day.
-    3. Where the result differs from what is stored, replace the run's derived records and
-       touch its `updated_at` so the cost rollup rewrites the days involved. A run that
-       stopped being cross-region loses its derived records.
+       last counter time of that day. With `days` (run id -> UTC days, what a batch of new
+       points touched), only those days are read, each series starting from its last value
+       before them, so a long run's history is not re-read on every batch.
+    3. Where the result differs from what is stored (for those days), replace the run's
+       derived records and touch its `updated_at` so the cost rollup rewrites the days
+       involved. A run that stopped being cross-region loses its derived records.
     """
     ids = sorted(set(run_ids))
     if not ids:
@@ -181,18 +185,15 @@ def derive_for_runs(run_ids: Iterable[int], now: datetime | None = None) -> int:
             "run_id", flat=True
         )
     )
-    wanted: dict[int, set[tuple[str, str, datetime, int]]] = {run_id: set() for run_id in ids}
     candidates = [run_id for run_id in runs if run_id not in reported]
-    series: dict[tuple[int, str], list[tuple[datetime, float | None]]] = defaultdict(list)
-    network = Q(key__startswith="system/") & Q(key__contains="network_")
-    points = MetricPoint.objects.filter(network, run_id__in=candidates).order_by("run_id", "key", "ts", "step")
-    for run_id, key, ts, value in points.values_list("run_id", "key", "ts", "value"):
-        if is_network_key(key):
-            series[(run_id, key)].append((ts, value))
+    series = _network_series(candidates, days)
+    wanted: dict[int, set[tuple[str, str, datetime, int]]] = {run_id: set() for run_id in ids}
     totals: dict[tuple[int, str, date], list] = {}
     for (run_id, key), values in series.items():
         direction = NETWORK_KEY.match(key)["direction"]  # type: ignore[index]
         for day, (num_bytes, last) in counter_increments(values).items():
+            if days is not None and day not in days.get(run_id, ()):
+                continue  # the baseline point's own day
             entry = totals.setdefault((run_id, direction, day), [0, last])
             entry[0] += num_bytes
             entry[1] = max(entry[1], last)
@@ -201,16 +202,20 @@ def derive_for_runs(run_ids: Iterable[int], now: datetime | None = None) -> int:
         pair = (run.home_region, run.region) if direction == "receive" else (run.region, run.home_region)
         if num_bytes > 0:
             wanted[run_id].add((*pair, last.astimezone(UTC), num_bytes))
+    stored_rows = EgressRecord.objects.filter(run_id__in=ids, origin=EgressOrigin.DERIVED)
+    if days is not None:
+        stored_rows = stored_rows.filter(_in_days(days))
     stored: dict[int, set[tuple[str, str, datetime, int]]] = {run_id: set() for run_id in ids}
-    for run_id, source, destination, ts, num_bytes in EgressRecord.objects.filter(
-        run_id__in=ids, origin=EgressOrigin.DERIVED
-    ).values_list("run_id", "source_region", "destination_region", "ts", "bytes"):
+    for run_id, source, destination, ts, num_bytes in stored_rows.values_list(
+        "run_id", "source_region", "destination_region", "ts", "bytes"
+    ):
         stored[run_id].add((source, destination, ts.astimezone(UTC), num_bytes))
     changed = [run_id for run_id in ids if wanted[run_id] != stored[run_id]]
     if not changed:
         return 0
     with transaction.atomic():
-        EgressRecord.objects.filter(run_id__in=changed, origin=EgressOrigin.DERIVED).delete()
+        stale = EgressRecord.objects.filter(run_id__in=changed, origin=EgressOrigin.DERIVED)
+        (stale.filter(_in_days(days)) if days is not None else stale).delete()
         EgressRecord.objects.bulk_create(
             [
                 EgressRecord(
@@ -224,3 +229,56 @@ def derive_for_runs(run_ids: Iterable[int], now: datetime | None = None) -> int:
         )  # fmt: skip
         Run.objects.filter(pk__in=changed).update(updated_at=stamp)
     return len(changed)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _in_days(days: dict[int, set[date]]) -> Q:
+    """Rows of each run whose `ts` falls on one of that run's days."""
+    found = Q(pk__in=[])
+    for run_id, run_days in days.items():
+        for day in run_days:
+            found |= Q(run_id=run_id, ts__gte=_midnight(day), ts__lt=_midnight(day) + timedelta(days=1))
+    return found
+
+
+def _network_series(
+    run_ids: list[int], days: dict[int, set[date]] | None
+) -> dict[tuple[int, str], list[tuple[datetime, float | None]]]:
+    """The network counter series of the runs, in time order: all of them, or only `days`.
+
+    With `days`, each series is read from the earliest to the latest of its run's days, with
+    its last point before them first: the baseline its first increment is measured from (one
+    query per series).
+    """
+    series: dict[tuple[int, str], list[tuple[datetime, float | None]]] = defaultdict(list)
+    network = Q(key__startswith="system/") & Q(key__contains="network_")
+    points = MetricPoint.objects.filter(network, run_id__in=run_ids)
+    if days is not None:
+        # From the first to the last day asked for, so an increment is never measured across
+        # a day that was left out; days in between are read but not rewritten.
+        spans = Q(pk__in=[])
+        for run_id in run_ids:
+            if days.get(run_id):
+                first, last = _midnight(min(days[run_id])), _midnight(max(days[run_id])) + timedelta(days=1)
+                spans |= Q(run_id=run_id, ts__gte=first, ts__lt=last)
+        points = points.filter(spans)
+    for run_id, key, ts, value in points.order_by("run_id", "key", "ts", "step").values_list(
+        "run_id", "key", "ts", "value"
+    ):
+        if is_network_key(key):
+            series[(run_id, key)].append((ts, value))
+    if days is not None:
+        for (run_id, key), values in series.items():
+            before = (
+                MetricPoint.objects.filter(run_id=run_id, key=key, ts__lt=_midnight(min(days[run_id])))
+                .exclude(value__isnull=True)
+                .order_by("-ts", "-step")
+                .values_list("ts", "value")
+                .first()
+            )
+            if before is not None:
+                values.insert(0, before)
+    return series

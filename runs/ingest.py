@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import Group, User
@@ -303,8 +303,11 @@ def derive_network_egress(points: list[MetricPoint]) -> int:
     """Refresh the derived egress of the runs whose network counters are among `points`."""
     from billing import egress
 
-    run_ids = {point.run_id for point in points if egress.is_network_key(point.key)}
-    return egress.derive_for_runs(run_ids) if run_ids else 0
+    days: dict[int, set] = {}
+    for point in points:
+        if egress.is_network_key(point.key):
+            days.setdefault(point.run_id, set()).add(point.ts.astimezone(UTC).date())
+    return egress.derive_for_runs(days, days=days) if days else 0
 
 
 def requeue_pending(older_than: datetime, limit: int = 1000, queue: str | None = None) -> int:

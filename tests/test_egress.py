@@ -201,3 +201,21 @@ def test_run_page_lists_egress_records_and_marks_estimates(world: World) -> None
     assert "2.500" in body and "$0.05" in body and ">estimated</span>" in body
     # Another team's member never sees the run, its egress included.
     assert world.client_for(world.charlie).get(f"/runs/{far.pk}/").status_code == 404
+
+
+def test_a_batch_rewrites_only_the_days_it_touched_measured_from_the_day_before(world: World) -> None:
+    run = make_run(world.vision, "long", region="us-east-1", home_region="us-west-2")
+    key = "system/network_receive_megabytes"
+    day1, day2 = T0.replace(hour=22), T0.replace(hour=0) + timedelta(days=1, hours=1)
+    _network(run, key, [100.0, 300.0], start=day1)  # +200 MB on day 1
+    assert egress.derive_for_runs([run.pk], days={run.pk: {day1.date()}}) == 1
+    first = EgressRecord.objects.get()
+    _network(run, key, [700.0, 1000.0], start=day2)  # +400 MB from day 1's last value, then +300
+    assert egress.derive_for_runs([run.pk], days={run.pk: {day2.date()}}) == 1
+    by_day = {r.ts.date(): r for r in EgressRecord.objects.all()}
+    assert by_day[day1.date()].pk == first.pk  # day 1 was not rewritten
+    assert by_day[day2.date()].bytes == 700 * 10**6
+    # The same result as deriving the whole history at once.
+    ids = {r.pk for r in by_day.values()}
+    assert egress.derive_for_runs([run.pk]) == 0
+    assert {r.pk for r in EgressRecord.objects.all()} == ids
