@@ -257,6 +257,20 @@ WRITES: dict[str, Operation] = {
         lambda s: {"points": [{"run": VISION_RUN_ID, "key": "loss", "ts": T0.isoformat(), "value": 1.0}]},
         other=422,
     ),
+    "POST /api/v1/egress": Operation(
+        lambda s: {
+            "records": [
+                {
+                    "run": VISION_RUN_ID,
+                    "source_region": "us-west-2",
+                    "destination_region": "us-east-1",
+                    "bytes": 10**9,
+                    "ts": T0.isoformat(),
+                }
+            ]
+        },
+        other=422,
+    ),
 }
 # Path parameters of API operations, filled with vision's objects.
 API_ARGS: dict[str, Callable[[Seeded], Any]] = {
