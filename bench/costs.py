@@ -4,8 +4,8 @@
 
 With `--backend both` (the default) it runs itself once per backend and prints both, with the
 PostgreSQL/SQLite ratios: SQLite under a temporary AIRBOARD_VAR_DIR, PostgreSQL at
-BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/airboard_bench_costs, created
-if missing; point it at a throwaway database: the tables are created there).
+BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/airboard_bench_costs), which
+is dropped and created anew: point it at a throwaway database.
 
 Each backend: builds runs with attempts (bulk_create), rolls them up with `recompute_days`,
 then times what the cost page's month-to-date card and by-team table read
@@ -43,13 +43,14 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _ensure_database(url: str) -> None:
+def _fresh_database(url: str) -> None:
+    """Drop and create the scratch database, so the 1,000-run figure is taken at 1,000 runs."""
     import psycopg
 
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def run_both(args: argparse.Namespace) -> None:
@@ -59,7 +60,7 @@ def run_both(args: argparse.Namespace) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AIRBOARD_VAR_DIR")}
         if backend == "postgresql":
             env["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", DEFAULT_POSTGRES)
-            _ensure_database(env["DATABASE_URL"])
+            _fresh_database(env["DATABASE_URL"])
         argv = [sys.executable, __file__, "--backend", backend, "--runs", str(args.runs), "--repeat", str(args.repeat)]
         done = subprocess.run(argv + (["--vacuum"] if args.vacuum else []), env=env, capture_output=True, text=True)
         sys.stdout.write(done.stdout)
@@ -154,6 +155,8 @@ def measure(repeat: int) -> tuple[float, int]:
 def main(args: argparse.Namespace) -> None:
     call_command("migrate", verbosity=0)
     print(f"database: {connection.vendor} {connection.settings_dict['NAME']}")
+    if Run.objects.filter(external_id__startswith="bench-").count() > min(1_000, args.runs):
+        print("warning: the database already holds more bench runs than the first size; its figure is not at 1,000")
     results = {}
     for total in sorted({min(1_000, args.runs), args.runs}):
         began = time.perf_counter()
