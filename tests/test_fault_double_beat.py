@@ -25,9 +25,11 @@ from django.utils import timezone
 
 from billing import alerts, policies, rollups
 from billing.choices import ChannelKind, DeliveryStatus
+from billing.costs import month_start
 from billing.models import AcceleratorPrice, AlertChannel, BudgetAlert, CostDaily, Delivery, UsagePolicy
 from billing.tasks import enforce_policies, roll_up_costs
-from tests.conftest import T0, World, make_run, start_worker, stop_worker, wait_for
+from runs.models import Run
+from tests.conftest import World, make_run, start_worker, stop_worker, wait_for
 
 QUEUES = ("billing-double-beat-a", "billing-double-beat-b")
 POLICIES = 3
@@ -59,22 +61,36 @@ def webhook() -> Iterator[tuple[str, list[bytes]]]:
     server.server_close()
 
 
-def _setup(world: World, hook_url: str) -> list[UsagePolicy]:
+def _run_minutes(now: datetime) -> int:
+    """Minutes each run lasts: up to 2 h, fitting two runs per policy into this month so far.
+
+    The workers evaluate budgets at the real time, so the spend must fall in the current
+    month; a multiple of 3 keeps 8 GPUs x $10 x minutes / 60 an exact figure.
+    """
+    room = int((now - month_start(now)).total_seconds() // 60) - POLICIES - 2
+    minutes = min(120, room // 2)
+    if minutes < 3:
+        pytest.skip("needs a few minutes of the current month behind it (the workers read the real clock)")
+    return minutes - minutes % 3
+
+
+def _setup(world: World, hook_url: str, minutes: int) -> list[UsagePolicy]:
     AcceleratorPrice.objects.create(
         accelerator_type="GPU_8xH100", region="us-west-2", effective_from=datetime(2026, 1, 1, tzinfo=UTC),
         usd_per_hour=Decimal("10"),
     )  # fmt: skip
+    begin = max(month_start(timezone.now()), timezone.now() - timedelta(hours=5))
     out = []
     for n in range(POLICIES):
-        policy = UsagePolicy.objects.create(name=f"policy-{n}", budget_usd=Decimal("100"))
+        # A $1 budget against at least 2 x 3 min x 8 GPUs x $10 = $8: every spend threshold is crossed.
+        policy = UsagePolicy.objects.create(name=f"policy-{n}", budget_usd=Decimal("1"))
         policy.teams.add(world.vision)
         AlertChannel.objects.create(policy=policy, kind=ChannelKind.EMAIL, target="ops@example.com")
         AlertChannel.objects.create(policy=policy, kind=ChannelKind.WEBHOOK, target=hook_url, secret="s3cret")
-        # Two finished runs of 2h x 8 GPUs x $10 = $320 together: every spend threshold is crossed.
         for r in range(2):
-            start = T0 + timedelta(hours=3 * r, minutes=n)
+            start = begin + timedelta(minutes=minutes * r + n)
             make_run(world.vision, f"p{n}-r{r}", usage_policy_name=policy.name, started_at=start,
-                     ended_at=start + timedelta(hours=2))  # fmt: skip
+                     ended_at=start + timedelta(minutes=minutes))  # fmt: skip
         out.append(policy)
     return out
 
@@ -93,10 +109,11 @@ def test_two_workers_running_the_billing_beats_at_once_fire_and_write_once(
     world: World, tmp_path: Path, webhook: tuple[str, list[bytes]]
 ) -> None:
     hook_url, received = webhook
-    policy_list = _setup(world, hook_url)
+    minutes = _run_minutes(timezone.now())
+    policy_list = _setup(world, hook_url, minutes)
     # The days are rolled up once already (as the previous beat would have): both enforce
     # passes see the spend, whichever rollup commits first.
-    rollups.recompute_days([T0.date()])
+    rollups.recompute_days(rollups.touched_days(Run.objects.values_list("pk", flat=True), timezone.now()))
     env = {
         "AIRBOARD_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
         "AIRBOARD_WEBHOOK_RETRIES": "0",
@@ -155,4 +172,5 @@ def test_two_workers_running_the_billing_beats_at_once_fire_and_write_once(
     assert all(count == 1 for count in dims.values()), dims
     rollups.recompute_days(CostDaily.objects.values_list("day", flat=True).distinct())
     assert _cost_rows() == raced
-    assert rollups.totals(CostDaily.objects.all())["compute_usd"] == Decimal("320") * POLICIES
+    # Two runs per policy, each minutes / 60 h x 8 GPUs x $10.
+    assert rollups.totals(CostDaily.objects.all())["compute_usd"] == Decimal(2 * 8 * 10 * minutes) / 60 * POLICIES

@@ -27,6 +27,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from billing import rollups
 from billing.models import CostDaily, UsagePolicy
 from billing.policies import record_version
 from runs.choices import RunStatus
@@ -236,4 +237,5 @@ def scene(world: World) -> Scene:
             usage_policy_name=policy.name, accelerator_type="GPU_8xH100", region="us-west-2",
             compute_usd=Decimal(usd), gpu_hours=Decimal("1.5"), runs=1,
         )  # fmt: skip
+    rollups.summarize_days([today, today - timedelta(days=1)])
     return Scene(world, failed, succeeded, running, policy, gpus)
