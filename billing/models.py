@@ -153,7 +153,25 @@ class PriceChange(models.Model):
         return f"{self.model}#{self.object_id}.{self.field}: {self.old!r} -> {self.new!r}"
 
 
-class CostDaily(models.Model):
+# The summed columns of the rollups, in the order pages and CSV exports show them.
+COST_AMOUNTS = ("compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours")
+
+
+class CostAmounts(models.Model):
+    """The exact amounts a rollup row sums (abstract): money, GPU-hours and the runs counted."""
+
+    compute_usd = ExactDecimalField(default=0)
+    egress_usd = ExactDecimalField(default=0)
+    idle_usd = ExactDecimalField(default=0, help_text="Part of compute_usd: GPUs held but idle.")
+    gpu_hours = ExactDecimalField(default=0)
+    idle_gpu_hours = ExactDecimalField(default=0)
+    runs = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class CostDaily(CostAmounts):
     """Estimated spend of one UTC day for one combination of dimensions; rebuilt by rollups."""
 
     day = models.DateField()
@@ -163,12 +181,6 @@ class CostDaily(models.Model):
     experiment_name = models.CharField(max_length=500, blank=True)
     accelerator_type = models.CharField(max_length=32, blank=True)
     region = models.CharField(max_length=32, blank=True)
-    compute_usd = ExactDecimalField(default=0)
-    egress_usd = ExactDecimalField(default=0)
-    idle_usd = ExactDecimalField(default=0, help_text="Part of compute_usd: GPUs held but idle.")
-    gpu_hours = ExactDecimalField(default=0)
-    idle_gpu_hours = ExactDecimalField(default=0)
-    runs = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -197,7 +209,7 @@ class CostDaily(models.Model):
         return f"{self.day} {self.team_id} {self.experiment_name}: ${self.compute_usd + self.egress_usd}"
 
 
-class CostDailyTeam(models.Model):
+class CostDailyTeam(CostAmounts):
     """One UTC day of one team's spend: the CostDaily rows of that day and team, summed exactly.
 
     Written by `rollups.recompute_days` in the same transaction as CostDaily, so the two never
@@ -208,12 +220,6 @@ class CostDailyTeam(models.Model):
 
     day = models.DateField()
     team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="cost_team_days")
-    compute_usd = ExactDecimalField(default=0)
-    egress_usd = ExactDecimalField(default=0)
-    idle_usd = ExactDecimalField(default=0, help_text="Part of compute_usd: GPUs held but idle.")
-    gpu_hours = ExactDecimalField(default=0)
-    idle_gpu_hours = ExactDecimalField(default=0)
-    runs = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -19,10 +19,9 @@ from django.db.models import Count, QuerySet, Sum
 
 from billing.choices import GroupBy
 from billing.costs import ZERO, _egress_prices, _exact_sum, _price_egress, _utc, month_start
-from billing.models import CostDaily, CostDailyTeam, EgressRecord
+from billing.models import COST_AMOUNTS, CostDaily, CostDailyTeam, EgressRecord
 
-MONEY = ("compute_usd", "egress_usd", "idle_usd")
-AMOUNTS = (*MONEY, "gpu_hours", "idle_gpu_hours")
+AMOUNTS = COST_AMOUNTS
 # The ORM path each group_by reads; team is shown by name.
 GROUP_FIELDS = {
     GroupBy.TEAM: "team__name",

@@ -22,6 +22,7 @@ from django.utils import timezone
 from billing import egress
 from billing.costs import ZERO, _exact_sum, _utc
 from billing.models import (
+    COST_AMOUNTS,
     AcceleratorPrice,
     CostDaily,
     CostDailyTeam,
@@ -172,7 +173,7 @@ def _amounts(values: dict[str, list[Decimal]]) -> dict[str, Decimal]:
 
 def _team_days(rows: list[CostDaily]) -> list[CostDailyTeam]:
     """The per-(day, team) summary of `rows`, exactly: what month to date and by-team sums read."""
-    names = ("compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours")
+    names = COST_AMOUNTS
     sums: dict[tuple[date, int], dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple[date, int], int] = defaultdict(int)
     for row in rows:
@@ -321,7 +322,4 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
 def totals(rows: Iterable[CostDaily]) -> dict[str, Decimal]:
     """Exact sums of a set of CostDaily rows (used by tests and checks)."""
     rows = list(rows)
-    return {
-        name: _exact_sum(getattr(r, name) for r in rows) if rows else ZERO
-        for name in ("compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours")
-    }
+    return {name: _exact_sum(getattr(r, name) for r in rows) if rows else ZERO for name in COST_AMOUNTS}
