@@ -48,6 +48,13 @@ BEAT_SCHEDULE = {
     },
     # Raw GPU samples past AIRBOARD_TELEMETRY_RAW_DAYS go, in batches; the minute and hour
     # rollups stay. At 03:17 UTC, away from the top of the hour when collectors and billing run.
+    # PostgreSQL: the raw samples' daily partitions, AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD days
+    # ahead (a no-op on SQLite, and when they exist). Hourly, so a missed run or a failed lock
+    # costs an hour, never a day's samples in the DEFAULT partition; at :41, clear of the rest.
+    "maintain-telemetry-partitions": {
+        "task": "runs.maintain_telemetry_partitions",
+        "schedule": crontab(minute="41"),
+    },
     "prune-telemetry": {
         "task": "runs.prune_telemetry",
         "schedule": crontab(hour="3", minute="17"),

@@ -170,6 +170,8 @@ CELERY_TASK_ROUTES = {
     "runs.collect_*": {"queue": "collect"},
     # Long batched deletes stay off the ingest queue.
     "runs.prune_*": {"queue": "collect"},
+    # Partition DDL waits on locks (bounded by lock_timeout): never in front of ingest.
+    "runs.maintain_*": {"queue": "collect"},
     "runs.classify_*": {"queue": "collect"},
     "billing.*": {"queue": "billing"},
     "alerts.*": {"queue": "alerts"},
@@ -294,6 +296,9 @@ if not REDIS_URL:
 # --- Telemetry tiers (runs/telemetry.py, runs/retention.py) -----------------------------
 # Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
+# PostgreSQL (runs/partitions.py): daily partitions of the raw samples are made this many days
+# ahead, so a day's samples never start in the DEFAULT partition while the beat runs.
+AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD = env_int("AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD", 7, minimum=1)
 # Fleet page: a GPU counts as "now" if it has a minute rollup within this many minutes.
 AIRBOARD_FLEET_RECENT_MINUTES = env_int("AIRBOARD_FLEET_RECENT_MINUTES", 5, minimum=1)
 

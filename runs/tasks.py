@@ -98,6 +98,26 @@ def prune_telemetry() -> int:
     return retention.prune_raw_samples().deleted
 
 
+# Partition upkeep: creates only what is missing, under an advisory lock, so a doubled beat or
+# a re-run after a lost worker changes nothing. A lock wait past lock_timeout raises
+# OperationalError: retried a few times, then the next hourly run tries again.
+@shared_task(
+    name="runs.maintain_telemetry_partitions",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=30,
+    max_retries=3,
+    soft_time_limit=600,
+    time_limit=660,
+)
+def maintain_telemetry_partitions() -> int:
+    """PostgreSQL: create the daily raw-sample partitions ahead; returns how many were made."""
+    from runs import partitions
+
+    return len(partitions.ensure_partitions())
+
+
 # Failure classification: overwrites one FailureAnalysis row per run, so re-running is harmless.
 # Sent to the collect queue by runs.postmortem.enqueue_classification (CLASSIFY_QUEUE).
 @shared_task(
