@@ -9,6 +9,9 @@
    people, runs, attempts and nodes with bulk inserts; then what hangs off them (logs,
    metrics, 1 Hz telemetry through `store_gpu_samples`, minute rollups, egress), each drawn
    from its own seeded generator so that the same seed and `now` write the same rows.
+4. Hour rollups of every demo minute rollup (the plan's and the advice examples'), rebuilt
+   from those minutes by the ingest path's own `refresh_hours`, so the fleet history and
+   long-range charts show the demo and agree with its minutes.
 
 Volumes are bounded for speed (`DemoSize`): logs and metrics for the newest ~150 runs, raw
 samples for ~6 live or just-finished runs (first node, last 45 minutes, ~150k rows), and
@@ -25,14 +28,15 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth.hashers import get_hasher, make_password
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command, get_commands
 from django.db import connection, transaction
 from django.db.models import Field as DjangoField
-from django.db.models import Model
+from django.db.models import Model, QuerySet
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from billing.models import EgressRecord
@@ -55,7 +59,7 @@ from runs.demo_constants import DEMO_PASSWORD
 from runs.demo_logs import LogContext, node_log
 from runs.demo_series import PROFILES, Activity, metric_points, minute_rollups, raw_samples
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
-from runs.telemetry import store_gpu_samples
+from runs.telemetry import refresh_hours, store_gpu_samples
 
 Log = Callable[[str], object]
 BATCH = 1000
@@ -132,9 +136,29 @@ def seed_demo(
         counts = write_plan(plan, clock)
         if advice_examples:
             counts |= write_demo_clusters(now)
+        counts["gpu hours"] = write_hours(Run.objects.filter(is_demo=True))
+        clock.phase("hours", f"{counts['gpu hours']} hour rollups from the minute rollups")
     log("Done: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f" in {time.perf_counter() - clock.start:.1f}s.")
     log(f"Log in as alice (or admin, staff) with password {DEMO_PASSWORD!r}.")
     return counts
+
+
+def write_hours(runs: QuerySet[Run]) -> int:
+    """Rebuild the GpuHour rows of every hour in which `runs` have minute rollups; returns the rows written.
+
+    The seed writes most minutes directly, not through `store_gpu_samples`, and the hour in
+    which a run's raw window starts holds minutes of both kinds: rebuilding each touched
+    hour from all its minutes (what ingest does per batch) keeps the hours a pure function of
+    the minutes. One DISTINCT query for the keys; refresh_hours groups them in a few more.
+    """
+    keys = (
+        GpuMinute.objects.filter(run__in=runs)
+        .annotate(hour=TruncHour("minute", tzinfo=UTC))
+        .values_list("run_id", "node_id", "gpu_index", "hour")
+        .distinct()
+        .order_by()
+    )
+    return refresh_hours(keys)
 
 
 def reset_demo() -> dict[str, int]:

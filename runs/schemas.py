@@ -48,12 +48,6 @@ def _aware(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, AfterValidator(_aware)]
 
 
-def _finite(value: float | None) -> float | None:
-    if value is not None and not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
 def _metric_value(value: Any) -> Any:
     """MLflow logs NaN and infinities; JSON carries them as the strings MLflow's REST API uses."""
     if isinstance(value, str) and value.strip().lower() in {"nan", "inf", "infinity", "-inf", "-infinity"}:
@@ -69,7 +63,9 @@ def _refuse_nul(value: Any) -> Any:
 
 
 def bounded(low: float, high: float) -> Any:
-    return Annotated[float | None, Field(default=None, ge=low, le=high), AfterValidator(_finite)]
+    # allow_inf_nan=False: pydantic-core refuses NaN and infinities itself, not a Python
+    # validator called for every value of every row (11 fields x 10,000 rows a batch).
+    return Annotated[float | None, Field(default=None, ge=low, le=high, allow_inf_nan=False)]
 
 
 class NodeIn(Schema):
@@ -163,7 +159,10 @@ class GpuProcessIn(BaseModel):
 
 
 class GpuSampleIn(BaseModel):
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    # The two free-text fields only: a NUL anywhere else already fails its number, time or
+    # enum parsing (with the field named), and a validator on "*" was called 80,000 times
+    # for a 10,000-row batch, a third of its validation time.
+    _no_nul = field_validator("run", "host", mode="before")(_refuse_nul)
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
     attempt: int | None = Field(default=None, ge=1, le=1000, description="Default: the run's latest attempt.")

@@ -390,14 +390,13 @@ def fleet(request: HttpRequest) -> HttpResponse:
                  g.utilization, g.utilization_max, g.memory_used, g.memory_total, g.memory_percent]
                 for n in nodes for g in n.gpus)  # fmt: skip
         return csv_response(f"fleet-{now:%Y-%m-%d_%H%M}.csv", header, rows)
+    history = fleet_queries.utilization_history(request.user, now)
     ctx = {
         "nodes": nodes,
         "gpu_count": sum(len(n.gpus) for n in nodes),
         "run_count": len({n.run_id for n in nodes}),
         "recent_minutes": settings.AIRBOARD_FLEET_RECENT_MINUTES,
-        "by_team": fleet_queries.history_figure(fleet_queries.utilization_history(request.user, "team", now), "team"),
-        "by_accelerator": fleet_queries.history_figure(
-            fleet_queries.utilization_history(request.user, "accelerator", now), "accelerator type"
-        ),
+        "by_team": fleet_queries.history_figure(history["team"], "team"),
+        "by_accelerator": fleet_queries.history_figure(history["accelerator"], "accelerator type"),
     }
     return render(request, "runs/fleet.html", ctx)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from runs.choices import BatchStatus
-from runs.models import GpuMinute, GpuSample, IngestBatch, MetricPoint
+from runs import ingest
+from runs.choices import BatchKind, BatchStatus
+from runs.models import GpuMinute, GpuSample, IngestBatch, MetricPoint, Node
 from tests.conftest import T0, World, make_run, wait_for
 
 GIB = 1024**3
@@ -113,6 +116,26 @@ class TestRefusals:
         assert response.status_code == 422
         assert response.json()["errors"][0]["field"] == "samples[0].power_watts"
 
+    def test_nul_nan_and_text_in_number_fields_are_each_named(self, world: World) -> None:
+        make_run(world.vision, "r1")
+        ts = samples(n_seconds=1, gpus=1)[0]["ts"]
+        rows = [
+            {"run": "r1", "gpu": 0, "ts": ts, "host": "node\u0000a"},
+            {"run": "r1", "gpu": 1, "ts": ts, "temperature_c": float("nan")},
+            {"run": "r1", "gpu": 2, "ts": ts, "power_watts": float("-inf")},
+            {"run": "r1", "gpu": 3, "ts": ts, "utilization_gpu": "\u0000"},
+            {"run": "r1", "gpu": 4, "ts": ts, "utilization_gpu": 50},
+        ]
+        body = json.dumps({"samples": rows})  # NaN and -Infinity as bare JSON literals, as Python's json reads them
+        response = world.api(world.vision).post("/api/v1/gpu-samples", body, content_type="application/json")
+        assert response.status_code == 422
+        errors = {e["field"]: e["message"] for e in response.json()["errors"]}
+        assert set(errors) == {"samples[0].host", "samples[1].temperature_c", "samples[2].power_watts",
+                               "samples[3].utilization_gpu"}  # fmt: skip
+        assert "NUL" in errors["samples[0].host"]
+        assert "finite" in errors["samples[1].temperature_c"] and "finite" in errors["samples[2].power_watts"]
+        assert not IngestBatch.objects.exists()
+
     def test_unknown_or_foreign_runs_are_named(self, world: World) -> None:
         make_run(world.nlp, "nlp-run")
         rows = samples(run="nlp-run", n_seconds=1, gpus=1) + samples(run="nope", n_seconds=1, gpus=1)
@@ -187,3 +210,18 @@ def test_a_telemetry_file_with_nothing_usable_is_422(world: World) -> None:
     assert response.status_code == 422
     assert "format" in response.json()["errors"][0]["message"]
     assert not IngestBatch.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_recorded_batch_reads_back_as_sent_and_keeps_its_content_hash(world: World) -> None:
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    rows = [[run.pk, node.pk, 0, "2026-11-02T09:00:00+00:00", 97.5, *([None] * 15), [{"pid": 7, "run": 'é"x'}]]]
+    batch, duplicate = ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, rows, "nvml")
+    assert not duplicate
+    assert IngestBatch.objects.get(pk=batch.pk).rows == batch.rows == {"source": "nvml", "rows": rows}
+    # The hash is the one batches were recorded with before the rows were serialized once:
+    # a batch re-sent across the upgrade is still a duplicate.
+    text = json.dumps(rows, separators=(",", ":"), sort_keys=True, default=str) + "nvml"
+    assert batch.content_hash == hashlib.sha256(text.encode()).hexdigest()
+    assert ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, rows, "nvml") == (batch, True)

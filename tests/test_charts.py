@@ -184,3 +184,20 @@ def test_timeline_has_a_bar_per_attempt_and_node_coloured_by_status(world: World
 def test_timeline_is_empty_until_an_attempt_starts(world: World) -> None:
     run = make_run(world.vision, status=RunStatus.QUEUED, started_at=None, ended_at=None)
     assert charts.timeline_figure(list(run.attempts.prefetch_related("nodes"))) is None
+
+
+def test_times_are_exact_to_the_millisecond(world: World) -> None:
+    # The database turns times into epoch numbers (EpochSeconds); none may drift by rounding.
+    run = make_run(world.vision)
+    node = first_node(run)
+    offsets = [0.0, 0.5, 1.25, 59.999, 3600.0]
+    GpuSample.objects.bulk_create(
+        GpuSample(run=run, node=node, gpu_index=0, ts=T0 + timedelta(seconds=s), utilization_gpu=1.0) for s in offsets
+    )
+    series = charts.gpu_series(run, "utilization_gpu", T0, T0 + timedelta(minutes=20))
+    assert series[0].x == [
+        "2026-11-02 09:00:00",
+        "2026-11-02 09:00:00.500000",
+        "2026-11-02 09:00:01.250000",
+        "2026-11-02 09:00:59.999000",
+    ]

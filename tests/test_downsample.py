@@ -122,3 +122,44 @@ class TestTelemetryJson:
         assert alice.get(self.url(run, field="id")).status_code == 400
         assert alice.get(self.url(run, field="power_watts", **{"from": "yesterday"})).status_code == 400
         assert alice.get(self.url(run, field="power_watts")).json()["figure"] is None
+
+
+@pytest.mark.django_db
+def test_a_run_past_the_point_cap_keeps_its_one_second_spike_through_the_store_path(world: World) -> None:
+    run = _long_run(world)  # 90 minutes at 1 Hz: 90 minute rows a GPU, one 1-second spike on GPU 0
+    series = charts.gpu_series(run, "utilization_gpu", max_points=30)
+    assert {s.tier for s in series} == {"minute"}
+    assert all(len(s.x) == len(s.y) <= 30 for s in series)
+    gpu0, gpu1 = series
+    # The spike at 09:20:34 lives on as its minute's max, labelled with that minute.
+    assert gpu0.y.count(100.0) == 1
+    assert gpu0.x[gpu0.y.index(100.0)] == "2026-11-02 09:20:00"
+    assert 100.0 not in gpu1.y
+    assert gpu0.x == sorted(gpu0.x)
+
+
+@pytest.mark.django_db
+def test_a_35_hour_run_is_capped_at_max_points_a_series_with_its_spike_and_dip(world: World) -> None:
+    """The bench's 1,000,000-sample shape (8 GPUs x 35 hours = 2,100 minute rows each), in rollups."""
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    minutes = 2_100
+    spike, dip = 1_400, 700  # GPU 3 spiked to 100 % for a second; GPU 5 dropped to 0 for one
+    GpuMinute.objects.bulk_create(
+        GpuMinute(run=run, node=node, gpu_index=g, minute=T0 + timedelta(minutes=m), samples=60,
+                  utilization_gpu_min=0.0 if (g, m) == (5, dip) else 40.0, utilization_gpu_avg=50.0,
+                  utilization_gpu_max=100.0 if (g, m) == (3, spike) else 60.0)
+        for g in range(8) for m in range(minutes)
+    )  # fmt: skip
+    figure = charts.utilization_figure(charts.gpu_series(run, "utilization_gpu"))
+    assert figure is not None
+    assert figure["layout"]["meta"]["tier"] == "minute"
+    traces = figure["data"]
+    assert len(traces) == 8
+    assert all(len(t["x"]) == len(t["y"]) <= MAX_POINTS for t in traces)
+    assert max(len(t["x"]) for t in traces) > MAX_POINTS // 2  # reduced, not thinned to nothing
+    at = (T0 + timedelta(minutes=spike)).strftime("%Y-%m-%d %H:%M:%S")
+    assert traces[3]["x"][traces[3]["y"].index(100)] == at
+    assert all(100 not in t["y"] for i, t in enumerate(traces) if i != 3)
+    assert 0 in traces[5]["y"]
+    assert all(min(t["y"]) == 40 for i, t in enumerate(traces) if i != 5)

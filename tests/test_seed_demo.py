@@ -28,7 +28,7 @@ from runs.demo_logs import FAILURES, LogContext, node_log
 from runs.demo_series import TrainingCurve
 from runs.demo_write import reset_demo, seed_demo
 from runs.logs import chunk_texts
-from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
+from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
 from runs.workload import parse_workload
 from tests.conftest import make_run
 
@@ -187,6 +187,39 @@ class TestSeededWorkspace:
         assert earlier.memory_used_bytes_max < last.memory_used_bytes_max
         assert last.memory_used_bytes_max > 0.97 * last.memory_total_bytes > earlier.memory_used_bytes_max
 
+    def test_every_demo_gpu_hour_is_the_fold_of_its_minutes(self, seeded: dict[str, int]) -> None:
+        hours = {
+            (r, n, g, h): (samples, umin, umax, mmax)
+            for r, n, g, h, samples, umin, umax, mmax in GpuHour.objects.values_list(
+                "run_id", "node_id", "gpu_index", "hour", "samples", "utilization_gpu_min", "utilization_gpu_max",
+                "memory_used_bytes_max",
+            )
+        }  # fmt: skip
+        assert seeded["gpu hours"] == len(hours) > 0
+        folded: dict[tuple, list] = {}
+        for r, n, g, m, samples, umin, umax, mmax in GpuMinute.objects.values_list(
+            "run_id", "node_id", "gpu_index", "minute", "samples", "utilization_gpu_min", "utilization_gpu_max",
+            "memory_used_bytes_max",
+        ):  # fmt: skip
+            acc = folded.setdefault((r, n, g, m.replace(minute=0)), [0, [], [], []])
+            acc[0] += samples
+            for i, value in ((1, umin), (2, umax), (3, mmax)):
+                if value is not None:
+                    acc[i].append(value)
+        assert set(hours) == set(folded)  # an hour for every GPU-hour with minutes, none without
+        for key, (samples, umins, umaxes, mmaxes) in folded.items():
+            assert hours[key] == (
+                samples,
+                min(umins, default=None),
+                max(umaxes, default=None),
+                max(mmaxes, default=None),
+            )
+        # The hour in which a run's raw window starts holds direct and raw-derived minutes alike.
+        start = GpuSample.objects.order_by("ts").values_list("run_id", "ts")[0]
+        hour = GpuHour.objects.get(run_id=start[0], gpu_index=0, hour=start[1].replace(minute=0, second=0))
+        assert hour.samples > GpuSample.objects.filter(run_id=start[0], gpu_index=0, ts__gte=hour.hour,
+                                                       ts__lt=hour.hour + timedelta(hours=1)).count()  # fmt: skip
+
     def test_metrics_look_like_training(self) -> None:
         run = Run.objects.filter(status=RunStatus.SUCCEEDED, metric_points__key="loss").distinct().first()
         loss = list(run.metric_points.filter(key="loss").order_by("step").values_list("value", flat=True))
@@ -298,7 +331,8 @@ def test_reset_removes_only_demo_data() -> None:
     assert list(Run.objects.all()) == [real]
     assert set(Group.objects.values_list("name", flat=True)) == {"platform", "speech"}
     assert list(User.objects.all()) == [zoe]
-    assert not GpuMinute.objects.exists() and not LogChunk.objects.exists() and not EgressRecord.objects.exists()
+    assert not GpuMinute.objects.exists() and not GpuHour.objects.exists()
+    assert not LogChunk.objects.exists() and not EgressRecord.objects.exists()
 
 
 @pytest.mark.django_db
