@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import date, timedelta
 from typing import Annotated, Literal
 
-from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Query, Router, Schema, Status
@@ -19,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from billing import egress, policies, reports
 from billing.choices import GroupBy
 from dashboard.api import Access, InvalidRows, bearer, read_auth
-from runs.api import ERRORS, _check_count, _resolve_runs
+from runs.api import ERRORS, batch_runs
 from runs.choices import RunSource
 from runs.schemas import ExternalId, RegionName, Timestamp, _refuse_nul
 
@@ -122,6 +121,12 @@ class EgressConflictError(HttpError):
         self.errors = errors
 
 
+def _same_region(prefix: str, record: EgressRecordIn) -> list[dict[str, str]]:
+    if record.source_region == record.destination_region:
+        return [{"field": f"{prefix}.destination_region", "message": "is the source region"}]
+    return []
+
+
 @router.post("/egress", auth=bearer, response={200: EgressOut, 201: EgressOut, **ERRORS}, summary="Report egress")
 def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
     """Bytes a run moved between regions (or to `internet`), priced by the region pair in force at `ts`.
@@ -132,17 +137,7 @@ def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
     """
     Access(request).require_write()
     records = payload.records
-    _check_count(records, "records")
-    runs = _resolve_runs(request, {(r.run_source, r.run) for r in records})
-    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
-    errors: list[dict[str, str]] = []
-    for i, r in enumerate(records):
-        if (r.run_source, r.run) not in runs:
-            errors.append({"field": f"records[{i}].run", "message": f"no run {r.run!r} ({r.run_source}) in your team"})
-        if r.source_region == r.destination_region:
-            errors.append({"field": f"records[{i}].destination_region", "message": "is the source region"})
-        if r.ts > horizon:
-            errors.append({"field": f"records[{i}].ts", "message": "is more than the allowed skew in the future"})
+    runs, errors = batch_runs(request, records, "records", check=_same_region)
     if errors:
         raise InvalidRows(errors[:500])
     rows = [

@@ -6,7 +6,7 @@ Anything outside that answers 404, exactly as a run that does not exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from operator import attrgetter
 from typing import Any
@@ -211,6 +211,37 @@ def _check_count(rows: list[Any], what: str) -> None:
         raise HttpError(413, f"{len(rows)} {what} in one request; the limit is {cap}. Split the batch.")
 
 
+def batch_runs(
+    request: HttpRequest,
+    rows: list[Any],
+    what: str,
+    skew_checked: bool = True,
+    check: Callable[[str, Any], list[dict[str, str]]] | None = None,
+) -> tuple[dict[tuple[str, str], Run], list[dict[str, str]]]:
+    """The runs a pushed batch names, with an error for each row naming a run outside the caller's teams.
+
+    1. More rows than AIRBOARD_MAX_SAMPLES_PER_BATCH is a 413 before anything is read.
+    2. One query for the runs the rows name (`run_source`, `run`), among the caller's teams.
+    3. Each row is checked in order: `{what}[i].run` when its run is not found and, with
+       `skew_checked`, `{what}[i].ts` when it is further in the future than
+       AIRBOARD_MAX_FUTURE_SKEW_SECONDS (a clock error, not data); then the caller's own
+       `check(prefix, row)`, so every error of a row stands together, rows in order.
+    The caller raises InvalidRows if there are any.
+    """
+    _check_count(rows, what)
+    runs = _resolve_runs(request, {(r.run_source, r.run) for r in rows})
+    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
+    errors: list[dict[str, str]] = []
+    for i, r in enumerate(rows):
+        if (r.run_source, r.run) not in runs:
+            errors.append({"field": f"{what}[{i}].run", "message": f"no run {r.run!r} ({r.run_source}) in your team"})
+        if skew_checked and r.ts > horizon:
+            errors.append({"field": f"{what}[{i}].ts", "message": "is more than the allowed skew in the future"})
+        if check is not None:
+            errors += check(f"{what}[{i}]", r)
+    return runs, errors
+
+
 def _batch_out(batch: IngestBatch, duplicate: bool) -> dict[str, Any]:
     return {
         "id": batch.pk, "kind": batch.kind, "status": batch.status, "rows": batch.row_count, "duplicate": duplicate,
@@ -242,15 +273,7 @@ def push_gpu_samples(request: HttpRequest, payload: GpuSampleBatchIn) -> Status:
     """
     Access(request).require_write()
     samples = payload.samples
-    _check_count(samples, "samples")
-    runs = _resolve_runs(request, {(s.run_source, s.run) for s in samples})
-    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
-    errors: list[dict[str, str]] = []
-    for i, s in enumerate(samples):
-        if (s.run_source, s.run) not in runs:
-            errors.append({"field": f"samples[{i}].run", "message": f"no run {s.run!r} ({s.run_source}) in your team"})
-        if s.ts > horizon:
-            errors.append({"field": f"samples[{i}].ts", "message": "is more than the allowed skew in the future"})
+    runs, errors = batch_runs(request, samples, "samples")
     if errors:
         raise InvalidRows(errors[:500])
     with transaction.atomic():
@@ -319,13 +342,8 @@ def push_metrics(request: HttpRequest, payload: MetricBatchIn) -> Status:
     """MLflow metric points (key, step, timestamp, value); NaN/Infinity are stored as missing."""
     Access(request).require_write()
     points = payload.points
-    _check_count(points, "points")
-    runs = _resolve_runs(request, {(p.run_source, p.run) for p in points})
-    errors = [
-        {"field": f"points[{i}].run", "message": f"no run {p.run!r} ({p.run_source}) in your team"}
-        for i, p in enumerate(points)
-        if (p.run_source, p.run) not in runs
-    ]
+    # MLflow's own timestamps are not skew-checked: a late import of old points is normal.
+    runs, errors = batch_runs(request, points, "points", skew_checked=False)
     if errors:
         raise InvalidRows(errors[:500])
     rows = [[runs[(p.run_source, p.run)].pk, p.key, p.step, p.ts.isoformat(), p.value] for p in points]
