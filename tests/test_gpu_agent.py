@@ -204,6 +204,18 @@ def test_the_command_line_run_id_and_the_mapping_by_index(fake: Any, tmp_path: P
     ]  # fmt: skip
 
 
+def test_batches_wait_for_500_samples_and_events_go_at_once(fake: Any, tmp_path: Path) -> None:
+    # 8 GPUs: 500 samples are due after 63 ticks (504); 130 ticks ship 504, 504, then the 32 left at exit.
+    fake.configure([FakeGpu() for _ in range(8)])
+    code, payloads = run_agent(tmp_path / "a", "--ticks", "130", "--run-id", "run-big")
+    assert code == 0
+    assert [len(p["samples"]) for p in payloads] == [504, 504, 32]
+    # An Xid on tick 3 does not wait for the 500: it leaves with the 4 ticks' samples so far.
+    fake.configure([FakeGpu(xids={3: [79]}), FakeGpu()])
+    code, payloads = run_agent(tmp_path / "b", "--ticks", "10", "--run-id", "run-small")
+    assert [(len(p["samples"]), [e["kind"] for e in p["events"]]) for p in payloads] == [(8, ["xid"]), (12, [])]
+
+
 def test_unreadable_environ_is_ignored(tmp_path: Path) -> None:
     attributor = Attributor(run_id=None, proc_root=tmp_path)  # no /proc/<pid> there at all
     sample = {"gpu": 0, "gpu_uuid": "GPU-x", "processes": [{"pid": 1, "used_memory_bytes": 5}]}
