@@ -304,11 +304,14 @@ def process_batch(batch_id: int) -> StoreResult | None:
         for point in points:
             point.ts = _ts(point.ts)
         result = store_metric_points(points)
-        derive_network_egress(points)
     # Conditional update: when a redelivered task races the first, the first result stands.
     IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.PENDING).update(
         status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now()
     )
+    if batch.kind == BatchKind.METRICS:
+        # After the batch is done: the points are what must not be lost. A derivation that
+        # fails here is redone by the next batch of the same day, which re-derives that day.
+        derive_network_egress(points)
     return result
 
 
