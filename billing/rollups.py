@@ -157,32 +157,28 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
     return len(rows), set(run_ids)
 
 
+# DayBreakdown's amounts, in the order of the COST_AMOUNTS columns they are summed into.
 _LINE_AMOUNTS = ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours")
 
 
 def _amounts(values: dict[str, list[Decimal]]) -> dict[str, Decimal]:
     """A DayBreakdown's amounts summed exactly, under CostDaily's column names."""
-    return {
-        "compute_usd": _exact_sum(values["compute"]),
-        "egress_usd": _exact_sum(values["egress"]),
-        "idle_usd": _exact_sum(values["idle"]),
-        "gpu_hours": _exact_sum(values["gpu_hours"]),
-        "idle_gpu_hours": _exact_sum(values["idle_gpu_hours"]),
-    }
+    return {column: _exact_sum(values[line]) for line, column in zip(_LINE_AMOUNTS, COST_AMOUNTS, strict=True)}
 
 
 def _team_days(rows: list[CostDaily]) -> list[CostDailyTeam]:
     """The per-(day, team) summary of `rows`, exactly: what month to date and by-team sums read."""
-    names = COST_AMOUNTS
     sums: dict[tuple[date, int], dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple[date, int], int] = defaultdict(int)
     for row in rows:
         key = (row.day, row.team_id)
         counts[key] += row.runs
-        for name in names:
+        for name in COST_AMOUNTS:
             sums[key][name].append(getattr(row, name))
     return [
-        CostDailyTeam(day=day, team_id=team_id, runs=counts[(day, team_id)], **{n: _exact_sum(v[n]) for n in names})
+        CostDailyTeam(
+            day=day, team_id=team_id, runs=counts[(day, team_id)], **{n: _exact_sum(v[n]) for n in COST_AMOUNTS}
+        )
         for (day, team_id), v in sums.items()
     ]
 
