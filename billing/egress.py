@@ -231,6 +231,42 @@ def derive_for_runs(
     return len(changed)
 
 
+def rederive_where_region_changed(run_ids: Iterable[int], now: datetime | None = None) -> int:
+    """Derive in full only the changed runs whose derived records no longer fit their regions.
+
+    The rollup pass calls this for every run changed since its cursor, and a running run
+    changes every minute: re-reading each one's whole network history would cost millions of
+    rows a pass. New points are already derived by their batch (`derive_for_runs` with
+    `days`); what a pass must catch is a run whose regions changed under its records:
+    1. a cross-region run (no reported egress) with no derived record yet, or with one whose
+       pair is not home -> GPU region or back (its GPU region was corrected);
+    2. a run with derived records that is no longer cross-region, or now reports egress.
+    Two queries, then `derive_for_runs` on just those runs.
+    """
+    ids = sorted(set(run_ids))
+    if not ids:
+        return 0
+    runs = Run.objects.filter(pk__in=ids).values_list("pk", "home_region", "region")
+    regions = {pk: (home, region) for pk, home, region in runs}
+    origins: dict[int, set[str]] = defaultdict(set)
+    pairs: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    records = EgressRecord.objects.filter(run_id__in=ids)
+    for run_id, origin, source, destination in records.values_list(
+        "run_id", "origin", "source_region", "destination_region"
+    ).distinct():
+        origins[run_id].add(origin)
+        if origin == EgressOrigin.DERIVED:
+            pairs[run_id].add((source, destination))
+    due = []
+    for run_id, (home, region) in regions.items():
+        estimated = bool(home and region and home != region) and EgressOrigin.REPORTED not in origins[run_id]
+        fitting = {(home, region), (region, home)}
+        stale = not pairs[run_id] or not pairs[run_id] <= fitting if estimated else bool(pairs[run_id])
+        if stale:
+            due.append(run_id)
+    return derive_for_runs(due, now=now) if due else 0
+
+
 def _midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 

@@ -295,7 +295,7 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
             changed = changed.filter(Q(updated_at__gt=cursor) | Q(cluster__updated_at__gt=cursor))
         run_ids = set(changed.values_list("pk", flat=True))
         # A run that became cross-region (or stopped being) after its network metrics arrived.
-        egress.derive_for_runs(run_ids, now=as_of)
+        egress.rederive_where_region_changed(run_ids, now=as_of)
         running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
         run_ids |= set(running.values_list("run_id", flat=True))
         # The days they cover now, and the days they covered at the last pass: an attempt

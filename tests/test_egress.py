@@ -14,7 +14,7 @@ from billing.choices import EgressOrigin
 from billing.costs import estimate_run_cost
 from billing.models import AcceleratorPrice, CostDaily, EgressPrice, EgressRecord
 from runs.choices import BatchStatus
-from runs.models import IngestBatch, MetricPoint
+from runs.models import IngestBatch, MetricPoint, Run
 from runs.telemetry import store_metric_points
 from tests.conftest import T0, World, make_run, wait_for
 
@@ -219,3 +219,22 @@ def test_a_batch_rewrites_only_the_days_it_touched_measured_from_the_day_before(
     ids = {r.pk for r in by_day.values()}
     assert egress.derive_for_runs([run.pk]) == 0
     assert {r.pk for r in EgressRecord.objects.all()} == ids
+
+
+def test_the_rollup_pass_rederives_only_runs_whose_regions_changed(world: World) -> None:
+    run = make_run(world.vision, "far", region="us-east-1", home_region="us-west-2")
+    _network(run, "system/network_receive_megabytes", [0.0, 100.0])
+    assert egress.rederive_where_region_changed([run.pk]) == 1  # cross-region, nothing derived yet
+    # Records that fit its regions are left to the batches: a new point is not re-read here.
+    _network(run, "system/network_receive_megabytes", [150.0], start=T0 + timedelta(minutes=5))
+    assert egress.rederive_where_region_changed([run.pk]) == 0
+    assert EgressRecord.objects.get().bytes == 100 * 10**6
+    # The GPU region is corrected: the pair no longer fits, so the run is derived in full again.
+    Run.objects.filter(pk=run.pk).update(region="us-east-2")
+    assert egress.rederive_where_region_changed([run.pk]) == 1
+    record = EgressRecord.objects.get()
+    assert (record.source_region, record.destination_region, record.bytes) == ("us-west-2", "us-east-2", 150 * 10**6)
+    # Back in its home region: the estimate goes.
+    Run.objects.filter(pk=run.pk).update(region="us-west-2")
+    assert egress.rederive_where_region_changed([run.pk]) == 1
+    assert not EgressRecord.objects.exists()
