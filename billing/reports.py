@@ -175,7 +175,7 @@ def month_to_date(team_ids: Iterable[int], now: datetime) -> MonthToDate:
 
 
 def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
-    """Bytes and priced USD per (source, destination) region pair in the range; three queries."""
+    """Bytes (and how many of them derived estimates) and priced USD per region pair in the range; two queries."""
     begin = datetime.combine(filters.start, datetime.min.time(), tzinfo=UTC)
     end = datetime.combine(filters.end + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     records = EgressRecord.objects.filter(run__team_id__in=list(team_ids), ts__gte=begin, ts__lt=end)
@@ -185,16 +185,19 @@ def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
         records = records.filter(run__accelerator_type=filters.accelerator_type)
     if filters.region:
         records = records.filter(run__region=filters.region)
-    rows = list(records.values_list("ts", "source_region", "destination_region", "bytes"))
+    rows = list(records.values_list("ts", "source_region", "destination_region", "bytes", "origin"))
     prices = _egress_prices({(r[1], r[2]) for r in rows})
     flows: dict[tuple[str, str], dict] = {}
-    for ts, source, destination, num_bytes in rows:
-        line = _price_egress(ts, source, destination, num_bytes, prices[(source, destination)])
+    for ts, source, destination, num_bytes, origin in rows:
+        line = _price_egress(ts, source, destination, num_bytes, prices[(source, destination)], origin)
         flow = flows.setdefault(
             (source, destination),
-            {"source_region": source, "destination_region": destination, "bytes": 0, "usd": ZERO, "unpriced": False},
-        )
+            {"source_region": source, "destination_region": destination, "bytes": 0, "estimated_bytes": 0,
+             "usd": ZERO, "unpriced": False},
+        )  # fmt: skip
         flow["bytes"] += num_bytes
+        # Derived from network metrics (billing.egress): an upper bound, shown as such.
+        flow["estimated_bytes"] += num_bytes if line.derived else 0
         flow["usd"] = _exact_sum([flow["usd"], line.usd])
         flow["unpriced"] |= line.unpriced
     return sorted(flows.values(), key=lambda f: (-f["usd"], -f["bytes"]))

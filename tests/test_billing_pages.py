@@ -11,6 +11,7 @@ import pytest
 import time_machine
 
 from billing import rollups
+from billing.choices import EgressOrigin
 from billing.models import CostDaily, EgressPrice, EgressRecord
 from tests.conftest import World, make_run
 
@@ -96,8 +97,14 @@ def test_egress_flows_are_scoped_and_priced(world: World) -> None:
     EgressRecord.objects.create(
         run=run, source_region="us-west-2", destination_region="us-east-1", bytes=5 * 10**9, ts=NOW - timedelta(days=1)
     )
+    EgressRecord.objects.create(
+        run=run, source_region="us-west-2", destination_region="us-east-1", bytes=15 * 10**9,
+        ts=NOW - timedelta(days=1), origin=EgressOrigin.DERIVED,
+    )  # fmt: skip
     body = world.client_for(world.alice).get("/costs/?format=csv&table=egress").content.decode()
-    assert "us-west-2,us-east-1,5000000000,0.1" in body
+    assert "us-west-2,us-east-1,20000000000,15000000000,0.4" in body
+    page = world.client_for(world.alice).get("/costs/").content.decode()
+    assert "(75% estimated)" in page
     assert "us-west-2" not in world.client_for(world.charlie).get("/costs/?format=csv&table=egress").content.decode()
 
 
