@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django import template
 from django.utils import timezone
 
 from billing.costs import BYTES_PER_GB
 from billing.reconcile import BilledFigure, billed_for_run
+from billing.reports import decimal_str
 from billing.run_costs import RunBreakdown, breakdowns_for_runs
 from runs.models import Run
 
@@ -23,6 +26,12 @@ def run_cost_breakdown(run: Run) -> RunBreakdown:
 def gigabytes(num_bytes: int) -> str:
     """Bytes as decimal GB (10^9, as egress is priced), to three places: 1234567890 -> '1.235'."""
     return f"{num_bytes / BYTES_PER_GB:,.3f}"
+
+
+@register.filter
+def normalize(value: Decimal) -> str:
+    """A price without trailing zeros: Decimal('0.020000') -> '0.02'."""
+    return decimal_str(value)
 
 
 @register.simple_tag
