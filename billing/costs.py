@@ -226,7 +226,7 @@ def split_billed_hours(start: datetime, end: datetime, price_changes: Iterable[d
     if end <= start:
         return []
     cuts = {c for c in (_utc(p, "price change") for p in price_changes) if start < c < end}
-    midnight = datetime.combine(start.date() + timedelta(days=1), time(), tzinfo=UTC)
+    midnight = utc_midnight(start.date() + timedelta(days=1))
     while midnight < end:
         cuts.add(midnight)
         midnight += timedelta(days=1)
@@ -532,6 +532,11 @@ def _day_lines(attempt_costs: list[AttemptCost], egress_lines: list[EgressLine])
             )
         )
     return tuple(days)
+
+
+def utc_midnight(day: date) -> datetime:
+    """00:00 UTC at the start of `day`: every rollup day and range bound is a UTC day."""
+    return datetime.combine(day, time(), tzinfo=UTC)
 
 
 def month_start(now: datetime) -> datetime:

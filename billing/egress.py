@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import transaction
@@ -27,6 +27,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from billing.choices import EgressOrigin
+from billing.costs import utc_midnight
 from billing.models import EgressRecord
 from runs.models import MetricPoint, Run
 
@@ -57,7 +58,6 @@ class EgressRow:
 class StoreResult:
     inserted: int = 0
     duplicates: int = 0
-    run_ids: set[int] = field(default_factory=set)
 
 
 def is_network_key(key: str) -> bool:
@@ -95,7 +95,7 @@ def store_reported(rows: Sequence[EgressRow], now: datetime | None = None) -> St
         ):
             stored[(run_id, source, destination, ts.astimezone(UTC))] = num_bytes
     new: list[EgressRow] = []
-    result = StoreResult(run_ids=set(run_ids))
+    result = StoreResult()
     for key, (i, row) in keyed.items():
         if key not in stored:
             new.append(row)
@@ -267,16 +267,12 @@ def rederive_where_region_changed(run_ids: Iterable[int], now: datetime | None =
     return derive_for_runs(due, now=now) if due else 0
 
 
-def _midnight(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
 def _in_days(days: dict[int, set[date]]) -> Q:
     """Rows of each run whose `ts` falls on one of that run's days."""
     found = Q(pk__in=[])
     for run_id, run_days in days.items():
         for day in run_days:
-            found |= Q(run_id=run_id, ts__gte=_midnight(day), ts__lt=_midnight(day) + timedelta(days=1))
+            found |= Q(run_id=run_id, ts__gte=utc_midnight(day), ts__lt=utc_midnight(day) + timedelta(days=1))
     return found
 
 
@@ -298,7 +294,7 @@ def _network_series(
         spans = Q(pk__in=[])
         for run_id in run_ids:
             if days.get(run_id):
-                first, last = _midnight(min(days[run_id])), _midnight(max(days[run_id])) + timedelta(days=1)
+                first, last = utc_midnight(min(days[run_id])), utc_midnight(max(days[run_id])) + timedelta(days=1)
                 spans |= Q(run_id=run_id, ts__gte=first, ts__lt=last)
         points = points.filter(spans)
     for run_id, key, ts, value in points.order_by("run_id", "key", "ts", "step").values_list(
@@ -309,7 +305,7 @@ def _network_series(
     if days is not None:
         for (run_id, key), values in series.items():
             before = (
-                MetricPoint.objects.filter(run_id=run_id, key=key, ts__lt=_midnight(min(days[run_id])))
+                MetricPoint.objects.filter(run_id=run_id, key=key, ts__lt=utc_midnight(min(days[run_id])))
                 .exclude(value__isnull=True)
                 .order_by("-ts", "-step")
                 .values_list("ts", "value")

@@ -18,7 +18,7 @@ Decisions documented here:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from billing import reports
 from billing.choices import BudgetPeriod, SpentAction
-from billing.costs import ZERO, _accelerator_prices, _exact_sum, _price_in_force, _utc
+from billing.costs import ZERO, _accelerator_prices, _exact_sum, _price_in_force, _utc, utc_midnight
 from billing.models import CostDaily, PolicyVersion, RollupState, UsagePolicy
 from billing.rollups import STATE_NAME
 from billing.run_costs import breakdowns_for_runs
@@ -69,10 +69,6 @@ def period_bounds(policy: UsagePolicy, today: date) -> tuple[date, date]:
         while start.month not in QUARTER_MONTHS:
             start = _add_months(start, -1)
     return start, _add_months(start, months)
-
-
-def _midnight(day: date) -> datetime:
-    return datetime.combine(day, time(), tzinfo=UTC)
 
 
 # --- Spend -------------------------------------------------------------------------------
@@ -168,8 +164,8 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
             by_day[day] = _exact_sum([by_day.get(day, ZERO), delta])
     daily = tuple(sorted(by_day.items()))
     spend = _exact_sum(v for _, v in daily) if daily else ZERO
-    elapsed = Decimal(int((now - _midnight(start)).total_seconds()))
-    length = Decimal(int((_midnight(end) - _midnight(start)).total_seconds()))
+    elapsed = Decimal(int((now - utc_midnight(start)).total_seconds()))
+    length = Decimal(int((utc_midnight(end) - utc_midnight(start)).total_seconds()))
     forecast = None
     if elapsed >= MIN_FORECAST_DAYS * 86_400:
         forecast = (spend * length / elapsed).quantize(CENT, rounding=ROUND_HALF_EVEN)

@@ -11,14 +11,14 @@ import calendar
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.db import connection
 from django.db.models import Count, QuerySet, Sum
 
 from billing.choices import GroupBy
-from billing.costs import ZERO, _egress_prices, _exact_sum, _price_egress, _utc, month_start
+from billing.costs import ZERO, _egress_prices, _exact_sum, _price_egress, _utc, month_start, utc_midnight
 from billing.models import COST_AMOUNTS, CostDaily, CostDailyTeam, EgressRecord
 
 AMOUNTS = COST_AMOUNTS
@@ -176,8 +176,7 @@ def month_to_date(team_ids: Iterable[int], now: datetime) -> MonthToDate:
 
 def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
     """Bytes (and how many of them derived estimates) and priced USD per region pair in the range; two queries."""
-    begin = datetime.combine(filters.start, datetime.min.time(), tzinfo=UTC)
-    end = datetime.combine(filters.end + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    begin, end = utc_midnight(filters.start), utc_midnight(filters.end + timedelta(days=1))
     records = EgressRecord.objects.filter(run__team_id__in=list(team_ids), ts__gte=begin, ts__lt=end)
     if filters.team_id:
         records = records.filter(run__team_id=filters.team_id)

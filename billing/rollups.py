@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
@@ -20,7 +20,7 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing import egress
-from billing.costs import ZERO, _exact_sum, _utc
+from billing.costs import ZERO, _exact_sum, _utc, utc_midnight
 from billing.models import (
     COST_AMOUNTS,
     AcceleratorPrice,
@@ -61,10 +61,6 @@ class RefreshResult:
     rows: int = 0
 
 
-def _midnight(day: date) -> datetime:
-    return datetime.combine(day, time(), tzinfo=UTC)
-
-
 def _ranges(days: Iterable[date]) -> list[tuple[date, date]]:
     """Sorted days as contiguous inclusive ranges: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
     out: list[tuple[date, date]] = []
@@ -89,7 +85,7 @@ def runs_touching(days: Iterable[date]) -> set[int]:
     """Ids of runs with an attempt, a cluster's uptime or an egress record on any of `days`."""
     attempts, egress, clusters = Q(), Q(), Q()
     for first, last in _ranges(days):
-        begin, end = _midnight(first), _midnight(last + timedelta(days=1))
+        begin, end = utc_midnight(first), utc_midnight(last + timedelta(days=1))
         attempts |= Q(started_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=begin))
         egress |= Q(ts__gte=begin, ts__lt=end)
         clusters |= Q(cluster__start_time__lt=end) & (

@@ -323,7 +323,7 @@ def derive_network_egress(points: list[MetricPoint]) -> int:
     for point in points:
         if egress.is_network_key(point.key):
             days.setdefault(point.run_id, set()).add(point.ts.astimezone(UTC).date())
-    return egress.derive_for_runs(days, days=days) if days else 0
+    return egress.derive_for_runs(days.keys(), days=days) if days else 0
 
 
 def requeue_pending(older_than: datetime, limit: int = 1000, queue: str | None = None) -> int:
