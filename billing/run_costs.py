@@ -318,10 +318,12 @@ def _cluster_shares(
     rows = Attempt.objects.filter(run_id__in=[r for ids in members.values() for r in ids], started_at__isnull=False)
     for run_id, started, ended in rows.values_list("run_id", "started_at", "ended_at"):
         spans[run_id].append((started, ended or as_of))
+    first_run: dict[int, int] = {}
+    for run_id, cluster_id in on_cluster.items():
+        first_run.setdefault(cluster_id, run_id)
     out: dict[int, tuple[list[CostLine], int]] = {}
-    for cluster_id in set(on_cluster.values()):
+    for cluster_id, first in first_run.items():
         cluster = clusters[cluster_id]
-        first = next(r for r, c in on_cluster.items() if c == cluster_id)
         end = min(cluster.terminated_time or as_of, as_of)
         rate = _plan_rate(plans[first], instance_prices)
         ids = members[cluster_id]
@@ -355,10 +357,11 @@ def _breakdown(
         # The serverless engine's reasons are about accelerator prices, which classic runs do not use.
         reasons = [r for r in reasons if r.startswith("no price for egress")]
         _, _, region, _, billed_as = plan
-        rate = _plan_rate(plan, instance_prices)
+        # A cluster's uptime is shared by the runs on it (priced in `_cluster_shares`); a run
+        # alone on it gets all of it. Without a cluster, the run's own attempts are priced here.
+        rate = _plan_rate(plan, instance_prices) if share is None else []
         unpriced = False
         for number, _, start, end, _ in intervals:
-            # A cluster's uptime is shared by the runs on it; a run alone on it gets all of it.
             lines = share[0] if share is not None else compute_cost(start, end, 1, rate)
             unpriced |= any(line.unpriced for line in lines)
             with localcontext(_EXACT):
