@@ -145,8 +145,8 @@ def utilization_history(
         .values_list(*GROUP_FIELDS.values(), "hour", "total", "weight", "n")
     )  # fmt: skip
     folded: dict[GroupBy, dict[tuple[str, datetime], list[float]]] = {group_by: {} for group_by in GROUP_FIELDS}
-    for team, accelerator, hour, total, weight_sum, n in rows:
-        for group_by, group in (("team", team), ("accelerator", accelerator)):
+    for *groups, hour, total, weight_sum, n in rows:
+        for group_by, group in zip(GROUP_FIELDS, groups, strict=True):
             sums = folded[group_by].setdefault((group, hour), [0.0, 0, 0])
             sums[0] += total or 0.0
             sums[1] += weight_sum or 0
