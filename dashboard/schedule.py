@@ -44,7 +44,7 @@ BEAT_SCHEDULE = {
     # reconciliation. system.billing tables fill in hours after the usage, so daily is enough.
     "import-billed-usage": {
         "task": "billing.import_billed_usage",
-        "schedule": crontab(hour="4", minute="41"),
+        "schedule": crontab(hour="4", minute="53"),
     },
     # Raw GPU samples past AIRBOARD_TELEMETRY_RAW_DAYS go, in batches; the minute and hour
     # rollups stay. At 03:17 UTC, away from the top of the hour when collectors and billing run.
