@@ -30,8 +30,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.choices import RunEventKind, RunStatus
-from runs.classify import ANSI_CSI, Classification, classify_lines
-from runs.classify_rules import CLASSES, EXIT_CODE_CLASSES, HARMLESS, ROOT, RULES, SYMPTOM, TRACEBACK
+from runs.classify import Classification, classify_lines, match_rule, scan_text
+from runs.classify_rules import CLASSES, EXIT_CODE_CLASSES, ROOT, SYMPTOM, TRACEBACK
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, iter_lines
 from runs.models import Attempt, FailureAnalysis, Node, PostMortem, Run, RunEvent
 
@@ -95,15 +95,14 @@ def evidence_tier(verdict: Classification) -> int:
         return SYMPTOM if verdict.class_id in EXIT_CODE_CLASSES.values() else NO_LINE_TIER
     if verdict.class_id == "nan_divergence":
         return ROOT
-    return next((rule.tier for rule in RULES if rule.pattern.search(verdict.evidence)), TRACEBACK)
+    rule = match_rule(verdict.evidence)
+    return rule.tier if rule is not None else TRACEBACK
 
 
 def is_error_line(text: str) -> bool:
     """True when a rule of tier SYMPTOM or lower claims the line (the failure page highlights it)."""
-    text = ANSI_CSI.sub("", text)
-    if HARMLESS.search(text):
-        return False
-    return any(rule.tier <= SYMPTOM and rule.pattern.search(text) for rule in RULES)
+    rule = match_rule(scan_text(text))
+    return rule is not None and rule.tier <= SYMPTOM
 
 
 def signature(evidence: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from io import StringIO
 from pathlib import Path
@@ -19,7 +20,7 @@ from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.classify import ANSI_CSI, classify_lines, classify_text
+from runs.classify import ANSI_CSI, MAX_SCAN_CHARS, classify_lines, classify_text
 from runs.classify_rules import CLASSES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,3 +286,34 @@ def test_classify_text_never_raises_and_points_at_its_evidence(parts: list[str],
     if verdict.class_id == "none":
         assert verdict.line is None
         assert verdict.evidence == ""
+
+
+# (e) Bounded time on hostile lines (issue 14, item 7).
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "." * 40_000,
+        "a." * 20_000 + "Error",
+        "Assertion `" + "x" * 40_000,
+        "Serialized task " + " " * 40_000,
+        "\x1b[" + "0" * 40_000,
+        "[rank0]: " + "torch." * 7_000 + " x",
+    ],
+    ids=["dots", "dotted-words", "assertion", "serialized", "ansi", "rank-prefix"],
+)
+def test_a_long_freak_line_is_classified_in_bounded_time(line: str) -> None:
+    # The old backtracking patterns took ~115 s on 40,000 dots (quadratic in the line); RE2
+    # and the MAX_SCAN_CHARS cut keep each line linear and short. 200 such lines must still
+    # take well under a second on a loaded machine.
+    started = time.perf_counter()
+    verdict = classify_text("\n".join([line] * 200))
+    elapsed = time.perf_counter() - started
+    assert verdict.class_id in CLASSES
+    assert elapsed < 2.0, f"{elapsed:.1f} s for 200 lines of {len(line)} characters"
+
+
+def test_a_cause_past_the_scan_window_is_not_read_but_one_inside_is() -> None:
+    assert classify_text("x" * MAX_SCAN_CHARS + " CUDA out of memory").class_id == "none"
+    assert classify_text("x" * 100 + " CUDA out of memory").class_id == "cuda_oom"
