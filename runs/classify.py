@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import re2
 
 from runs.classify_rules import (
+    BOILERPLATE,
     CLASSES,
     EXIT_CODE_CLASSES,
     HARMLESS,
@@ -79,9 +80,10 @@ def scan_text(raw: str) -> str:
 def match_rule(text: str) -> Rule | None:
     """The first rule (in RULES order) that claims this line, or None.
 
-    Harmless warnings are never evidence. Lines longer than MAX_SCAN_CHARS are read up to it.
+    Harmless warnings are never evidence, and boilerplate hints are cut out before the rules
+    read the line. Lines longer than MAX_SCAN_CHARS are read up to it.
     """
-    text = text[:MAX_SCAN_CHARS]
+    text = BOILERPLATE.sub(" ", text[:MAX_SCAN_CHARS])
     matched = _RULE_SET.Match(text)
     if not matched or HARMLESS.search(text):
         return None

@@ -88,10 +88,12 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "nccl_timeout",
-            "NCCL collective timed out",
-            "One rank stopped joining collectives. Look above for the rank that failed first (OOM, exception, "
-            "dead node); if none did, look for uneven work between ranks (data skew, rank-0-only evaluation or "
-            "checkpointing) and raise the process-group timeout only for known long steps.",
+            "Collective or rendezvous timed out",
+            "A collective (NCCL, gloo, XLA) or the rendezvous (TCPStore, c10d, JAX coordination service) gave "
+            "up waiting for a peer. Look above and on the other nodes for the rank that failed first (OOM, "
+            "exception, dead node); if none did, look for uneven work between ranks (data skew, rank-0-only "
+            "evaluation or checkpointing) or, at start-up, for a master address or port the nodes cannot reach. "
+            "Raise the process-group timeout only for known long steps.",
         ),
         FailureClass(
             "nccl_error",
@@ -101,10 +103,10 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "illegal_memory_access",
-            "CUDA illegal memory access",
-            "A kernel read or wrote out of bounds. Rerun with CUDA_LAUNCH_BLOCKING=1 to find the op; suspect "
-            "custom or fused kernels (flash-attention, Triton, apex) and mismatched CUDA/PyTorch builds; if it "
-            "recurs on one GPU only, drain that node.",
+            "CUDA kernel fault (illegal memory access or launch failure)",
+            "A kernel read or wrote out of bounds or failed to launch. Rerun with CUDA_LAUNCH_BLOCKING=1 to find "
+            "the op; suspect custom or fused kernels (flash-attention, Triton, apex) and mismatched CUDA/PyTorch "
+            "builds; if it recurs on one GPU only, drain that node.",
         ),
         FailureClass(
             "device_assert",
@@ -125,6 +127,13 @@ CLASSES: dict[str, FailureClass] = {
             "A large object was pickled to move it between processes. Load the dataset inside the "
             "decorated/distributed function (from a table, volume or path) instead of passing it as an "
             "argument, and return small results; raising spark.driver.maxResultSize only hides the problem.",
+        ),
+        FailureClass(
+            "pickling_error",
+            "Object could not be pickled",
+            "An object that cannot be pickled (a lock, socket, open file, lambda or local function, a framework "
+            "model) was sent to another process (Ray task or actor, multiprocessing, DataLoader workers). Create "
+            "it inside the remote function or worker, or pass what rebuilds it (a path, a config) instead.",
         ),
         FailureClass(
             "dependency_error",
@@ -181,14 +190,23 @@ CLASSES: dict[str, FailureClass] = {
 }
 
 # Order matters within a line: the first rule that matches claims the line. So "CANCELLED ...
-# DUE TO TIME LIMIT" is a timeout, an NCCL watchdog line quoting an ECC error is hardware, and a
-# JVM OutOfMemoryError is host memory, not the GPU.
+# DUE TO TIME LIMIT" is a timeout, an NCCL watchdog line quoting an ECC error is hardware, a
+# JVM or Ray OutOfMemoryError is host memory (not the GPU), and a glog fatal line naming an
+# illegal memory access is that, not a generic fatal line.
+#
+# The timeout taxonomy. Two different things time out in a training run:
+# * `timeout`: the run's own time limit (Slurm's TIME LIMIT, the run's timeout_minutes, the
+#   runtime cap). Nothing broke; the run was stopped for taking too long.
+# * `nccl_timeout`: a collective or rendezvous between processes gave up waiting: an NCCL
+#   watchdog, gloo's "Timed out waiting ...ms", a TCPStore or rendezvous connect timeout, JAX's
+#   DEADLINE_EXCEEDED barrier or a coordination-service heartbeat timeout. Usually one peer
+#   died or stalled first, so these are SYMPTOM tier: a peer's OOM or exception outranks them.
 RULES: tuple[Rule, ...] = (
     _rule(
         "gpu_hardware",
         ROOT,
         r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120)\b",
-        r"fallen off the bus",
+        r"fallen off (of )?the bus",
         r"uncorrectable ECC",
         r"ECC_UNCORRECTABLE",
         r"GPU is lost",
@@ -205,6 +223,8 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:\bTIMEDOUT\b)",
         r"exceeded (the )?(maximum )?(run ?time|time limit)",
     ),
+    # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
+    # OutOfMemoryError and TensorFlow's OOM on a CPU device are all the host running out.
     _rule(
         "host_oom",
         ROOT,
@@ -212,6 +232,12 @@ RULES: tuple[Rule, ...] = (
         r"Out of memory: Kill",
         r"java\.lang\.OutOfMemoryError",
         r"^\s*MemoryError\b",
+        r"ray\.exceptions\.OutOfMemoryError",
+        r"killed due to the node running low on memory",
+        r"Workers \(tasks / actors\) killed due to memory pressure",
+        r"address the out of memory issue: \S*ray-oom-prevention",
+        r"OOM when allocating tensor.{0,200}?device:CPU",
+        r"OOMKilled",
     ),
     _rule(
         "cuda_oom",
@@ -222,8 +248,24 @@ RULES: tuple[Rule, ...] = (
         r"cudaErrorMemoryAllocation",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         r"RESOURCE_EXHAUSTED: OOM",
+        # TensorFlow / Keras and XLA: the allocator's own words, on a GPU device.
+        r"ResourceExhaustedError",
+        r"Resource exhausted: OOM",
+        r"OOM when allocating tensor",
+        r"Out of memory while trying to allocate",
+        # vLLM: the weights fit but the KV cache does not.
+        r"No available memory for the cache blocks",
+        r"Free memory on device .{0,80}? is less than desired GPU memory utilization",
     ),
-    _rule("illegal_memory_access", ROOT, r"illegal memory access"),
+    _rule(
+        "illegal_memory_access",
+        ROOT,
+        r"illegal memory access",
+        r"unspecified launch failure",
+        r"cudaErrorLaunchFailure",
+        r"misaligned address",
+        r"an illegal instruction was encountered",
+    ),
     _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed"),
     _rule(
         "serialization_too_large",
@@ -235,6 +277,15 @@ RULES: tuple[Rule, ...] = (
         r"object (is )?too large",
     ),
     _rule(
+        "pickling_error",
+        ROOT,
+        r"PicklingError",
+        r"can'?t pickle",
+        r"cannot pickle",
+        r"Could not serialize the (function|argument|object)",
+        r"is not (JSON |msgpack )?serializable",
+    ),
+    _rule(
         "dependency_error",
         ROOT,
         r"ModuleNotFoundError",
@@ -244,6 +295,10 @@ RULES: tuple[Rule, ...] = (
         r"CUDA driver version is insufficient",
         r"Failed to import [\w.]+ because",
         r"No matching distribution found",
+        r"cannot open shared object file",
+        # A binary built for another GPU architecture or CUDA version.
+        r"invalid device function",
+        r"no kernel image is available for execution",
     ),
     _rule(
         "nan_divergence",
@@ -259,6 +314,7 @@ RULES: tuple[Rule, ...] = (
         ROOT,
         r"No space left on device",
         r"\b(Errno|Error) 28\b",
+        r"os error 28\b",
         r"\bENOSPC\b",
         r"Disk quota exceeded",
         r"StorageFull",
@@ -272,6 +328,11 @@ RULES: tuple[Rule, ...] = (
         r"no GPU capacity",
         r"do not have sufficient \S+ capacity",
         r"ZONE_RESOURCE_POOL_EXHAUSTED",
+        # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
+        r"\d+/\d+ nodes are available",
+        r"Insufficient nvidia\.com/gpu",
+        r"no nodes available to schedule",
+        r"Cannot schedule pods",
     ),
     _rule(
         "cancelled",
@@ -282,8 +343,13 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:\bCANCEL+ED\b)",
         r"KeyboardInterrupt",
         r"SIGTERM.*\b(by user|user request|policy|preempt\w*)\b",
+        # torchrun's agent was itself signalled (SIGHUP, SIGINT, SIGTERM from outside): a stop,
+        # not a fault. Its own "Sending process N closing signal SIGTERM" to siblings is not this.
+        r"Received (1|2|15) death signal",
+        r"SignalException: Process \d+ got signal: (1|2|15)\b",
     ),
-    # Symptoms: NCCL and signals are what a cascade looks like from the other ranks.
+    # Symptoms: NCCL, distributed timeouts and signals are what a cascade looks like from the
+    # other ranks (see the timeout taxonomy above).
     _rule(
         "nccl_timeout",
         SYMPTOM,
@@ -291,6 +357,16 @@ RULES: tuple[Rule, ...] = (
         r"\bNCCL timeout\b",
         r"Timeout at NCCL work",
         r"watchdog got stuck",
+        r"WorkNCCL::checkTimeout",
+        r"gloo.{0,200}?(Timed out|timeout)",
+        r"Timed out waiting \d+ ?ms for (recv|send)",
+        r"Socket Timeout",
+        r"socket has timed out after",
+        r"(TCPStore|Store)\b.{0,120}?timed out",
+        r"Rendezvous(Timeout|Connection)Error",
+        r"DEADLINE_EXCEEDED",
+        r"Barrier timed out",
+        r"heartbeat timeout",
     ),
     _rule(
         "nccl_error",
@@ -300,22 +376,24 @@ RULES: tuple[Rule, ...] = (
         r"ncclSystemError",
         r"ncclUnhandledCudaError",
         r"ncclInvalidUsage",
+        r"ncclRemoteError",
         r"NCCL communicator was aborted",
+        r"Failed to execute operation Connect from rank",
     ),
     _rule(
         "segfault",
         SYMPTOM,
         r"Segmentation fault",
         r"SIGSEGV",
-        r"exit ?code\s*:?\s*(139|-11)\b",
+        r"(exit|return|status) ?code\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
     _rule(
         "host_oom",
         SYMPTOM,
-        r"exit ?code\s*:?\s*(137|-9)\b",
+        r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
-        r"SIGKILL",
+        r"\bSIGKILL\b",
         r"^\s*Killed\s*$",
         r"killed by signal: Killed",
     ),
@@ -325,6 +403,12 @@ RULES: tuple[Rule, ...] = (
         r"^\W*(\[rank\d+\]:\s*)?([\w.]+\.)?\w*(?-i:Error|Exception)\b\s*:",
         r"terminate called after throwing",
         r"\bFATAL\b",
+        # glog's fatal prefix (F1222 11:45:09.434870 8013 file.cc:646] ...) and its checks.
+        r"(?-i:^\W*F\d{4} \d\d:\d\d:\d\d)",
+        r"Check failed: ",
+        # The launcher's summary of a worker that failed without a telling signal.
+        r"exits with return code = -?\d+",
+        r"(?-i:ERROR: Script failed with exit code \d+)",
     ),
     _rule("other", TRACEBACK, r"Traceback \(most recent call last\)", r"(?-i:^\s*ERROR\b)", r"(?-i:\bFAILED\b)"),
 )
@@ -332,18 +416,28 @@ RULES: tuple[Rule, ...] = (
 # Lines that look alarming but are not failures; they are never evidence. Fatal NCCL lines
 # still count because the error itself is reported on a separate, non-WARN line.
 HARMLESS = compile_linear(
-    *(
-        r"NCCL INFO",
-        r"NCCL WARN",
-        r"\w*Warning\b\s*:",
-        r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
-        r"TensorFloat-32|\bTF32\b",
-        r"Some weights of .* (not initialized|not used)",
-        r"attention mask and the pad token id were not set",
-        r"huggingface/tokenizers",
-        r"To disable this warning",
-        r"flight recorder",
-    )
+    r"NCCL INFO",
+    r"NCCL WARN",
+    # A warning class ("UserWarning: ..."), not a logger's WARNING level: torchrun logs the signal
+    # that stopped it at WARNING.
+    r"\w+Warning\b\s*:",
+    r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
+    r"TensorFloat-32|\bTF32\b",
+    r"Some weights of .* (not initialized|not used)",
+    r"attention mask and the pad token id were not set",
+    r"huggingface/tokenizers",
+    r"To disable this warning",
+    r"flight recorder",
+)
+
+# Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
+# it, so the hint never becomes evidence ("...enable device-side assertions" is not a device
+# assert) while the error it is appended to still is.
+BOILERPLATE = compile_linear(
+    r"Compile with `?TORCH_USE_CUDA_DSA`? to enable device-side assertions?\.?",
+    r"CUDA kernel errors might be asynchronously reported at some other API call[^.]*\.?",
+    r"For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?",
+    r"Hint: If you want to see a list of allocated tensors when OOM happens[^.]*\.?",
 )
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
