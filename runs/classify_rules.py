@@ -223,13 +223,31 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:\bTIMEDOUT\b)",
         r"exceeded (the )?(maximum )?(run ?time|time limit)",
     ),
+    # Disk before memory: TensorFlow reports a full disk as ResourceExhaustedError too.
+    _rule(
+        "disk_full",
+        ROOT,
+        r"No space left on device",
+        r"\b(Errno|Error) 28\b",
+        r"os error 28\b",
+        r"\bENOSPC\b",
+        r"Disk quota exceeded",
+        r"StorageFull",
+        # Kubernetes evicting a pod for the node's disk.
+        r"low on resource: ephemeral-storage",
+        r"\bDiskPressure\b",
+    ),
     # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
     # OutOfMemoryError and TensorFlow's OOM on a CPU device are all the host running out.
     _rule(
         "host_oom",
         ROOT,
-        r"oom-kill",
+        r"oom[-_]kill",
         r"Out of memory: Kill",
+        r"task \d+(-\d+)?: Out Of Memory",
+        r"exceeding memory limits",
+        r"low on resource: memory",
+        r"\bMemoryPressure\b",
         r"java\.lang\.OutOfMemoryError",
         r"^\s*MemoryError\b",
         r"ray\.exceptions\.OutOfMemoryError",
@@ -253,6 +271,8 @@ RULES: tuple[Rule, ...] = (
         r"Resource exhausted: OOM",
         r"OOM when allocating tensor",
         r"Out of memory while trying to allocate",
+        r"RESOURCE_EXHAUSTED: (Error allocating device buffer|Attempting to (reserve|allocate)|Failed to allocate)",
+        r"Ran out of memory in memory space",
         # vLLM: the weights fit but the KV cache does not.
         r"No available memory for the cache blocks",
         r"Free memory on device .{0,80}? is less than desired GPU memory utilization",
@@ -308,16 +328,6 @@ RULES: tuple[Rule, ...] = (
         r"NaN or Inf found in input tensor",
         r"\bloss\w*['\"]?\s*[:=]\s*['\"]?(nan|inf)\b",
         r"non-finite loss",
-    ),
-    _rule(
-        "disk_full",
-        ROOT,
-        r"No space left on device",
-        r"\b(Errno|Error) 28\b",
-        r"os error 28\b",
-        r"\bENOSPC\b",
-        r"Disk quota exceeded",
-        r"StorageFull",
     ),
     _rule(
         "capacity_unavailable",
@@ -408,6 +418,9 @@ RULES: tuple[Rule, ...] = (
         r"Check failed: ",
         # The launcher's summary of a worker that failed without a telling signal.
         r"exits with return code = -?\d+",
+        # Ray: a worker or actor died; the cause is in that worker's log (or telemetry), not here.
+        r"A worker died or was killed while executing",
+        r"The actor died unexpectedly",
         r"(?-i:ERROR: Script failed with exit code \d+)",
     ),
     _rule("other", TRACEBACK, r"Traceback \(most recent call last\)", r"(?-i:^\s*ERROR\b)", r"(?-i:\bFAILED\b)"),
@@ -438,6 +451,9 @@ BOILERPLATE = compile_linear(
     r"CUDA kernel errors might be asynchronously reported at some other API call[^.]*\.?",
     r"For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?",
     r"Hint: If you want to see a list of allocated tensors when OOM happens[^.]*\.?",
+    # Ray lists every cause a dead worker could have had; naming SIGKILL or SIGSEGV there is not
+    # evidence of either.
+    r"There are some potential root causes\..*",
 )
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
