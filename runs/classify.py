@@ -24,6 +24,8 @@ from runs.classify_rules import (
     HARMLESS,
     OVERFLOW,
     OVERFLOW_STREAK,
+    PROGRESS,
+    RECOVERED_AFTER,
     ROOT,
     RULES,
     SYMPTOM,
@@ -103,12 +105,16 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
        collapsing loss scale (a divergence), while a single one is routine and ignored.
     5. Answer with the earliest line of the lowest tier found: ROOT, then SYMPTOM (NCCL
        timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then a bare traceback.
-    6. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
+    6. A non-ROOT error followed by RECOVERED_AFTER progress lines (epoch, step, loss) and no
+       later error did not end the run (a DataLoader worker's segfault the loader survived):
+       `none`, unless the exit code says the run failed.
+    7. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
        exception; any other non-zero exit code without evidence is `other`; else `none`.
     """
     best: dict[int, tuple[int, str, str]] = {}
     streak_start: tuple[int, str] | None = None
     streak = 0
+    progress_since_error = 0
     for number, raw in enumerate(lines, start=1):
         text = scan_text(raw)
         if OVERFLOW.search(text):
@@ -121,12 +127,20 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
             continue
         streak = 0
         rule = match_rule(text)
-        if rule is None or rule.tier in best:
+        if rule is None:
+            if best and PROGRESS.search(text):
+                progress_since_error += 1
+            continue
+        progress_since_error = 0
+        if rule.tier in best:
             continue
         best[rule.tier] = (number, rule.class_id, text)
         if rule.tier == ROOT:
             break
 
+    if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not exit_code:
+        # Training went on after the last error line: whatever it was, it did not end the run.
+        return _verdict("none", None, "")
     for tier in sorted(best):
         if tier > SYMPTOM and exit_code in EXIT_CODE_CLASSES:
             break

@@ -393,7 +393,7 @@ RULES: tuple[Rule, ...] = (
     _rule(
         "segfault",
         SYMPTOM,
-        r"Segmentation fault",
+        r"Segment\s*ation fault",  # terminals re-wrapping a line can split the word
         r"SIGSEGV",
         r"(exit|return|status) ?code\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
@@ -455,6 +455,18 @@ BOILERPLATE = compile_linear(
     # evidence of either.
     r"There are some potential root causes\..*",
 )
+
+# Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
+# non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
+# a DataLoader worker's segfault that the loader survived, a handled exception's traceback.
+PROGRESS = compile_linear(
+    r"\bepoch\b\s*[:=]?\s*\[?\d",
+    r"\biter(ation)?\b\s*[:=]?\s*\[?\d",
+    r"\bstep\b\s*[:=]?\s*\d",
+    r"\bloss\b\s*[:=]\s*\d",
+    r"\d+(\.\d+)?\s*(it|s)/(s|it)\b",
+)
+RECOVERED_AFTER = 2
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
 OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping")

@@ -145,6 +145,79 @@ def test_every_class_has_a_remedy() -> None:
     assert "TorchDistributor" in CLASSES["dependency_error"].remedy
 
 
+def test_boilerplate_hints_are_never_evidence() -> None:
+    # The hint PyTorch appends to every CUDA error names device-side assertions; the error it is
+    # appended to is the evidence, and the hint alone is nothing.
+    hint = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+    assert classify_text(hint + "\n").class_id == "none"
+    verdict = classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n" + hint + "\n")
+    assert (verdict.class_id, verdict.line) == ("illegal_memory_access", 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # A collective or rendezvous gave up waiting: nccl_timeout (see the taxonomy in classify_rules).
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Timed out waiting 1800000ms for recv "
+         "operation to complete", "nccl_timeout"),
+        ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: PjRT_Client_Connect",
+         "nccl_timeout"),
+        ("torch.distributed.DistNetworkError: The client socket has timed out after 300000ms while trying to connect "
+         "to (node1, 29500).", "nccl_timeout"),
+        # The run's own limit: timeout.
+        ("slurmstepd: error: *** JOB 867816 ON c0700a-s1 CANCELLED AT 2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
+         "timeout"),
+    ],
+)  # fmt: skip
+def test_the_timeout_taxonomy(line: str, expected: str) -> None:
+    assert classify_text(line).class_id == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "host_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
+        ("Resource exhausted: OOM when allocating tensor with shape[16,1,892800] and type float on "
+         "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", "cuda_oom"),
+        ("Resource exhausted: OOM when allocating tensor with shape[16,1,892800] and type float on "
+         "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu", "host_oom"),
+        ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: disk quota exceeded [Op:SaveV2]",
+         "disk_full"),
+    ],
+)  # fmt: skip
+def test_host_memory_gpu_memory_and_disk_apart(line: str, expected: str) -> None:
+    assert classify_text(line).class_id == expected
+
+
+def test_rays_list_of_possible_causes_is_not_evidence_of_any() -> None:
+    line = (
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR There are some "
+        "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. "
+        "(2) ray stop --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other errors."
+    )
+    assert classify_text(line).class_id == "none"
+    assert classify_text("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+                         + line).class_id == "other"  # fmt: skip
+
+
+def test_a_worker_segfault_the_run_survived_is_not_a_failure() -> None:
+    survived = (
+        "INFO:freevc:Train Epoch: 1515 [70%]\n"
+        "ERROR: Unexpected segmentation fault encountered in worker.\n"
+        "INFO:freevc:====> Epoch: 1515\n"
+        "INFO:freevc:Train Epoch: 1516 [5%]\n"
+    )
+    assert classify_text(survived).class_id == "none"
+    # The same line followed by a traceback, or a run that exited non-zero, is the failure.
+    died = survived.replace("INFO:freevc:Train Epoch: 1516 [5%]\n", "Traceback (most recent call last):\n")
+    assert classify_text(died).class_id == "segfault"
+    assert classify_text(survived, exit_code=1).class_id == "segfault"
+    # A ROOT cause is never undone by later progress lines.
+    oom = "torch.OutOfMemoryError: CUDA out of memory.\nepoch 3 loss: 0.3\nepoch 4 loss: 0.2\n"
+    assert classify_text(oom).class_id == "cuda_oom"
+
+
 # (b) The corpus: measured precision and recall per class, tuning and held-out parts apart
 # (runs/classify_corpus.py; `bench/classify.py` prints the same report).
 
