@@ -295,6 +295,7 @@ RULES: tuple[Rule, ...] = (
         r"Serialized task .* exceeds max allowed",
         r"pickle data was truncated",
         r"object (is )?too large",
+        r"too large to serialize",
     ),
     _rule(
         "pickling_error",
@@ -353,13 +354,20 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:\bCANCEL+ED\b)",
         r"KeyboardInterrupt",
         r"SIGTERM.*\b(by user|user request|policy|preempt\w*)\b",
-        # torchrun's agent was itself signalled (SIGHUP, SIGINT, SIGTERM from outside): a stop,
-        # not a fault. Its own "Sending process N closing signal SIGTERM" to siblings is not this.
-        r"Received (1|2|15) death signal",
-        r"SignalException: Process \d+ got signal: (1|2|15)\b",
     ),
     # Symptoms: NCCL, distributed timeouts and signals are what a cascade looks like from the
     # other ranks (see the timeout taxonomy above).
+    #
+    # torchrun's agent itself signalled from outside (SIGHUP, SIGINT, SIGTERM): a stop, not a
+    # fault, but a symptom: a scheduler also stops the other nodes of a job when one fails, and a
+    # run past its time limit is stopped the same way. With no cause elsewhere it is a cancel.
+    # The agent's own "Sending process N closing signal SIGTERM" to its workers is not this.
+    _rule(
+        "cancelled",
+        SYMPTOM,
+        r"Received (1|2|15) death signal",
+        r"SignalException: Process \d+ got signal: (1|2|15)\b",
+    ),
     _rule(
         "nccl_timeout",
         SYMPTOM,
@@ -368,6 +376,8 @@ RULES: tuple[Rule, ...] = (
         r"Timeout at NCCL work",
         r"watchdog got stuck",
         r"WorkNCCL::checkTimeout",
+        r"WorkNCCL\([^)]{0,300}\) ran for \d+ ?(ms|milliseconds)",
+        r"NCCL watchdog timeout",
         r"gloo.{0,200}?(Timed out|timeout)",
         r"Timed out waiting \d+ ?ms for (recv|send)",
         r"Socket Timeout",
