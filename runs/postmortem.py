@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
@@ -571,6 +572,117 @@ def root_cause_text(analysis: FailureAnalysis | None) -> str:
         where += f", line {analysis.line})" if analysis.line else ")"
     evidence = f"\n\nEvidence{where}:\n\n    {analysis.evidence}" if analysis.evidence else ""
     return f"{analysis.title}.{evidence}\n\nRemedy: {analysis.remedy}"
+
+
+# Minutes of per-minute telemetry a drafted write-up tabulates before the failure.
+SNAPSHOT_MINUTES = 10
+
+
+def telemetry_snapshot(run: Run, attempt_number: int | None, at: datetime | None) -> list[dict[str, object]]:
+    """Per minute, over the GPUs of the attempt, in the SNAPSHOT_MINUTES up to `at`: mean
+    utilization, the fullest GPU's memory share, mean power as a share of its limit."""
+    if at is None:
+        return []
+    rows = GpuMinute.objects.filter(run=run, minute__gte=at - timedelta(minutes=SNAPSHOT_MINUTES), minute__lte=at)
+    if attempt_number is not None:
+        rows = rows.filter(node__attempt__number=attempt_number)
+    minutes: dict[datetime, dict[str, list[float]]] = {}
+    for minute, util, used, total, power, limit in rows.values_list(
+        "minute", "utilization_gpu_avg", "memory_used_bytes_max", "memory_total_bytes", "power_watts_avg",
+        "power_limit_watts",
+    ):  # fmt: skip
+        bucket = minutes.setdefault(minute, {"util": [], "memory": [], "power": []})
+        if util is not None:
+            bucket["util"].append(util)
+        if used is not None and total:
+            bucket["memory"].append(used / total)
+        if power is not None and limit:
+            bucket["power"].append(power / limit)
+    snapshot = []
+    for minute in sorted(minutes):
+        b = minutes[minute]
+        snapshot.append(
+            {
+                "minute": minute,
+                "utilization": sum(b["util"]) / len(b["util"]) if b["util"] else None,
+                "memory": max(b["memory"]) if b["memory"] else None,
+                "power": sum(b["power"]) / len(b["power"]) if b["power"] else None,
+            }
+        )
+    return snapshot
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "?"
+
+
+def _pct(value: object) -> str:
+    return f"{value:.0%}" if isinstance(value, float) else "-"
+
+
+def draft_body(
+    run: Run, analysis: FailureAnalysis | None, *, failed_cost: Decimal | None, links: dict[str, str]
+) -> str:
+    """The write-up a new post-mortem starts from, in Markdown: timeline, cost, telemetry,
+    evidence and links. Everything in it is read from what Airboard stored; people edit the rest."""
+    parts = ["## Timeline", "", "| When | What |", "| --- | --- |"]
+    events: list[tuple[datetime, str]] = []
+    causes = {a["attempt"]: a for a in (analysis.earlier_attempts if analysis else [])}
+    if run.submitted_at:
+        events.append((run.submitted_at, "Run submitted"))
+    for attempt in run.attempts.order_by("number"):
+        if attempt.started_at:
+            events.append((attempt.started_at, f"Attempt {attempt.number} started"))
+        if attempt.ended_at:
+            what = f"Attempt {attempt.number} ended: {attempt.get_status_display().lower()}"
+            if attempt.exit_code not in (None, 0):
+                what += f", exit code {attempt.exit_code}"
+            cause = causes.get(attempt.number)
+            if analysis is not None and attempt.number == analysis.attempt_number and analysis.class_id != "none":
+                what += f" ({analysis.title}; the attempt that ended the run)"
+            elif cause is not None and cause["class_id"] != "none":
+                what += f" ({cause['title']})"
+            events.append((attempt.ended_at, what))
+    for event in RunEvent.objects.filter(run=run).order_by("ts")[:50]:
+        gpu = f" GPU {event.gpu_index}" if event.gpu_index is not None else ""
+        message = f": {event.message}" if event.message else ""
+        events.append((event.ts, f"{event.get_kind_display()}{gpu}{message}"))
+    for when, what in sorted(events, key=lambda e: e[0]):
+        parts.append(f"| {_when(when)} | {what.replace('|', '/')} |")
+    parts += ["", "## Cost of the failed attempts", ""]
+    parts.append(f"${failed_cost:,.2f}" if failed_cost is not None else "No cost estimate (no price for this run).")
+    parts += ["", "## Telemetry before the failure", ""]
+    snapshot = telemetry_snapshot(run, analysis.attempt_number if analysis else None,
+                                  analysis.failed_at if analysis else run.ended_at)  # fmt: skip
+    if snapshot:
+        parts += ["| Minute | GPU utilization | Fullest GPU memory | Power (of limit) |", "| --- | --- | --- | --- |"]
+        for row in snapshot:
+            util = f"{row['utilization']:.0f}%" if row["utilization"] is not None else "-"
+            parts.append(f"| {_when(row['minute'])} | {util} | {_pct(row['memory'])} | {_pct(row['power'])} |")
+    else:
+        parts.append("_No GPU telemetry in the minutes before the failure._")
+    signal = analysis.telemetry if analysis else {}
+    if signal.get("memory_at_limit"):
+        parts += ["", f"GPU memory was at its limit ({_pct(signal.get('memory_peak'))} on {signal.get('memory_gpu')})."]
+    if signal.get("hang"):
+        parts += ["", f"Hang signature: utilization pinned while power sat near idle for {signal.get('hang_minutes')} "
+                      "minutes."]  # fmt: skip
+    parts += ["", "## Evidence", ""]
+    if analysis is not None and analysis.class_id != "none":
+        where = f"attempt {analysis.attempt_number}" if analysis.attempt_number is not None else "the run"
+        where += f", node {analysis.node_index}" if analysis.node_index is not None else ""
+        where += f", line {analysis.line}" if analysis.line else ""
+        confidence = f", confidence {analysis.confidence:.0%}" if analysis.confidence is not None else ""
+        parts += [f"{analysis.title} ({where}{confidence}):", ""]
+        parts += [f"    {analysis.evidence}", ""] if analysis.evidence else []
+        for earlier in analysis.earlier_attempts:
+            parts.append(f"- Attempt {earlier['attempt']}: {earlier['title']}"
+                         + (f": `{str(earlier['evidence'])[:160]}`" if earlier.get("evidence") else ""))  # fmt: skip
+    else:
+        parts.append("_The classifier found no failure._")
+    parts += ["", "## Links", ""]
+    parts += [f"- [{label}]({url})" for label, url in links.items() if url]
+    return "\n".join(parts) + "\n"
 
 
 def postmortem_markdown(pm: PostMortem) -> str:

@@ -145,8 +145,8 @@ def test_the_sources_state_message_is_evidence_when_no_log_says_more(world: Worl
 
 
 def add_minutes(run: Run, *, memory: float, util: float, power: float, minutes: int = 10) -> None:
-    """Per-minute GPU rollups for the last `minutes` of the run's only attempt, on 8 GPUs of node 0."""
-    node = Node.objects.get(attempt__run=run, index=0)
+    """Per-minute GPU rollups for the last `minutes` of the run's last attempt, on 8 GPUs of node 0."""
+    node = Node.objects.filter(attempt__run=run, index=0).order_by("-attempt__number").first()
     end = run.ended_at
     for back in range(minutes):
         for gpu in range(8):
