@@ -264,6 +264,7 @@ RULES: tuple[Rule, ...] = (
         r"OutOfMemoryError",
         r"CUDA error: out of memory",
         r"cudaErrorMemoryAllocation",
+        r"CUDA_ERROR_OUT_OF_MEMORY",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         r"RESOURCE_EXHAUSTED: OOM",
         # TensorFlow / Keras and XLA: the allocator's own words, on a GPU device.
@@ -414,7 +415,7 @@ RULES: tuple[Rule, ...] = (
         r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
         r"\bSIGKILL\b",
-        r"^\s*Killed\s*$",
+        r"^\W*Killed\W*$",  # the shell's report of a SIGKILL, maybe quoted or emphasised
         r"killed by signal: Killed",
     ),
     _rule(
