@@ -286,6 +286,7 @@ RULES: tuple[Rule, ...] = (
         r"cudaErrorLaunchFailure",
         r"misaligned address",
         r"an illegal instruction was encountered",
+        r"CUBLAS_STATUS_EXECUTION_FAILED",  # a cuBLAS kernel that failed on the device
     ),
     _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed"),
     _rule(
@@ -423,6 +424,9 @@ RULES: tuple[Rule, ...] = (
         EXCEPTION,
         r"^\W*(\[rank\d+\]:\s*)?([\w.]+\.)?\w*(?-i:Error|Exception)\b\s*:",
         r"terminate called after throwing",
+        r"\bAssertionError\b",
+        # TensorFlow names the traced function that raised: "... [Op:__inference_train_function_18376]".
+        r"\[Op:__inference_\w+\]",
         r"\bFATAL\b",
         # glog's fatal prefix (F1222 11:45:09.434870 8013 file.cc:646] ...) and its checks.
         r"(?-i:^\W*F\d{4} \d\d:\d\d:\d\d)",
