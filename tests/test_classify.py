@@ -218,6 +218,21 @@ def test_a_worker_segfault_the_run_survived_is_not_a_failure() -> None:
     assert classify_text(oom).class_id == "cuda_oom"
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # The lines Databricks AI Runtime prints itself (shared/reference/databricks-ai-runtime.md).
+        ("ERROR: Script failed with exit code 137 after 3612s", "host_oom"),
+        ("ERROR: Script failed with exit code 139 after 61s", "segfault"),
+        ("ERROR: Script failed with exit code 1 after 12s", "other"),
+        # A stall warning is not a failure by itself.
+        ("[MLflow Logger][Warning] No new logs have been emitted in the last 30 minutes", "none"),
+    ],
+)
+def test_the_runtimes_own_lines(line: str, expected: str) -> None:
+    assert classify_text(line).class_id == expected
+
+
 # (b) The corpus: measured precision and recall per class, tuning and held-out parts apart
 # (runs/classify_corpus.py; `bench/classify.py` prints the same report).
 
