@@ -22,6 +22,8 @@ from runs.importers import (
     MIB,
     ParsedSample,
     detect_format,
+    gpu_label,
+    mig_gpu_index,
     parse_telemetry,
 )
 from runs.models import GpuMinute, GpuSample
@@ -29,6 +31,12 @@ from tests.conftest import World, make_run
 
 DATA = Path(__file__).resolve().parent / "data" / "telemetry"
 START = datetime(2024, 1, 15, 10, 0, tzinfo=UTC)
+# A run whose window holds the fixtures' January 2024 times.
+JANUARY_RUN = {
+    "submitted_at": START,
+    "started_at": START,
+    "ended_at": datetime(2024, 1, 16, 0, 0, tzinfo=UTC),
+}
 NOHEADER_FIELDS = ["index", "utilization.gpu", "memory.used", "power.draw", "temperature.gpu"]
 
 
@@ -209,11 +217,13 @@ def test_dcgm_groups_scrapes_by_gpu_and_timestamp() -> None:
         (0, first_scrape),
         (0, second_scrape),
         (1, first_scrape),
+        (mig_gpu_index(0, 13), first_scrape),  # the MIG slice is a GPU of its own
     ]
     gpu0 = at(result.samples, 0, first_scrape)
     assert gpu0.utilization_gpu == 87.0
     assert gpu0.utilization_memory == 12.0
     assert gpu0.memory_used_bytes == 4567 * MIB  # the MIG slice's 1024 MiB is not mixed in
+    assert at(result.samples, mig_gpu_index(0, 13), first_scrape).memory_used_bytes == 1024 * MIB
     assert gpu0.memory_total_bytes == (4567 + 76992) * MIB  # used + free
     assert gpu0.power_watts == 106.56
     assert gpu0.temperature_c == 45.0
@@ -235,19 +245,20 @@ def test_dcgm_blank_sentinels_are_missing_not_values() -> None:
         assert sample.sm_clock_mhz is None
 
 
-def test_dcgm_problems_name_mig_garbage_and_out_of_range_lines() -> None:
+def test_dcgm_problems_name_garbage_and_out_of_range_lines() -> None:
     result = parse_telemetry(read("dcgm_scrapes.prom"))
     messages = {p.line: p.message for p in result.problems}
-    assert sorted(messages) == [16, 29, 37, 38]
+    assert sorted(messages) == [16, 37, 38]
     assert "above 100%" in messages[16]
-    assert "MIG instance 13 (1g.10gb) of GPU 0" in messages[29]
     assert "bad value" in messages[37]
+    assert "not a Prometheus sample line" in messages[38]
 
 
-def test_dcgm_mig_only_file_has_nothing_usable() -> None:
+def test_dcgm_mig_instances_are_gpus_of_their_own() -> None:
     result = parse_telemetry(read("dcgm_mig_only.prom"))
-    assert result.samples == []
-    assert problem_lines(result) == [3, 4]
+    assert result.problems == []
+    assert result.gpu_indexes == [mig_gpu_index(0, 2), mig_gpu_index(0, 7)]
+    assert [gpu_label(i) for i in result.gpu_indexes] == ["GPU 0 MIG 2", "GPU 0 MIG 7"]
 
 
 def test_dcgm_untimed_uses_start_and_without_it_says_so() -> None:
@@ -279,7 +290,7 @@ ALPHABET = st.sampled_from(list('0123456789 ,.-:#[]{}="%/\nabcdeDGFIMNW_gpuxsm\t
 @settings(max_examples=300, deadline=None)
 @given(
     text=st.text(alphabet=ALPHABET, max_size=400),
-    fmt=st.sampled_from(["auto", "nvidia-smi-csv", "dmon", "dcgm", "bogus"]),
+    fmt=st.sampled_from(["auto", "nvidia-smi-csv", "dmon", "dcgmi-dmon", "dcgm", "bogus"]),
     with_start=st.booleans(),
 )
 def test_parse_telemetry_never_raises(text: str, fmt: str, with_start: bool) -> None:
@@ -310,7 +321,7 @@ def run_import(*args: str) -> str:
 
 @pytest.mark.django_db
 def test_import_csv_stores_samples_and_rollups(world: World) -> None:
-    run = make_run(world.vision, "r1")
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     output = run_import(str(DATA / "smi_units.csv"), "--run", "r1")
     assert output.startswith(
         "imported 5 samples for GPUs [0, 1] from 2024-01-15T10:23:45.123000+00:00 "
@@ -332,17 +343,18 @@ def test_import_csv_stores_samples_and_rollups(world: World) -> None:
 
 @pytest.mark.django_db
 def test_reimport_is_idempotent(world: World) -> None:
-    run = make_run(world.vision, "r1")
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     run_import(str(DATA / "dcgm_scrapes.prom"), "--run", "r1")
     again = run_import(str(DATA / "dcgm_scrapes.prom"), "--run", "r1")
-    assert "0 new, 3 already stored" in again
-    assert GpuSample.objects.filter(run=run, source=TelemetrySource.DCGM).count() == 3
-    assert GpuMinute.objects.filter(run=run).count() == 3  # (gpu0, 2 minutes), (gpu1, 1 minute)
+    assert "0 new, 4 already stored" in again
+    assert GpuSample.objects.filter(run=run, source=TelemetrySource.DCGM).count() == 4
+    # (gpu0, 2 minutes), (gpu1, 1 minute), (gpu0's MIG instance 13, 1 minute)
+    assert GpuMinute.objects.filter(run=run).count() == 4
 
 
 @pytest.mark.django_db
 def test_import_to_another_node_attempt_and_source(world: World) -> None:
-    run = make_run(world.vision, "c-1", source=RunSource.CLASSIC)
+    run = make_run(world.vision, "c-1", source=RunSource.CLASSIC, **JANUARY_RUN)
     output = run_import(
         str(DATA / "dmon_plain.txt"),
         "--run",
@@ -362,7 +374,7 @@ def test_import_to_another_node_attempt_and_source(world: World) -> None:
 
 @pytest.mark.django_db
 def test_noheader_csv_through_the_command(world: World) -> None:
-    make_run(world.vision, "r1")
+    make_run(world.vision, "r1", **JANUARY_RUN)
     output = run_import(
         str(DATA / "smi_noheader.csv"),
         "--run",
@@ -376,16 +388,16 @@ def test_noheader_csv_through_the_command(world: World) -> None:
 
 
 @pytest.mark.django_db
-def test_untimed_dcgm_uses_the_file_time(world: World, tmp_path: Path) -> None:
-    run = make_run(world.vision, "r1")
+def test_untimed_dcgm_is_never_stamped_with_the_file_time(world: World, tmp_path: Path) -> None:
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     path = tmp_path / "scrape.prom"
     path.write_text(read("dcgm_untimed.prom"))
-    os.utime(path, (1705314225, 1705314225))
-    output = run_import(str(path), "--run", "r1")
-    assert "using the file time 2024-01-15T10:23:45+00:00" in output
-    assert set(GpuSample.objects.filter(run=run).values_list("ts", flat=True)) == {
-        datetime.fromtimestamp(1705314225, tz=UTC)
-    }
+    os.utime(path, (1705314225, 1705314225))  # 2024-01-15T10:23:45Z, inside the run
+    with pytest.raises(CommandError, match="pass --start for the scrape time"):
+        run_import(str(path), "--run", "r1")
+    assert not GpuSample.objects.filter(run=run).exists()
+    output = run_import(str(path), "--run", "r1", "--start", "2024-01-15T10:30:00Z")
+    assert "imported 2 samples for GPUs [0, 1] from 2024-01-15T10:30:00+00:00" in output
 
 
 @pytest.mark.django_db
@@ -399,10 +411,10 @@ def test_unknown_run_exits_1(world: World) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("name", "reason"),
-    [("garbage.txt", "cannot tell the format"), ("dcgm_mig_only.prom", "MIG instance"), ("dmon_plain.txt", "--start")],
+    [("garbage.txt", "cannot tell the format"), ("dcgm_untimed.prom", "--start"), ("dmon_plain.txt", "--start")],
 )
 def test_nothing_usable_exits_1_with_the_reason(world: World, name: str, reason: str) -> None:
-    run = make_run(world.vision, "r1")
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     with pytest.raises(CommandError, match="nothing to import") as excinfo:
         run_import(str(DATA / name), "--run", "r1")
     assert reason in str(excinfo.value)
