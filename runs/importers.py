@@ -684,20 +684,22 @@ def _prometheus_labels(line: str, i: int) -> tuple[dict[str, str], int]:
             raise ValueError(f"label {key} has no quoted value")
         i += 1
         chars: list[str] = []
-        while True:
-            if i >= n:
+        quote = line.find('"', i)
+        while True:  # each pass consumes plain text up to the next backslash or the closing quote
+            if quote == -1:
                 raise ValueError(f"label {key}: value without a closing quote")
-            char = line[i]
-            if char == '"':
+            backslash = line.find("\\", i, quote)
+            if backslash == -1:
+                chars.append(line[i:quote])
+                i = quote + 1
                 break
-            if char == "\\" and i + 1 < n:
-                chars.append(_LABEL_ESCAPES.get(line[i + 1], line[i + 1]))
-                i += 2
-                continue
-            chars.append(char)
-            i += 1
+            chars.append(line[i:backslash])
+            escaped = line[backslash + 1 : backslash + 2]
+            chars.append(_LABEL_ESCAPES.get(escaped, escaped))
+            i = backslash + 2
+            if i > quote:  # the escape was `\"`: look for the next quote, once per escaped quote
+                quote = line.find('"', i)
         labels[key] = "".join(chars)
-        i += 1
 
 
 def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -20,10 +21,12 @@ from runs.importers import (
     DCGM_INT32_BLANK,
     DCGM_INT64_BLANK,
     MIB,
+    WINDOW_SLACK,
     ParsedSample,
     detect_format,
     gpu_label,
     mig_gpu_index,
+    parse_prometheus_line,
     parse_telemetry,
 )
 from runs.models import GpuMinute, GpuSample
@@ -433,3 +436,188 @@ def test_bad_options_are_clear_errors(world: World) -> None:
         run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--node", "-1")
     with pytest.raises(CommandError, match="cannot read"):
         run_import(str(DATA / "missing.csv"), "--run", "r1")
+
+
+# --- Real outputs (tests/data/telemetry/SOURCES.md) ----------------------------------------
+
+
+def test_csv_without_index_keeps_the_gpus_of_one_snapshot_apart() -> None:
+    result = parse_telemetry(read("smi_noindex_two_gpus.csv"), start=START)
+    assert result.problems == []
+    assert [(s.gpu_index, s.ts) for s in result.samples] == [(0, START), (1, START)]
+    gtx650, gtx1060 = result.samples
+    assert (gtx650.utilization_gpu, gtx650.memory_used_bytes) == (None, 926 * MIB)  # [N/A]
+    assert (gtx1060.utilization_gpu, gtx1060.memory_used_bytes, gtx1060.memory_total_bytes) == (0.0, MIB, 6072 * MIB)
+
+
+def test_csv_without_index_but_with_times_splits_snapshots_by_their_gap() -> None:
+    lines = read("smi_noindex_two_gpus.csv").splitlines()
+    text = "timestamp, " + lines[0] + "\n"
+    for second in (1, 2):  # two loops of `-l 1`; a pass queries its GPUs a few ms apart
+        text += f"2024/01/15 10:00:0{second}.001, {lines[1]}\n2024/01/15 10:00:0{second}.004, {lines[2]}\n"
+    result = parse_telemetry(text)
+    assert sorted((s.gpu_index, s.ts.second) for s in result.samples) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+
+
+def test_csv_clock_columns_fill_sm_and_memory_clocks() -> None:
+    looped = parse_telemetry(read("smi_clocks_index.csv"), start=START)
+    assert [(s.sm_clock_mhz, s.mem_clock_mhz, s.temperature_c) for s in looped.samples] == [
+        (1320.0, 5001.0, 56.0),
+        (1470.0, 5001.0, 55.0),
+        (1470.0, 5001.0, 56.0),
+    ]
+    (graphics_only,) = parse_telemetry(read("smi_graphics_clock.csv"), start=START).samples
+    assert graphics_only.sm_clock_mhz == 300.0  # clocks.current.graphics; clocks.max.* are not readings
+    assert graphics_only.memory_total_bytes == 5934 * MIB
+
+
+def test_old_dmon_temp_and_mclk_columns_are_read() -> None:
+    result = parse_telemetry(read("dmon_old_temp.txt"), start=START)
+    assert result.problems == []
+    assert [(s.gpu_index, s.temperature_c, s.mem_clock_mhz, s.sm_clock_mhz) for s in result.samples] == [
+        (0, 43.0, 324.0, 135.0),
+        (1, 32.0, 324.0, 324.0),
+    ]
+
+
+def test_dmon_pcie_columns_become_kilobytes_per_second() -> None:
+    (sample,) = parse_telemetry(read("dmon_pcie_header.txt"), start=START).samples
+    assert (sample.pcie_rx_kbps, sample.pcie_tx_kbps) == (512 * 1024.0, 128 * 1024.0)
+
+
+def test_dcgm_mem_clock_and_dcp_fields() -> None:
+    result = parse_telemetry(read("dcgm_v100_clocks.prom"), start=START)
+    assert result.problems == []
+    gpu0, gpu1 = result.samples
+    assert (gpu1.sm_clock_mhz, gpu1.mem_clock_mhz, gpu1.temperature_c, gpu1.power_watts) == (
+        1380.0,
+        877.0,
+        56.0,
+        167.362,
+    )
+    assert (gpu0.utilization_memory, gpu0.pcie_tx_kbps) == (0.0, 0.0)  # DRAM_ACTIVE stands in for MEM_COPY_UTIL
+
+
+def test_dcgm_h100_mig_with_only_prof_fields_imports_each_instance() -> None:
+    result = parse_telemetry(read("dcgm_h100_mig_prof.prom"), start=START)
+    assert result.problems == []
+    assert [gpu_label(s.gpu_index) for s in result.samples] == ["GPU 0 MIG 7", "GPU 0 MIG 8", "GPU 0 MIG 9"]
+    assert {s.utilization_gpu for s in result.samples} == {0.0}  # GR_ENGINE_ACTIVE 0.000000 -> 0%
+    assert result.suspect == ""  # idle MIG slices: no temperature or power in the file to doubt
+
+
+def test_dcgm_broken_exporter_is_suspect_and_names_the_mangled_metric() -> None:
+    result = parse_telemetry(read("dcgm_all_zero.prom"), start=START)
+    assert result.format == "dcgm"
+    assert [(p.line, p.message) for p in result.problems] == [(1, "'CGM_FI_DEV_SM_CLOCK' is not a DCGM field")]
+    assert "every reading is 0" in result.suspect
+
+
+def test_dcgmi_dmon_with_the_shell_prompt_above_its_header() -> None:
+    result = parse_telemetry(read("dcgmi_dmon_prompt.txt"), start=START)
+    assert result.format == "dcgmi-dmon"
+    assert [p.line for p in result.problems] == [1]
+    assert "before the `#Entity` header" in result.problems[0].message
+    assert result.gpu_indexes == list(range(8))
+    assert {s.ts for s in result.samples} == {START, START + timedelta(seconds=1)}
+    assert {s.sm_active for s in result.samples} == {None}  # N/A
+    assert "--start" in parse_telemetry(read("dcgmi_dmon_prompt.txt")).problems[0].message
+
+
+def test_nvidia_smi_dmon_after_a_prompt_names_the_prompt_line() -> None:
+    result = parse_telemetry("$ nvidia-smi dmon -c 1\n" + read("dmon_old_temp.txt"), fmt="dmon", start=START)
+    assert [p.line for p in result.problems] == [1]
+    assert len(result.samples) == 2
+
+
+# --- Hostile text -----------------------------------------------------------------------------
+
+HUGE_LABEL = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="' + "x" * 100_000 + "} 5 1705314225000\n"
+
+
+def test_a_100_kb_label_is_named_and_costs_no_time() -> None:
+    began = time.monotonic()
+    result = parse_telemetry("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + HUGE_LABEL * 80)
+    elapsed = time.monotonic() - began
+    assert result.samples == []
+    assert problem_lines(result) == list(range(2, 82))
+    assert "100,056 characters long" in result.problems[0].message
+    # The old parser took ~0.4 s for one 8 KB label and grew with its square (~65 s at 100 KB).
+    assert elapsed < 1.0
+
+
+def test_unterminated_labels_under_the_cap_parse_in_linear_time() -> None:
+    line = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="' + "x" * 4000 + "} 5 1705314225000"
+    began = time.monotonic()
+    result = parse_telemetry("# TYPE x gauge\n" + (line + "\n") * 2000)
+    assert time.monotonic() - began < 2.0  # 8 MB of the worst shape; the old pattern: ~0.1 s per line
+    assert result.problem_count == 2000
+    assert "closing quote" in result.problems[0].message
+
+
+def test_problems_past_the_cap_are_counted_not_kept() -> None:
+    result = parse_telemetry("# TYPE x gauge\n" + "garbage line\n" * 5000)
+    assert len(result.problems) == 1000
+    assert result.problem_count == 5000
+
+
+# --- The command: refusals ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_samples_outside_the_run_are_refused_with_the_numbers(world: World) -> None:
+    run = make_run(world.vision, "r1")  # 2026-11-02 09:00 to 10:00; the file is from January 2024
+    with pytest.raises(CommandError, match="5 of 5 samples") as excinfo:
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    message = str(excinfo.value)
+    assert "2024-01-15T10:23:45.123000+00:00 to 2024-01-15T10:23:47.150000+00:00" in message
+    assert "2026-11-02T09:00:00+00:00 to 2026-11-02T10:00:00+00:00" in message
+    assert "--tz" in message
+    assert not GpuSample.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_tz_places_local_times_inside_the_run(world: World) -> None:
+    run = make_run(world.vision, "r1", started_at=datetime(2024, 1, 15, 18, 20, tzinfo=UTC))
+    with pytest.raises(CommandError, match="fall outside run r1's window"):
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    output = run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--tz", "America/Los_Angeles")
+    assert "from 2024-01-15T18:23:45.123000+00:00" in output
+    assert GpuSample.objects.filter(run=run).count() == 5
+
+
+@pytest.mark.django_db
+def test_part_outside_the_window_is_counted_and_the_rest_stored(world: World) -> None:
+    run = make_run(
+        world.vision, "r1", started_at=START, ended_at=datetime(2024, 1, 15, 10, 23, 46, tzinfo=UTC) - WINDOW_SLACK
+    )
+    output = run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    assert "  3 of 5 samples (2024-01-15T10:23:46.130000+00:00 to" in output
+    assert GpuSample.objects.filter(run=run).count() == 2
+
+
+@pytest.mark.django_db
+def test_an_all_zero_exporter_file_is_refused(world: World) -> None:
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
+    with pytest.raises(CommandError, match="every reading is 0") as excinfo:
+        run_import(str(DATA / "dcgm_all_zero.prom"), "--run", "r1", "--start", "2024-01-15T10:00Z")
+    assert excinfo.value.returncode == 1
+    assert not GpuSample.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_mig_instances_are_stored_as_their_own_gpus(world: World) -> None:
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
+    run_import(str(DATA / "dcgm_h100_mig_prof.prom"), "--run", "r1", "--start", "2024-01-15T10:00Z")
+    assert sorted(GpuSample.objects.filter(run=run).values_list("gpu_index", flat=True)) == [1007, 1008, 1009]
+
+
+def test_label_escapes_are_read_and_stay_linear() -> None:
+    sample = parse_prometheus_line('DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="a\\"b\\\\c\\nd"} 5 1705314225000')
+    assert sample.labels == {"gpu": "0", "pod": 'a"b\\c\nd'}
+    assert (sample.value, sample.timestamp) == ("5", "1705314225000")
+    escapes = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="' + "\\a" * 2000 + '"} 5'
+    began = time.monotonic()
+    for _ in range(500):
+        assert parse_prometheus_line(escapes).labels["pod"] == "a" * 2000
+    assert time.monotonic() - began < 2.0
