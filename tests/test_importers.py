@@ -15,6 +15,7 @@ from django.core.management.base import CommandError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runs import charts
 from runs.choices import RunSource, TelemetrySource
 from runs.importers import (
     DCGM_FP64_BLANK,
@@ -610,6 +611,17 @@ def test_mig_instances_are_stored_as_their_own_gpus(world: World) -> None:
     run = make_run(world.vision, "r1", **JANUARY_RUN)
     run_import(str(DATA / "dcgm_h100_mig_prof.prom"), "--run", "r1", "--start", "2024-01-15T10:00Z")
     assert sorted(GpuSample.objects.filter(run=run).values_list("gpu_index", flat=True)) == [1007, 1008, 1009]
+    names = [s.name for s in charts.gpu_series(run, "utilization_gpu")]
+    assert names == ["node 0 · GPU 0 MIG 7", "node 0 · GPU 0 MIG 8", "node 0 · GPU 0 MIG 9"]
+
+
+def test_a_prompt_above_a_csv_header_is_named() -> None:
+    text = "$ nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total --format=csv\n"
+    result = parse_telemetry(text + read("smi_noindex_two_gpus.csv"), start=START)
+    assert [(p.line, p.message) for p in result.problems] == [
+        (1, "not a CSV line of nvidia-smi (before the header line)")
+    ]
+    assert result.gpu_indexes == [0, 1]
 
 
 def test_label_escapes_are_read_and_stay_linear() -> None:
