@@ -27,7 +27,7 @@ from pydantic import Field
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs import ingest
 from runs.choices import BatchKind, RunSource, RunStatus, TelemetrySource
-from runs.importers import TelemetryFormat, keep_window, parse_telemetry, run_window
+from runs.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
 from runs.models import Attempt, IngestBatch, Node, Run
 from runs.schemas import (
     BatchOut,
@@ -322,7 +322,7 @@ def import_telemetry_file(
     skipped = [{"line": p.line, "message": p.message} for p in result.problems]
     if not result.samples:
         raise InvalidRows([{"field": f"text:line {p['line']}", "message": p["message"]} for p in skipped[:100]])
-    telemetry_source = TelemetrySource.DCGM if result.format == TelemetryFormat.DCGM else TelemetrySource.NVIDIA_SMI
+    telemetry_source = TelemetrySource.DCGM if result.format in DCGM_FORMATS else TelemetrySource.NVIDIA_SMI
     with transaction.atomic():
         node = ingest.node_for(run, payload.attempt, payload.node)
         rows = []

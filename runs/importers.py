@@ -40,6 +40,8 @@ class TelemetryFormat(StrEnum):
     DCGMI_DMON = "dcgmi-dmon"
 
 
+# Formats written by DCGM (stored with telemetry source "dcgm"; the others are nvidia-smi's).
+DCGM_FORMATS = frozenset({TelemetryFormat.DCGM, TelemetryFormat.DCGMI_DMON})
 # The longest line read. Real lines are far shorter (a dcgm-exporter line with Kubernetes pod
 # labels is ~600 characters); anything longer is named as a problem and never parsed.
 MAX_LINE_CHARS = 4096

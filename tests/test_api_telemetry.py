@@ -297,6 +297,7 @@ def test_dcgmi_dmon_can_be_named_as_the_format(world: World) -> None:
     assert response.status_code == 202, response.content
     assert response.json()["format"] == "dcgmi-dmon"
     assert response.json()["skipped"][0]["line"] == 1  # the shell prompt
+    assert IngestBatch.objects.get(pk=response.json()["id"]).rows["source"] == "dcgm"
 
 
 @pytest.mark.django_db(transaction=True)

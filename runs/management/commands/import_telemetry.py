@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from dashboard.progress import Progress
 from runs.choices import RunSource, TelemetrySource
 from runs.importers import (
+    DCGM_FORMATS,
     ParsedSample,
     ParseResult,
     TelemetryFormat,
@@ -92,7 +93,7 @@ class Command(BaseCommand):
             raise CommandError(f"nothing to import from {path}: {reasons}", returncode=1)
 
         node = node_for(run, options["attempt"], options["node"])
-        source = TelemetrySource.DCGM if result.format == TelemetryFormat.DCGM else TelemetrySource.NVIDIA_SMI
+        source = TelemetrySource.DCGM if result.format in DCGM_FORMATS else TelemetrySource.NVIDIA_SMI
         inserted = duplicates = 0
         with Progress(len(result.samples), "samples", label="storing") as bar:
             for offset in range(0, len(result.samples), STORE_CHUNK):
