@@ -311,7 +311,9 @@ class TelemetryFileIn(Schema):
     attempt: int | None = Field(default=None, ge=1, le=1000)
     node: int = Field(default=0, ge=0, le=4096)
     start: Timestamp | None = Field(default=None, description="Time of the first sample when the file has none.")
-    fields: list[str] | None = Field(default=None, description="The --query-gpu list of a noheader CSV.")
+    fields: list[str] | None = Field(
+        default=None, max_length=200, description="The --query-gpu list of a noheader CSV."
+    )
     tz: str | None = Field(
         default=None,
         max_length=64,
