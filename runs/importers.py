@@ -529,8 +529,11 @@ DCGMI_FIELDS: dict[str, tuple[str, float]] = {
     "MCUTL": ("utilization_memory", 1.0),
     "FBUSD": ("memory_used_bytes", float(MIB)),
     "FBTTL": ("memory_total_bytes", float(MIB)),
+    "FBFRE": ("_fb_free", float(MIB)),
     "SMACT": ("sm_active", 100.0),
     "TENSO": ("tensor_active", 100.0),
+    "GRACT": ("_gr_engine_active", 100.0),
+    "DRAMA": ("_dram_active", 100.0),
     "PCITX": ("pcie_tx_kbps", 1 / 1024),  # bytes/s -> KB/s
     "PCIRX": ("pcie_rx_kbps", 1 / 1024),
 }
@@ -571,12 +574,13 @@ def parse_dcgmi_dmon(text: str, start: datetime | None = None) -> ParseResult:
             continue
         try:
             gpu = _gpu_index(tokens[1])
-            values: dict[str, float | None] = dict.fromkeys(VALUE_FIELDS)
+            values: dict[str, float | None] = {}
             for name, cell in zip(columns, tokens[2:], strict=True):
                 target, factor = DCGMI_FIELDS.get(name.upper(), ("", 1.0))
                 if target:
                     value, _unit = parse_value(cell)
                     values[target] = value * factor if value is not None else None
+            values = _fold_dcgm(values)
             ticker = ticker or _Ticker(start, "dcgmi dmon output")
             ts = ticker.next(gpu)
         except (ValueError, OverflowError) as exc:
@@ -779,16 +783,20 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
             continue
         group[target] = scaled
     for (gpu, ts), group in sorted(groups.items()):
-        free = group.pop("_fb_free", None)
-        used = group.get("memory_used_bytes")
-        if group.get("memory_total_bytes") is None and used is not None and free is not None:
-            group["memory_total_bytes"] = used + free
-        for stand_in, target in DCGM_STAND_INS:
-            value = group.pop(stand_in, None)
-            if group.get(target) is None:
-                group[target] = value
-        out.add(first_line[(gpu, ts)], gpu, ts, {name: group.get(name) for name in VALUE_FIELDS})
+        out.add(first_line[(gpu, ts)], gpu, ts, _fold_dcgm(group))
     return out.result
+
+
+def _fold_dcgm(read: dict[str, float | None]) -> dict[str, float | None]:
+    """DCGM fields as VALUE_FIELDS: total = FB_TOTAL, else used + free; DCP activities stand in."""
+    values = {name: read.get(name) for name in VALUE_FIELDS}
+    free, used = read.get("_fb_free"), values["memory_used_bytes"]
+    if values["memory_total_bytes"] is None and used is not None and free is not None:
+        values["memory_total_bytes"] = used + free
+    for stand_in, target in DCGM_STAND_INS:
+        if values[target] is None:
+            values[target] = read.get(stand_in)
+    return values
 
 
 # --- Checks on what was read ----------------------------------------------------------------

@@ -633,3 +633,19 @@ def test_label_escapes_are_read_and_stay_linear() -> None:
     for _ in range(500):
         assert parse_prometheus_line(escapes).labels["pod"] == "a" * 2000
     assert time.monotonic() - began < 2.0
+
+
+def test_dcgmi_dmon_values_become_percent_and_bytes() -> None:
+    # The layout of dcgmi dmon (header, `ID` unit line, `GPU n` rows) with values of our own.
+    text = (
+        "#Entity   GRACT        SMACT        TENSO        DRAMA        FBUSD        FBFRE        POWER\n"
+        "ID                                                                         W\n"
+        "GPU 0     0.984        0.930        0.000        0.252        18342        63217        241.3\n"
+        "GPU-I 3   0.500        0.400        0.000        0.100        100          200          N/A\n"
+    )
+    result = parse_telemetry(text, start=START)
+    (gpu0,) = result.samples
+    assert (gpu0.utilization_gpu, gpu0.sm_active, gpu0.utilization_memory) == (98.4, 93.0, 25.2)
+    assert (gpu0.memory_used_bytes, gpu0.memory_total_bytes) == (18342 * MIB, (18342 + 63217) * MIB)
+    assert gpu0.power_watts == 241.3
+    assert [(p.line, p.message) for p in result.problems] == [(4, "entity 'GPU-I 3' is not a GPU: not imported")]
