@@ -1,4 +1,4 @@
-"""Parsers for GPU telemetry a team already has: nvidia-smi CSV, `nvidia-smi dmon`, DCGM exporter text.
+"""Parsers for GPU telemetry a team already has: nvidia-smi CSV, `nvidia-smi dmon`, `dcgmi dmon`, DCGM exporter text.
 
 Pure functions, no database: `parse_telemetry(text)` returns the samples it could read and, for
 every line it could not use, a `LineProblem` naming the line and why. It never raises on bad input.
