@@ -652,7 +652,7 @@ def parse_prometheus_line(line: str) -> PromSample:
     """
     brace = line.find("{")
     if brace == -1:
-        name, _, rest = line.strip().partition(" ")
+        name, _, rest = line.strip().replace("\t", " ").partition(" ")
         labels: dict[str, str] = {}
     else:
         name = line[:brace].strip()

@@ -628,6 +628,8 @@ def test_label_escapes_are_read_and_stay_linear() -> None:
     sample = parse_prometheus_line('DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="a\\"b\\\\c\\nd"} 5 1705314225000')
     assert sample.labels == {"gpu": "0", "pod": 'a"b\\c\nd'}
     assert (sample.value, sample.timestamp) == ("5", "1705314225000")
+    tabbed = parse_prometheus_line("DCGM_FI_DEV_GPU_UTIL\t5\t1705314225000")  # the format allows tabs
+    assert (tabbed.name, tabbed.labels, tabbed.value) == ("DCGM_FI_DEV_GPU_UTIL", {}, "5")
     escapes = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="' + "\\a" * 2000 + '"} 5'
     began = time.monotonic()
     for _ in range(500):
