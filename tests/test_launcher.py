@@ -25,7 +25,7 @@ from runs.launcher import child_env, launch_problems, render_command
 from runs.logs import chunk_texts
 from runs.models import LogChunk, Run, RunEvent
 from runs.workload import parse_workload
-from tests.conftest import ROOT, _database_url_for_test_db, wait_for
+from tests.conftest import ROOT, database_url_for_test_db, wait_for
 
 DATA = Path(__file__).parent / "data" / "launch"
 
@@ -73,7 +73,7 @@ def alive(pid: int) -> bool:
 def start_launcher(*args: str) -> subprocess.Popen[str]:
     """`manage.py launch` as its own process on the test database, without MLflow."""
     env = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
-    env["DATABASE_URL"] = _database_url_for_test_db()
+    env["DATABASE_URL"] = database_url_for_test_db()
     env["PYTHONUNBUFFERED"] = "1"
     return subprocess.Popen(
         [sys.executable, "manage.py", "launch", *args],
