@@ -286,9 +286,21 @@ def client_from_settings() -> RunSourceClient | None:
     return None
 
 
-def run_node_log_command(template: str, run_id: str, attempt: int, node: int, timeout: float) -> str:
-    """A node's whole log from the operator's log command (placeholders filled per argument, no shell)."""
-    values = {"{run_id}": run_id, "{attempt}": str(attempt), "{node}": str(node)}
+def run_node_log_command(
+    template: str, run_id: str, attempt: int, node: int, timeout: float, page_token: str = ""
+) -> str:
+    """One node's log from the operator's log command (placeholders filled per argument, no shell).
+
+    `{run_id}`, `{attempt}` (from 1), `{retry}` (the same attempt from 0, as `air logs --retry`
+    and the logs endpoint's `ref.attempt_number` count), `{node}` and `{page_token}`.
+    """
+    values = {
+        "{run_id}": run_id,
+        "{attempt}": str(attempt),
+        "{retry}": str(attempt - 1),
+        "{node}": str(node),
+        "{page_token}": page_token,
+    }
     argv = []
     for arg in split_command(template):
         for placeholder, value in values.items():

@@ -30,7 +30,8 @@ from django.db.models.functions import Length
 from django.utils import timezone
 
 from runs.choices import CollectorKind, RunEventKind, RunStatus
-from runs.collectors.databricks_cli import CollectorError, run_node_log_command
+from runs.collectors.air_logs import fetch_node_log
+from runs.collectors.databricks_cli import CollectorError
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, append_log_chunk, clean_log_text, node_for
 from runs.models import Attempt, LogChunk, Node, Run, RunEvent
@@ -241,7 +242,8 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
         run = attempt.run
         for index in [node.index for node in attempt.nodes.all()] or [0]:
             try:
-                text = run_node_log_command(
+                # Plain text, or the AI Runtime logs endpoint / `air logs -o json` (air_logs).
+                text = fetch_node_log(
                     template, run.external_id, attempt.number, index, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
                 )
             except CollectorError as exc:
