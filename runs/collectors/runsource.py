@@ -495,8 +495,10 @@ def fetch_mlflow_outputs(
 ) -> dict[str, dict[str, Any]]:
     """`jobs get-run-output` of each started AI Runtime task try whose MLflow run is not stored yet.
 
-    Only attempts still missing `mlflow_run_id` are asked for (at most MAX_OUTPUTS_PER_PASS a
-    pass), so a finished run costs one call per try, once.
+    Asked: tries not stored yet, and tries stored while still active without an MLflow run
+    (the output names it once the workload starts). A try stored as finished is never asked
+    again, with or without an answer, so a long list of old runs costs nothing per pass; at
+    most MAX_OUTPUTS_PER_PASS calls a pass.
     """
     wanted: dict[str, tuple[str, int]] = {}
     for record in records:
@@ -509,7 +511,7 @@ def fetch_mlflow_outputs(
         Attempt.objects.filter(
             run__source=RunSource.SERVERLESS, run__external_id__in={ext for ext, _ in wanted.values()}
         )
-        .exclude(mlflow_run_id="")
+        .filter(~Q(mlflow_run_id="") | Q(status__in=RunStatus.finished()))
         .values_list("run__external_id", "number")
     )
     ask = [task for task, key in wanted.items() if key not in stored][:MAX_OUTPUTS_PER_PASS]
