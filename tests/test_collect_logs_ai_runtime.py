@@ -8,13 +8,17 @@ tests/data/databricks/SOURCES.md.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import time_machine
+from mlflow import MlflowClient
 
-from runs.collectors.air_logs import json_lines_text, records_text
+from runs.choices import RunStatus
+from runs.collectors.air_logs import json_lines_text, mlflow_node_log, records_text
+from runs.collectors.mlflow_client import MlflowSource
 from runs.models import LogChunk, Run
-from tests.conftest import World
+from tests.conftest import World, make_run
 from tests.test_collect_logs import collect as collect_logs
 from tests.test_collect_logs import stored
 from tests.test_collect_runs import DATABRICKS, Source
@@ -111,3 +115,46 @@ def test_the_clis_fixture_records_in_time_order() -> None:
     )
     assert json_lines_text(output, 0) == "step 1\nCUDA out of memory\n"
     assert json_lines_text('{"run_id": 1}\n', 0) is None
+
+
+def mlflow_store(tmp_path: Path) -> tuple[str, MlflowClient]:
+    """A real MLflow tracking store (SQLite) in tmp_path."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri, MlflowClient(tracking_uri=uri)
+
+
+def experiment(client: MlflowClient, tmp_path: Path, name: str) -> str:
+    return client.create_experiment(name, artifact_location=(tmp_path / "artifacts" / name).as_uri())
+
+
+def test_without_the_logs_endpoint_the_mlflow_artifacts_are_read(
+    settings, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The layout `air logs` falls back to: logs/attempt_<n>/node_<m>/logs-<i>.chunk.txt, by index."""
+    uri, client = mlflow_store(tmp_path)
+    mlflow_run = client.create_run(experiment(client, tmp_path, "qwen-sft")).info.run_id
+    for index, text in ((10, "step 3\n"), (0, "step 1\n"), (2, "step 2\n")):
+        client.log_text(mlflow_run, text, f"logs/attempt_0/node_0/logs-{index}.chunk.txt")
+    client.log_text(mlflow_run, "other node\n", "logs/attempt_0/node_1/logs-0.chunk.txt")
+    run = make_run(world.vision, "6001", status=RunStatus.RUNNING, ended_at=None)
+    run.attempts.update(mlflow_run_id=mlflow_run)
+    monkeypatch.setenv("FAKE_DATABRICKS_LOGS", "disabled")
+    settings.AIRBOARD_MLFLOW_TRACKING_URI = uri
+    settings.AIRBOARD_LOG_SOURCE_DIR = ""
+    settings.AIRBOARD_LOG_SOURCE_COMMAND = ENDPOINT
+
+    output = collect_logs()
+
+    assert "read from MLflow" in output and "training log streaming is not enabled" in output
+    assert stored(run) == "step 1\nstep 2\nstep 3\n"
+
+
+def test_the_older_artifact_layout_and_no_logs_at_all(tmp_path: Path) -> None:
+    uri, client = mlflow_store(tmp_path)
+    old = client.create_run(experiment(client, tmp_path, "old")).info.run_id
+    client.log_text(old, "from the old layout\n", "logs/node_0/logs-0.chunk.txt")
+    empty = client.create_run(experiment(client, tmp_path, "empty")).info.run_id
+
+    source = MlflowSource(uri)
+    assert mlflow_node_log(source, old, 1, 0) == "from the old layout\n"
+    assert mlflow_node_log(source, empty, 1, 0) is None

@@ -14,6 +14,12 @@ from databricks/cli `experimental/air/cmd/logstream.go` and its acceptance test 
   CLI's patterns matched and ERROR lines say there is nothing (yet): only LOG lines are log.
   An `{"v": 1, "error": {...}}` envelope is the command's error.
 
+When the command fails for an attempt that has an MLflow run (the logs endpoint is gated off
+for some workspaces, and older runs predate it), the node's log is read from that run's
+artifacts instead, as `air logs` falls back: `logs/attempt_<retry>/node_<node>/`, or
+`logs/node_<node>/` in the older layout, holding `logs-<i>.chunk.txt` files joined in index
+order (experimental/air/cmd/logmlflow.go).
+
 The result is the node's whole log as text, so the caller appends only what is beyond the
 stored part (incremental, as for any log command). The runtime's own lines ("ERROR: Script
 failed with exit code N after Ss", the MLflow logger's stall warning) are ordinary lines of it.
@@ -22,13 +28,16 @@ failed with exit code N after Ss", the MLflow logger's stall warning) are ordina
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from runs.collectors.databricks_cli import CollectorError, run_node_log_command
 from runs.collectors.jobs_records import EnvelopeError, air_run_ids, is_air_envelope
+from runs.collectors.mlflow_client import MlflowSource, MlflowSourceError
 
 # Pages of the logs endpoint read for one node in one pass: the rest waits for the next pass.
 MAX_PAGES = 200
+CHUNK_FILE = re.compile(r"^logs-(\d+)\.chunk\.txt$")
 
 
 def records_text(records: list[dict[str, Any]], node: int) -> str:
@@ -91,3 +100,30 @@ def fetch_node_log(template: str, run_id: str, attempt: int, node: int, timeout:
         records += more or []
         pages += 1
     return records_text(records, node)
+
+
+def mlflow_node_log(source: MlflowSource, mlflow_run_id: str, attempt: int, node: int) -> str | None:
+    """The node's log from the MLflow run's artifacts, or None when the run holds none for it.
+
+    The attempt-prefixed layout (`logs/attempt_<attempt - 1>/node_<node>`) is tried first,
+    then the older `logs/node_<node>`; chunk files are joined in numeric index order.
+    """
+    try:
+        top = set(source.artifact_paths(mlflow_run_id, "logs"))
+        if f"logs/attempt_{attempt - 1}" in top:
+            folder = f"logs/attempt_{attempt - 1}/node_{node}"
+        elif f"logs/node_{node}" in top:
+            folder = f"logs/node_{node}"
+        else:
+            return None
+        chunks = sorted(
+            (int(match[1]), path)
+            for path in source.artifact_paths(mlflow_run_id, folder)
+            if (match := CHUNK_FILE.match(path.rsplit("/", 1)[-1]))
+        )
+        if not chunks:
+            return None
+        return "".join(source.artifact_text(mlflow_run_id, path) for _, path in chunks)
+    except MlflowSourceError as exc:
+        raise CollectorError(str(exc)) from None
+    return None
