@@ -17,7 +17,15 @@ from billing.costs import estimate_costs_for_runs
 from runs.choices import RunSource, RunStatus
 from runs.collectors import runsource
 from runs.collectors.databricks_cli import jobs_argv
-from runs.collectors.jobs_records import EnvelopeError, air_run_ids, strip_user_prefix
+from runs.collectors.jobs_records import (
+    EnvelopeError,
+    RunKind,
+    air_run_ids,
+    classify,
+    spec_gpus,
+    spec_workers,
+    strip_user_prefix,
+)
 from runs.models import Cluster, CollectorState, Run
 from tests.conftest import World
 from tests.test_collect_runs import DATABRICKS, Source, collect
@@ -211,3 +219,19 @@ def test_record_helpers() -> None:
         "databricks", "jobs", "get-run-output", "8", "-o", "json",
     ]  # fmt: skip
     assert jobs_argv(["./export.sh"], ["get-run"], 1) is None
+
+
+def test_which_records_are_gpu_work() -> None:
+    notebook = {"run_id": 1, "tasks": [{"notebook_task": {"notebook_path": "/x"}, "existing_cluster_id": "c-cpu"}]}
+    on_gpu = {"run_id": 2, "tasks": [{"notebook_task": {"notebook_path": "/x"}, "existing_cluster_id": "c-gpu"}]}
+    unseen = {"run_id": 3, "tasks": [{"notebook_task": {"notebook_path": "/x"}, "existing_cluster_id": "c-new"}]}
+    serverless_cpu = {"run_id": 4, "tasks": [{"notebook_task": {"notebook_path": "/x"}, "environment_key": "e"}]}
+    known = {"c-cpu": 0, "c-gpu": 4}
+    assert [classify(r, known) for r in (notebook, on_gpu, unseen, serverless_cpu)] == [
+        RunKind.NOT_GPU, RunKind.CLASSIC, RunKind.CLASSIC, RunKind.NOT_GPU,
+    ]  # fmt: skip
+    autoscaled = {"node_type_id": "p4d.24xlarge", "driver_node_type_id": "m5.xlarge", "autoscale": {"min_workers": 2}}
+    assert (spec_workers(autoscaled), spec_gpus(autoscaled)) == (2, 16)
+    assert spec_gpus({"node_type_id": "i3.xlarge", "num_workers": 8}) == 0
+    legacy_without_gpus = {"run_id": 5, "tasks": [{"gen_ai_compute_task": {"mlflow_experiment_name": "x"}}]}
+    assert classify(legacy_without_gpus, {}) == RunKind.NOT_GPU

@@ -1,9 +1,13 @@
 """The run source collector: Databricks job runs and classic clusters into Run, Attempt, Cluster.
 
 The raw records come from `databricks_cli` (the operator's CLI command, or the SDK); this
-module only maps them. Databricks retries a run as a new run whose `original_attempt_run_id`
-names the first try, so all tries share one Airboard run (external id = the original run id)
-and become its attempts, numbered `attempt_number + 1` (Databricks counts from 0).
+module only maps them, reading them with `jobs_records` (which runs are GPU work, the AI
+Runtime task's accelerators and experiment, task tries, job cluster specs). Runs without a
+GPU are not stored. A run-level retry is a new run whose `original_attempt_run_id` names the
+first try, so all tries share one Airboard run (external id = the original run id); each try
+of the run's first task (`tasks[]` entries of its `task_key`) is an attempt, numbered from 1
+(Databricks counts from 0), with the task's own window and the MLflow run `jobs
+get-run-output` names for it.
 
 Status mapping (the legacy `state` object is preferred where present: only it tells a
 timeout apart; the newer `status` object is the fallback):
