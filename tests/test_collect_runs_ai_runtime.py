@@ -155,6 +155,13 @@ def test_air_list_is_hydrated_with_jobs_get_run(settings, world: World, workspac
     )  # fmt: skip
     assert Run.objects.get(external_id="2001").attempts.count() == 2
 
+    # Rows that ended and are stored finished are not fetched again; the others are.
+    before = len(workspace.calls())
+    collect()
+    again = workspace.calls()[before:]
+    assert "-p prod jobs get-run 334747067049496 -o json" not in again
+    assert "-p prod jobs get-run 1001 -o json" in again
+
 
 def test_an_air_error_envelope_is_the_collectors_error(settings, world: World, workspace: Source) -> None:
     settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} experimental air get notanumber -o json"

@@ -15,11 +15,12 @@ import json
 import re
 import shlex
 import subprocess
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
 
-from runs.collectors.jobs_records import EnvelopeError, air_run_ids, is_air_envelope
+from runs.collectors.jobs_records import EnvelopeError, air_ended_ids, air_run_ids, is_air_envelope
 
 # Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
 STDERR_TAIL_CHARS = 2_000
@@ -173,10 +174,18 @@ class RunSourceClient(Protocol):
 class CliClient:
     """The operator's commands, run as configured (we never append to them)."""
 
-    def __init__(self, runs_command: str, clusters_command: str = "", timeout: float = 120) -> None:
+    def __init__(
+        self,
+        runs_command: str,
+        clusters_command: str = "",
+        timeout: float = 120,
+        settled: Callable[[list[str]], set[str]] | None = None,
+    ) -> None:
         self.runs_argv = split_command(runs_command)
         self.clusters_argv = split_command(clusters_command) if clusters_command.strip() else None
         self.timeout = timeout
+        # Run ids already stored as finished: `air list` rows that ended are not fetched again.
+        self.settled = settled
 
     def list_runs(self, start_time_from_ms: int | None = None) -> list[dict[str, Any]]:
         """The Jobs records the command prints; `air list|get` rows are fetched with `jobs get-run`.
@@ -190,6 +199,10 @@ class CliClient:
             run_ids = air_run_ids(payload)
         except EnvelopeError as exc:
             raise CollectorError(f"`{_shown(self.runs_argv)}` answered an error: {redact(str(exc))}") from None
+        if self.settled is not None:
+            ended = set(air_ended_ids(payload))
+            done = self.settled(sorted(ended)) if ended else set()
+            run_ids = [run_id for run_id in run_ids if run_id not in done]
         found, problems = self.get_runs(run_ids)
         if problems:
             # A listed run that cannot be read now is read next pass; one problem says why.
@@ -276,11 +289,16 @@ def sdk_importable() -> bool:
         return False
 
 
-def client_from_settings() -> RunSourceClient | None:
-    """The configured client: the command first, else the SDK with host + token; None when neither."""
+def client_from_settings(settled: Callable[[list[str]], set[str]] | None = None) -> RunSourceClient | None:
+    """The configured client: the command first, else the SDK with host + token; None when neither.
+
+    `settled(run_ids)` names the run ids already stored as finished (see `CliClient`).
+    """
     timeout = settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
     if settings.AIRBOARD_RUN_SOURCE_COMMAND.strip():
-        return CliClient(settings.AIRBOARD_RUN_SOURCE_COMMAND, settings.AIRBOARD_CLUSTER_SOURCE_COMMAND, timeout)
+        return CliClient(
+            settings.AIRBOARD_RUN_SOURCE_COMMAND, settings.AIRBOARD_CLUSTER_SOURCE_COMMAND, timeout, settled
+        )
     if settings.DATABRICKS_HOST and settings.DATABRICKS_TOKEN and sdk_importable():  # pragma: no cover
         return SdkClient(settings.DATABRICKS_HOST, settings.DATABRICKS_TOKEN)
     return None

@@ -239,3 +239,17 @@ def air_run_ids(payload: dict[str, Any]) -> list[str]:
         raise EnvelopeError("data.runs is not a list")
     ids = [str(row.get("run_id")) for row in rows if isinstance(row, dict) and str(row.get("run_id") or "").isdigit()]
     return list(dict.fromkeys(ids))
+
+
+# `air list` statuses of runs that ended: the row's status is the result state, else the life
+# cycle state (experimental/air/cmd/format.go, statusWord).
+AIR_ENDED = {
+    "SUCCESS", "SUCCESS_WITH_FAILURES", "FAILED", "UPSTREAM_FAILED", "TIMEDOUT", "CANCELED", "UPSTREAM_CANCELED",
+    "MAXIMUM_CONCURRENT_RUNS_REACHED", "EXCLUDED", "DISABLED", "SKIPPED", "INTERNAL_ERROR", "TERMINATED",
+}  # fmt: skip
+
+
+def air_ended_ids(payload: dict[str, Any]) -> list[str]:
+    """Run ids of an `air list` envelope whose row status says the run has ended."""
+    rows = (payload.get("data") or {}).get("runs") or []
+    return [str(r.get("run_id")) for r in rows if isinstance(r, dict) and r.get("status") in AIR_ENDED]

@@ -526,6 +526,12 @@ def fetch_mlflow_outputs(
     return outputs
 
 
+def stored_finished(run_ids: list[str]) -> set[str]:
+    """Which of these Databricks run ids are stored as finished runs (nothing left to read)."""
+    rows = Run.objects.filter(external_id__in=run_ids, status__in=RunStatus.finished()).exclude(source=RunSource.LOCAL)
+    return set(rows.values_list("external_id", flat=True))
+
+
 def collect_once(client: RunSourceClient | None = None) -> CollectResult:
     """One pass of the run source.
 
@@ -537,7 +543,7 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
     4. Upsert everything idempotently, then save the cursor: the newest start_time seen (the
        SDK path lists from there) and the runs still active.
     """
-    client = client or client_from_settings()
+    client = client or client_from_settings(settled=stored_finished)
     if client is None:
         return CollectResult(lines=[NOT_CONFIGURED])
     with track("runs", CollectorKind.RUNS, settings.AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS) as (state, result):
