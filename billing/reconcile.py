@@ -29,8 +29,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from billing import reports
-from billing.costs import _EXACT, ZERO, _exact_sum
 from billing.models import BilledUsage, BillingListPrice
+from billing.money import EXACT, ZERO, exact_sum
 from billing.pricebook import RowError
 from billing.run_costs import breakdowns_for_runs
 from runs.choices import RunSource
@@ -240,7 +240,7 @@ def _price(records: list[BilledUsage]) -> None:
             record.price_per_unit = record.billed_usd = None
             continue
         record.price_per_unit = price.price_per_unit
-        with localcontext(_EXACT):
+        with localcontext(EXACT):
             record.billed_usd = record.usage_quantity * price.price_per_unit
 
 
@@ -307,7 +307,7 @@ def visible_usage(team_ids: Iterable[int], staff: bool) -> QuerySet[BilledUsage]
 
 
 def _difference(estimated: Decimal, billed: Decimal) -> tuple[Decimal, Decimal | None]:
-    with localcontext(_EXACT):
+    with localcontext(EXACT):
         diff = billed - estimated
     percent = (diff / estimated * 100).quantize(Decimal("0.1")) if estimated else None
     return diff, percent
@@ -347,7 +347,7 @@ def per_run(runs: list[Run], now: datetime | None = None) -> dict[int, BilledFig
                 billed[run_id].append(usd)
     breakdowns = breakdowns_for_runs(runs, now=now or timezone.now()) if runs else {}
     return {
-        run.pk: BilledFigure(breakdowns[run.pk].total, _exact_sum(billed[run.pk]), records[run.pk], unpriced[run.pk])
+        run.pk: BilledFigure(breakdowns[run.pk].total, exact_sum(billed[run.pk]), records[run.pk], unpriced[run.pk])
         for run in runs
     }
 
@@ -380,7 +380,7 @@ def run_rows(team_ids: Iterable[int], start: date, end: date, staff: bool, team_
             loose[job_run_id].append(usd)
         for job_run_id, values in sorted(loose.items()):
             figure = BilledFigure(
-                ZERO, _exact_sum(v for v in values if v is not None), len(values), sum(v is None for v in values)
+                ZERO, exact_sum(v for v in values if v is not None), len(values), sum(v is None for v in values)
             )
             out.append({"run": None, "job_run_id": job_run_id or "(none)", "team": "", **_figure_dict(figure)})
     return out
@@ -412,7 +412,7 @@ def day_rows(team_ids: Iterable[int], start: date, end: date, staff: bool, team_
             billed[day].append(usd)
     out = []
     for day in sorted(set(estimated) | set(billed)):
-        figure = BilledFigure(estimated.get(day, ZERO), _exact_sum(billed[day]), 0, 0)
+        figure = BilledFigure(estimated.get(day, ZERO), exact_sum(billed[day]), 0, 0)
         row = _figure_dict(figure)
         del row["records"], row["unpriced"]
         out.append({"day": day, **row})

@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.costs import _accelerator_prices, _compute_key
+from billing.costs import accelerator_prices, compute_key
 from runs.choices import RunStatus, StallKind
 from runs.models import GpuSample, Run
 
@@ -147,12 +147,12 @@ def run_stalls(runs: Iterable[Run], now: datetime | None = None) -> list[RunStal
     """
     now = now or timezone.now()
     running = [r for r in runs if r.status == RunStatus.RUNNING]
-    keys = {key for r in running if (key := _compute_key(r.accelerator_type, r.region))}
-    prices = _accelerator_prices(keys)
+    keys = {key for r in running if (key := compute_key(r.accelerator_type, r.region))}
+    prices = accelerator_prices(keys)
     result = []
     for run in running:
         stalls = gpu_stalls(run, now)
-        periods = [p for p in prices.get(_compute_key(run.accelerator_type, run.region), []) if p.effective_from <= now]
+        periods = [p for p in prices.get(compute_key(run.accelerator_type, run.region), []) if p.effective_from <= now]
         price = periods[-1].usd_per_hour if periods else None
         for kind in StallKind:
             gpus = tuple(g for g in stalls if g.kind == kind)

@@ -194,6 +194,7 @@ def cluster_fields(record: dict[str, Any]) -> dict[str, Any]:
         "region": region_from_zone((record.get("aws_attributes") or {}).get("zone_id") or ""),
         "state": record.get("state") or "",
         "start_time": ms_to_dt(record.get("start_time")),
+        "last_restarted_time": ms_to_dt(record.get("last_restarted_time")),
         "terminated_time": ms_to_dt(record.get("terminated_time")),
         "raw": record,
     }
@@ -204,8 +205,9 @@ def upsert_clusters(records: list[dict[str, Any]], teams: TeamResolver, result: 
 
     1. Resolve the team (an existing cluster keeps its own); skip with a line when none.
     2. Create or update the row, counting created / updated / unchanged.
-    3. STARTING at start_time, RESTARTING at last_state_loss_time, TERMINATING at
-       terminated_time, written conflict-ignoring so a re-read adds nothing.
+    3. RESTARTING at last_state_loss_time, TERMINATING at terminated_time, written
+       conflict-ignoring so a re-read adds nothing. Nothing at start_time: the API documents it
+       as when the creation request was received, not when the cluster came up (runs.uptime).
     """
     counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     by_id: dict[str, Cluster] = {}
@@ -235,7 +237,6 @@ def upsert_clusters(records: list[dict[str, Any]], teams: TeamResolver, result: 
         events = [
             ClusterEvent(cluster=cluster, ts=ts, kind=kind, details={"derived_from": source})
             for kind, source in (
-                ("STARTING", "start_time"),
                 ("RESTARTING", "last_state_loss_time"),
                 ("TERMINATING", "terminated_time"),
             )
