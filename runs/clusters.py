@@ -31,7 +31,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.costs import accelerator_prices
-from billing.money import EXACT, ZERO, PricePeriod, billed_hours, exact_sum, price_in_force, utc
+from billing.money import EXACT, ZERO, Figure, PricePeriod, billed_hours, estimate, exact_sum, price_in_force, utc
 from billing.run_costs import ClusterUptime, cluster_uptime, idle_hours, instance_prices
 from runs.choices import AcceleratorType
 from runs.instance_types import GpuSpec, instance_gpus, is_gpu_instance
@@ -95,6 +95,12 @@ class ClusterCost:
     unattributed_cost: Decimal = ZERO
     runs: int = 0
     as_of: datetime | None = None
+
+    @property
+    def figure(self) -> Figure:
+        """The uptime cost and what it is: estimated, or a lower bound naming what has no price."""
+        unpriced = [n for n in self.notes if n.startswith("no instance price") or "lower bound" in n]
+        return estimate(self.uptime_cost, self.as_of or timezone.now(), unpriced)
 
     @property
     def has_gpus(self) -> bool:
