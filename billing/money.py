@@ -112,6 +112,17 @@ def exact_difference(a: Decimal, b: Decimal) -> Decimal:
         return a - b
 
 
+def per_unit(usd: Decimal, units: int) -> Decimal:
+    """usd / units (an instance's price per GPU): exact when it can be (1, 2, 4, 8 always are),
+    else half-even to 1e-12 dollars, far below a cent."""
+    try:
+        with localcontext(EXACT):
+            return usd / units
+    except Inexact:
+        with localcontext(ROUNDING):
+            return (usd / units).quantize(Decimal("1e-12"))
+
+
 def utc_midnight(day: date) -> datetime:
     """00:00 UTC at the start of `day`: every rollup day and range bound is a UTC day."""
     return datetime.combine(day, time(), tzinfo=UTC)

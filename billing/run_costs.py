@@ -14,8 +14,10 @@ rollups it writes); `billing.engine.run_costs` adds the billed figure where one 
   plus its unattributed time, exactly. A classic run without a cluster is billed as
   `instance_type` x ceil(num_accelerators / gpus_per_node) nodes for its attempts.
 - Idle cost ("GPUs held but idle"): GPU-minutes whose `utilization_gpu_max` is below
-  `AIRBOARD_IDLE_UTILIZATION_PERCENT` while the run was billed, priced at the run's
-  accelerator-hour price. Idle cost is a part of compute cost, not an addition to it.
+  `AIRBOARD_IDLE_UTILIZATION_PERCENT` while the run was billed, priced at what holds the GPU:
+  a serverless run's accelerator-hour price, a classic run's worker instance price per GPU.
+  The clusters page's idle cost is its runs' idle, so /costs/ and it agree. Idle cost is a
+  part of compute cost, not an addition to it.
 
 Same exact-Decimal rules as `billing.money`.
 """
@@ -49,12 +51,13 @@ from billing.money import (
     estimate,
     exact_sum,
     hours_from_microseconds,
+    per_unit,
     price_in_force,
     split_billed_hours,
     utc,
 )
 from runs.choices import RunSource
-from runs.instance_types import is_gpu_instance
+from runs.instance_types import instance_gpus, is_gpu_instance
 from runs.models import Attempt, Cluster, ClusterEvent, GpuMinute, Run
 from runs.uptime import UptimePiece, uptime_pieces, worker_note
 
@@ -249,6 +252,7 @@ class ClusterUptime:
     unattributed: tuple[CostLine, ...]
     runs: int
     notes: tuple[str, ...]
+    worker_prices: tuple[PricePeriod, ...] = ()
 
     @property
     def cost(self) -> Decimal:
@@ -354,7 +358,7 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
         uptime = ClusterUptime(
             cluster=c, region=region, driver_type=driver_type, worker_type=c.node_type_id, pieces=tuple(pieces),
             shares={r: tuple(lines) for r, lines in shares.items()}, unattributed=tuple(unattributed), runs=len(ids),
-            notes=(),
+            notes=(), worker_prices=tuple(worker),
         )  # fmt: skip
         notes = []
         if uptime.unpriced:
@@ -428,7 +432,9 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
     out = {}
     for run in runs:
         key = compute_key(run.accelerator_type, run.region)
-        accel = accel_prices.get(key, []) if key else []
+        # Idle GPU-minutes are priced at what holds the GPU: the accelerator-hour price of a
+        # serverless run, the instance price per GPU of a classic one (the clusters page's rule).
+        idle_rule = _IdleRule(accel_prices.get(key, []) if key else [], 1, "an accelerator")
         uptime = uptimes.get(run.cluster_id) if run.source == RunSource.CLASSIC and run.cluster_id else None
         if uptime is not None:
             classic_compute: _Classic | None = _Classic(
@@ -436,6 +442,8 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
                 runs=uptime.runs, notes=uptime.notes, gpus=_gpus_on(uptime),
             )  # fmt: skip
             intervals = _uptime_intervals(uptime, as_of)
+            spec = instance_gpus(uptime.worker_type)
+            idle_rule = _IdleRule(list(uptime.worker_prices), spec.count if spec else 1, "an instance")
         elif run.source == RunSource.CLASSIC:
             nodes = _nodes(run)
             rate = combined_rate(None, prices.get((run.instance_type, run.region), []), nodes)
@@ -446,15 +454,28 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
                 gpus=True,
             )  # fmt: skip
             intervals = _attempt_intervals(attempts[run.pk], as_of)
+            spec = instance_gpus(run.instance_type)
+            idle_rule = _IdleRule(
+                prices.get((run.instance_type, run.region), []), spec.count if spec else 1, "an instance"
+            )
         else:
             classic_compute, intervals = None, _attempt_intervals(attempts[run.pk], as_of)
-        out[run.pk] = _breakdown(run, base[run.pk], intervals, classic_compute, idle_minutes[run.pk], accel)
+        out[run.pk] = _breakdown(run, base[run.pk], intervals, classic_compute, idle_minutes[run.pk], idle_rule)
     return out
 
 
 def _gpus_on(uptime: ClusterUptime) -> bool:
     """True when the cluster carries GPUs (driver or workers); a CPU-only cluster's hours are no GPU time."""
     return is_gpu_instance(uptime.driver_type) or is_gpu_instance(uptime.worker_type)
+
+
+@dataclass(frozen=True)
+class _IdleRule:
+    """How a run's idle GPU-minutes are priced: `prices` per hour, divided among `per` GPUs."""
+
+    prices: list[PricePeriod]
+    per: int
+    what: str
 
 
 @dataclass(frozen=True)
@@ -475,7 +496,7 @@ def _breakdown(
     intervals: list[Interval],
     classic: _Classic | None,
     idle_minutes: list[datetime],
-    accel_periods: list[PricePeriod],
+    idle_rule: _IdleRule,
 ) -> RunBreakdown:
     reasons = list(base.unpriced_reasons)
     day_compute: dict[date, list[Decimal]] = defaultdict(list)
@@ -512,6 +533,7 @@ def _breakdown(
         reasons.extend(n for n in classic.notes if not n.startswith("no instance price") and n not in reasons)
 
     # Idle: count minutes per (interval, day, price), then round each group's hours once.
+    accel_periods = idle_rule.prices
     starts = [p.effective_from for p in accel_periods]
     groups: dict[tuple[int, date, Decimal | None], int] = defaultdict(int)
     for minute in idle_minutes:
@@ -527,14 +549,14 @@ def _breakdown(
     for (number, day, price), count in groups.items():
         hours = idle_hours(count)
         with localcontext(EXACT):
-            usd = hours * price if price is not None else ZERO
+            usd = per_unit(hours * price, idle_rule.per) if price is not None else ZERO
         if price is None:
             unpriced_idle.append(hours)
         day_idle[day].append(usd)
         day_idle_hours[day].append(hours)
         interval_idle[number].append((hours, usd))
     if unpriced_idle:
-        reasons.append("idle GPU-hours without an accelerator price are counted, not priced")
+        reasons.append(f"idle GPU-hours without {idle_rule.what} price are counted, not priced")
 
     egress_by_day = {d.day: d.egress for d in base.days}
     days = tuple(

@@ -9,13 +9,15 @@ This module answers, per cluster and per team:
   (`GpuMinute`, inside the uptime) is idle when its `utilization_gpu_max` is below
   `AIRBOARD_IDLE_UTILIZATION_PERCENT` (the same test as `billing.run_costs`), busy otherwise;
   held GPU-hours no telemetry covers are "unknown", never guessed;
-- idle cost: idle GPU-hours x the worker instance's price per GPU;
+- idle cost: idle GPU-hours x the worker instance's price per GPU, as the cluster's runs were
+  charged it (`billing.run_costs`): the clusters page and /costs/ read the same figure;
 - what-if: the same busy GPU-hours priced as serverless accelerator-hours at the price book's
   `AcceleratorPrice` of the nearest serverless shape (`serverless_equivalent`), or "no
   serverless equivalent" when there is none (A100, T4, V100, H200...).
 
-Autoscaling clusters are priced at their recorded `num_workers` (the count the source last
-reported), or the autoscale minimum when that is 0: resize events are not modelled yet.
+Uptime and worker counts follow one rule (`runs.uptime`): lifecycle events, else
+`last_restarted_time`, never `start_time`; resize events set the worker count, else a fixed
+size's `num_workers` or an autoscaling cluster's minimum, stated as an estimate.
 """
 
 from __future__ import annotations
@@ -25,17 +27,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
+from decimal import Decimal, localcontext
 
 from django.conf import settings
 from django.utils import timezone
 
 from billing.costs import accelerator_prices
 from billing.money import EXACT, ZERO, Figure, PricePeriod, billed_hours, estimate, exact_sum, price_in_force, utc
-from billing.run_costs import ClusterUptime, cluster_uptime, idle_hours, instance_prices
-from runs.choices import AcceleratorType
+from billing.run_costs import ClusterUptime, breakdowns_for_runs, cluster_uptime, idle_hours, instance_prices
+from runs.choices import AcceleratorType, RunSource
 from runs.instance_types import GpuSpec, instance_gpus, is_gpu_instance
-from runs.models import Cluster, GpuMinute
+from runs.models import Cluster, GpuMinute, Run
 
 __all__ = ["GpuSpec", "instance_gpus", "is_gpu_instance"]
 
@@ -62,17 +64,6 @@ def cluster_gpus(cluster: Cluster, workers: int) -> int:
     driver = instance_gpus(cluster.driver_node_type_id or cluster.node_type_id)
     worker = instance_gpus(cluster.node_type_id)
     return (driver.count if driver else 0) + workers * (worker.count if worker else 0)
-
-
-def _per_gpu(usd: Decimal, gpus: int) -> Decimal:
-    """usd / gpus: exact when it can be (1, 2, 4, 8 GPUs always are), else half-even to 1e-12."""
-    try:
-        with localcontext(EXACT):
-            return usd / gpus
-    except Inexact:
-        with localcontext() as ctx:
-            ctx.prec, ctx.rounding = 60, ROUND_HALF_EVEN
-            return (usd / gpus).quantize(Decimal("1e-12"))
 
 
 @dataclass
@@ -145,15 +136,22 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
 
     1. Uptime, its cost and its split among runs from `billing.run_costs.cluster_uptime`:
        the one rule (`runs.uptime`), the same the runs' costs and the rollups read.
-    2. One query for the GPU-minutes of runs on these clusters; each minute inside the uptime
-       is busy or idle; held GPU-hours less both is unknown.
-    3. One query for the worker instance prices (idle minutes are priced at the worker price
-       per GPU in force) and one for serverless prices of the equivalent shapes (busy minutes
-       at the serverless price in force).
+    2. Idle GPU-hours and idle cost: the sum of the cluster's runs' own (`breakdowns_for_runs`,
+       worker instance price per GPU), so the clusters page and /costs/ say the same.
+    3. One query for the GPU-minutes of runs on these clusters; a minute inside the uptime and
+       not idle is busy; held GPU-hours less busy and idle is unknown.
+    4. One query for serverless prices of the equivalent shapes (busy minutes at the serverless
+       price in force: the what-if).
     """
     clusters = list(clusters)
     as_of = utc(now or timezone.now(), "now")
     uptimes = cluster_uptime(clusters, now=as_of)
+    # Idle cost is the runs' own (billing.run_costs prices it), so /costs/ and this page agree.
+    members = list(Run.objects.filter(cluster__in=clusters, source=RunSource.CLASSIC))
+    idle: dict[int, list[tuple[Decimal, Decimal]]] = defaultdict(list)
+    breakdowns = breakdowns_for_runs(members, now=as_of) if members else {}
+    for run in members:
+        idle[run.cluster_id].append((breakdowns[run.pk].idle_gpu_hours, breakdowns[run.pk].idle))
     prices = instance_prices({(c.node_type_id, uptimes[c.pk].region) for c in clusters})
 
     threshold = settings.AIRBOARD_IDLE_UTILIZATION_PERCENT
@@ -169,7 +167,11 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
         uptime = uptimes[c.pk]
         shape = shapes[c.pk]
         worker_prices = prices.get((c.node_type_id, uptime.region), [])
-        out.append(_cluster_cost(uptime, worker_prices, minutes[c.pk], shape, accel.get((shape, c.region), []), as_of))
+        out.append(
+            _cluster_cost(
+                uptime, worker_prices, minutes[c.pk], shape, accel.get((shape, c.region), []), as_of, idle[c.pk]
+            )
+        )
     return out
 
 
@@ -180,6 +182,7 @@ def _cluster_cost(
     shape: str | None,
     serverless: list[PricePeriod],
     as_of: datetime,
+    run_idle: list[tuple[Decimal, Decimal]],
 ) -> ClusterCost:
     cluster = uptime.cluster
     notes: list[str] = list(uptime.notes)
@@ -192,30 +195,21 @@ def _cluster_cost(
         )
     gpus = max((cluster_gpus(cluster, p.workers) for p in uptime.pieces), default=cluster_gpus(cluster, 0))
 
-    # Count minutes inside the uptime, grouped by the price in force, then round hours once a group.
-    idle_groups: dict[Decimal | None, int] = defaultdict(int)
+    # Busy minutes inside the uptime, grouped by the serverless price in force, hours rounded once a group.
     busy_groups: dict[Decimal | None, int] = defaultdict(int)
-    worker_starts = [p.effective_from for p in worker_prices]
     serverless_starts = [p.effective_from for p in serverless]
     for minute, idle in minutes:
-        if not any(start <= minute < end for start, end in intervals):
+        if idle or not any(start <= minute < end for start, end in intervals):
             continue
-        if idle:
-            price = price_in_force(worker_prices, worker_starts, minute)
-            idle_groups[price.usd_per_hour if price else None] += 1
-        else:
-            price = price_in_force(serverless, serverless_starts, minute)
-            busy_groups[price.usd_per_hour if price else None] += 1
-    idle_gpu_hours = idle_hours(sum(idle_groups.values()))
+        price = price_in_force(serverless, serverless_starts, minute)
+        busy_groups[price.usd_per_hour if price else None] += 1
     busy_gpu_hours = idle_hours(sum(busy_groups.values()))
+    # Idle: what the cluster's runs were charged for idle GPUs (billing.run_costs), summed.
+    idle_gpu_hours = exact_sum(hours for hours, _ in run_idle)
+    idle_cost = exact_sum(usd for _, usd in run_idle)
     with localcontext(EXACT):
         unknown = max(gpu_hours - idle_gpu_hours - busy_gpu_hours, ZERO)
-    spec = instance_gpus(cluster.node_type_id)
-    per_instance = spec.count if spec else 1
-    idle_cost = exact_sum(
-        _per_gpu(idle_hours(n) * price, per_instance) for price, n in idle_groups.items() if price is not None
-    )
-    if idle_groups.get(None):
+    if not worker_prices and idle_gpu_hours:
         notes.append("idle GPU-hours without an instance price are counted, not priced")
 
     what_if: Decimal | None = None

@@ -22,7 +22,7 @@ from billing import rollups
 from billing.models import AcceleratorPrice, CostDailyTeam, InstancePrice, UsagePolicy
 from dashboard.management.commands import runall
 from runs.choices import RunSource, RunStatus
-from runs.models import Cluster, ClusterEvent, Run
+from runs.models import Cluster, ClusterEvent, GpuMinute, Node, Run
 from tests.conftest import T0, World, make_run
 
 BOOK = datetime(2026, 1, 1, tzinfo=UTC)
@@ -214,6 +214,31 @@ def test_fully_priced_classic_run_is_not_a_lower_bound(world: World) -> None:
     assert "Lower bound" not in html and "lower bound" not in html
     assert ">estimated, as of 2026-11-03 09:00 UTC<" in html
     assert run_page_usd(world, run) == Decimal("10.00")
+
+
+# --- Idle: $0 on /costs/, $27.52 on the clusters page ---------------------------------------
+
+
+def test_idle_gpus_of_a_classic_run_cost_the_same_on_costs_and_the_clusters_page(world: World) -> None:
+    # g5.12xlarge carries 4 A10 GPUs at $8/h: $2 per GPU-hour. 30 idle GPU-minutes = $1.00.
+    _instance("g5.12xlarge", "8.00")
+    cluster = Cluster.objects.create(
+        team=world.vision, cluster_id="idle", node_type_id="g5.12xlarge", single_node=True, region="us-west-2",
+        terminated_time=T0 + timedelta(hours=1),
+    )  # fmt: skip
+    _up(cluster, T0, T0 + timedelta(hours=1))
+    run = make_run(world.vision, source=RunSource.CLASSIC, cluster=cluster, accelerator_type="", num_accelerators=4)
+    node = Node.objects.get(attempt__run=run)
+    for m in range(30):
+        GpuMinute.objects.create(run=run, node=node, gpu_index=m % 4, minute=T0 + timedelta(minutes=m // 4),
+                                 utilization_gpu_max=0.0)  # fmt: skip
+    with time_machine.travel(NOW, tick=False):
+        rollups.refresh_changed()
+        query = f"start={NOW:%Y-%m}-01&end={NOW:%Y-%m-%d}"
+        costs = world.client_for(world.sam).get(f"/costs/?{query}").context["total"]
+        page = world.client_for(world.sam).get(reverse("cluster_detail", args=[cluster.pk])).context["cost"]
+    assert cents(costs["idle_usd"]) == cents(page.idle_cost) == Decimal("1.00")
+    assert costs["idle_gpu_hours"] == page.idle_gpu_hours == Decimal("0.5")
 
 
 # --- The same month everywhere --------------------------------------------------------------
