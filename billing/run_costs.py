@@ -431,19 +431,15 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
 
     out = {}
     for run in runs:
-        key = compute_key(run.accelerator_type, run.region)
-        # Idle GPU-minutes are priced at what holds the GPU: the accelerator-hour price of a
-        # serverless run, the instance price per GPU of a classic one (the clusters page's rule).
-        idle_rule = _IdleRule(accel_prices.get(key, []) if key else [], 1, "an accelerator")
         uptime = uptimes.get(run.cluster_id) if run.source == RunSource.CLASSIC and run.cluster_id else None
+        # Idle GPU-minutes are priced at what holds the GPU (`GpuHourPrice`).
+        idle_rule = _gpu_hour_price(run, uptime, prices, accel_prices)
         if uptime is not None:
             classic_compute: _Classic | None = _Classic(
                 billed_as=uptime.billed_as, region=uptime.region, lines=list(uptime.shares.get(run.pk, ())),
                 runs=uptime.runs, notes=uptime.notes, gpus=_gpus_on(uptime),
             )  # fmt: skip
             intervals = _uptime_intervals(uptime, as_of)
-            spec = instance_gpus(uptime.worker_type)
-            idle_rule = _IdleRule(list(uptime.worker_prices), spec.count if spec else 1, "an instance")
         elif run.source == RunSource.CLASSIC:
             nodes = _nodes(run)
             rate = combined_rate(None, prices.get((run.instance_type, run.region), []), nodes)
@@ -454,10 +450,6 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
                 gpus=True,
             )  # fmt: skip
             intervals = _attempt_intervals(attempts[run.pk], as_of)
-            spec = instance_gpus(run.instance_type)
-            idle_rule = _IdleRule(
-                prices.get((run.instance_type, run.region), []), spec.count if spec else 1, "an instance"
-            )
         else:
             classic_compute, intervals = None, _attempt_intervals(attempts[run.pk], as_of)
         out[run.pk] = _breakdown(run, base[run.pk], intervals, classic_compute, idle_minutes[run.pk], idle_rule)
@@ -470,12 +462,53 @@ def _gpus_on(uptime: ClusterUptime) -> bool:
 
 
 @dataclass(frozen=True)
-class _IdleRule:
-    """How a run's idle GPU-minutes are priced: `prices` per hour, divided among `per` GPUs."""
+class GpuHourPrice:
+    """What one GPU-hour of a run costs: `prices` per hour of what holds the GPUs, divided among
+    `per` GPUs (1 for a serverless accelerator-hour, the instance's GPU count on a cluster)."""
 
     prices: list[PricePeriod]
     per: int
     what: str
+
+    def at(self, when: datetime) -> Decimal | None:
+        """The price of one GPU-hour in force at `when`, or None when nothing is priced then."""
+        period = price_in_force(self.prices, [p.effective_from for p in self.prices], when)
+        return None if period is None else per_unit(period.usd_per_hour, self.per)
+
+
+def _gpu_hour_price(
+    run: Run,
+    uptime: ClusterUptime | None,
+    instance: dict[tuple[str, str], list[PricePeriod]],
+    accelerator: dict[tuple[str, str], list[PricePeriod]],
+) -> GpuHourPrice:
+    """What holds a run's GPUs, priced: the accelerator-hour price of a serverless run, the
+    worker instance price per GPU of a classic one (the clusters page's rule too)."""
+    if uptime is not None:
+        spec = instance_gpus(uptime.worker_type)
+        return GpuHourPrice(list(uptime.worker_prices), spec.count if spec else 1, "an instance")
+    if run.source == RunSource.CLASSIC:
+        spec = instance_gpus(run.instance_type)
+        return GpuHourPrice(instance.get((run.instance_type, run.region), []), spec.count if spec else 1, "an instance")
+    key = compute_key(run.accelerator_type, run.region)
+    return GpuHourPrice(accelerator.get(key, []) if key else [], 1, "an accelerator")
+
+
+def gpu_hour_prices(runs: Iterable[Run], now: datetime | None = None) -> dict[int, GpuHourPrice]:
+    """`GpuHourPrice` of each run (what stalls and idle GPUs cost), in a constant number of queries."""
+    runs = list(runs)
+    as_of = utc(now or timezone.now(), "now")
+    classic = [run for run in runs if run.source == RunSource.CLASSIC]
+    clusters = Cluster.objects.filter(pk__in={r.cluster_id for r in classic if r.cluster_id})
+    uptimes = cluster_uptime(clusters, now=as_of)
+    instance = instance_prices({(r.instance_type, r.region) for r in classic if r.cluster_id not in uptimes})
+    accelerator = accelerator_prices({k for r in runs if (k := compute_key(r.accelerator_type, r.region))})
+    return {
+        run.pk: _gpu_hour_price(
+            run, uptimes.get(run.cluster_id) if run.source == RunSource.CLASSIC else None, instance, accelerator
+        )
+        for run in runs
+    }
 
 
 @dataclass(frozen=True)
@@ -496,7 +529,7 @@ def _breakdown(
     intervals: list[Interval],
     classic: _Classic | None,
     idle_minutes: list[datetime],
-    idle_rule: _IdleRule,
+    idle_rule: GpuHourPrice,
 ) -> RunBreakdown:
     reasons = list(base.unpriced_reasons)
     day_compute: dict[date, list[Decimal]] = defaultdict(list)
