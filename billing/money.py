@@ -123,6 +123,14 @@ def per_unit(usd: Decimal, units: int) -> Decimal:
             return (usd / units).quantize(Decimal("1e-12"))
 
 
+def linear_forecast(spend: Decimal, elapsed_seconds: int, length_seconds: int) -> Decimal | None:
+    """spend / elapsed x length, half-even to the cent: the one forecast (policies, /costs/)."""
+    if elapsed_seconds <= 0:
+        return None
+    with localcontext(ROUNDING):
+        return (spend * length_seconds / elapsed_seconds).quantize(CENT)
+
+
 def utc_midnight(day: date) -> datetime:
     """00:00 UTC at the start of `day`: every rollup day and range bound is a UTC day."""
     return datetime.combine(day, time(), tzinfo=UTC)

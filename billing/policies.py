@@ -32,12 +32,22 @@ from billing import reports, spend
 from billing.choices import BudgetPeriod, SpentAction
 from billing.costs import accelerator_prices
 from billing.models import CostDaily, PolicyVersion, UsagePolicy
-from billing.money import ZERO, exact_sum, price_in_force, utc, utc_midnight
+from billing.money import (
+    CENT,
+    ESTIMATED,
+    FORECAST,
+    ZERO,
+    Figure,
+    exact_sum,
+    linear_forecast,
+    price_in_force,
+    utc,
+    utc_midnight,
+)
 from runs.choices import Region, RunStatus
 from runs.models import Run
 from runs.workload import Workload, WorkloadError, parse_workload
 
-CENT = Decimal("0.01")
 # Forecasts from less elapsed time than this are mostly noise (as reports.MIN_FORECAST_DAYS).
 MIN_FORECAST_DAYS = reports.MIN_FORECAST_DAYS
 QUARTER_MONTHS = (1, 4, 7, 10)
@@ -85,6 +95,14 @@ class PolicyStatus:
     forecast: Decimal | None
     daily: tuple[tuple[date, Decimal], ...]
     now: datetime
+
+    @property
+    def spend_figure(self) -> Figure:
+        return Figure(self.spend, ESTIMATED, self.now)
+
+    @property
+    def forecast_figure(self) -> Figure | None:
+        return None if self.forecast is None else Figure(self.forecast, FORECAST, self.now)
 
     @property
     def budget(self) -> Decimal | None:
@@ -150,11 +168,9 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     by_day = {row["day"]: row["total_usd"] for row in reports.sum_by(rows, ["day"], extra)}
     daily = tuple(sorted(by_day.items()))
     spend = exact_sum(v for _, v in daily) if daily else ZERO
-    elapsed = Decimal(int((now - utc_midnight(start)).total_seconds()))
-    length = Decimal(int((utc_midnight(end) - utc_midnight(start)).total_seconds()))
-    forecast = None
-    if elapsed >= MIN_FORECAST_DAYS * 86_400:
-        forecast = (spend * length / elapsed).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    elapsed = int((now - utc_midnight(start)).total_seconds())
+    length = int((utc_midnight(end) - utc_midnight(start)).total_seconds())
+    forecast = linear_forecast(spend, elapsed, length) if elapsed >= MIN_FORECAST_DAYS * 86_400 else None
     return PolicyStatus(policy, start, end, spend, forecast, daily, now)
 
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection
@@ -21,7 +21,18 @@ from django.db.models import Count, QuerySet, Sum
 from billing.choices import GroupBy
 from billing.costs import egress_prices, price_egress
 from billing.models import COST_AMOUNTS, CostDaily, CostDailyTeam, EgressRecord
-from billing.money import CENT, ESTIMATED, FORECAST, ZERO, Figure, exact_sum, month_start, utc, utc_midnight
+from billing.money import (
+    CENT,
+    ESTIMATED,
+    FORECAST,
+    ZERO,
+    Figure,
+    exact_sum,
+    linear_forecast,
+    month_start,
+    utc,
+    utc_midnight,
+)
 
 AMOUNTS = COST_AMOUNTS
 # The ORM path each group_by reads; team is shown by name.
@@ -227,8 +238,8 @@ def month_to_date(team_ids: Iterable[int], now: datetime, extra: Sequence[dict[s
     elapsed = elapsed_seconds / 86_400
     length = calendar.monthrange(now.year, now.month)[1]
     forecast = None
-    if days >= MIN_FORECAST_DAYS and elapsed_seconds > 0:
-        forecast = (spend * length * 86_400 / elapsed_seconds).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    if days >= MIN_FORECAST_DAYS:
+        forecast = linear_forecast(spend, int(elapsed_seconds), length * 86_400)
     return MonthToDate(first, spend, days, elapsed.quantize(CENT), length, forecast, now)
 
 
