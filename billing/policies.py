@@ -34,10 +34,10 @@ from billing.costs import accelerator_prices
 from billing.models import CostDaily, PolicyVersion, UsagePolicy
 from billing.money import (
     CENT,
-    ESTIMATED,
     FORECAST,
     ZERO,
     Figure,
+    estimate,
     exact_sum,
     linear_forecast,
     price_in_force,
@@ -95,10 +95,11 @@ class PolicyStatus:
     forecast: Decimal | None
     daily: tuple[tuple[date, Decimal], ...]
     now: datetime
+    unpriced: tuple[str, ...] = ()
 
     @property
     def spend_figure(self) -> Figure:
-        return Figure(self.spend, ESTIMATED, self.now)
+        return estimate(self.spend, self.now, self.unpriced)
 
     @property
     def forecast_figure(self) -> Figure | None:
@@ -171,7 +172,8 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     elapsed = int((now - utc_midnight(start)).total_seconds())
     length = int((utc_midnight(end) - utc_midnight(start)).total_seconds())
     forecast = linear_forecast(spend, elapsed, length) if elapsed >= MIN_FORECAST_DAYS * 86_400 else None
-    return PolicyStatus(policy, start, end, spend, forecast, daily, now)
+    unpriced = tuple(reports.unpriced_reasons(rows, extra))
+    return PolicyStatus(policy, start, end, spend, forecast, daily, now, unpriced)
 
 
 def burn_down_figure(status: PolicyStatus) -> dict[str, Any] | None:

@@ -45,11 +45,12 @@ def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[o
     return export_csv(filename, header, rows)
 
 
-AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours", "idle_gpu_hours"]
+AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours", "idle_gpu_hours", "figure"]
 
 
-def _amounts(row: dict) -> list[object]:
-    return [row[name] for name in AMOUNT_HEADER]
+def _amounts(row: dict, figure: str) -> list[object]:
+    """A row's amounts and what they are (the export's label: estimated or a lower bound, as of when)."""
+    return [*(row[name] for name in AMOUNT_HEADER[:-1]), figure]
 
 
 @login_required
@@ -79,15 +80,18 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
     flows = reports.egress_flows(team_ids, filters)
     idle = sorted((r for r in experiments if r["idle_usd"] > 0), key=lambda r: -r["idle_usd"])
 
+    total = reports.totals(reports.rows_for(team_ids, filters), extra)
+    total_figure = estimate(total["total_usd"], now, reports.unpriced_reasons(rows, extra))
+    label = total_figure.label
     table = request.GET.get("table", "")
     if request.GET.get("format") == "csv":
         stamp = f"{start}_{end}"
         if table == "experiments":
             return csv_response(f"costs-experiments-{stamp}.csv", ["experiment_name", *AMOUNT_HEADER],
-                                ([r["key"], *_amounts(r)] for r in experiments))  # fmt: skip
+                                ([r["key"], *_amounts(r, label)] for r in experiments))  # fmt: skip
         if table == "users":
             return csv_response(f"costs-users-{stamp}.csv", ["creator", *AMOUNT_HEADER],
-                                ([r["key"], *_amounts(r)] for r in creators))  # fmt: skip
+                                ([r["key"], *_amounts(r, label)] for r in creators))  # fmt: skip
         if table == "idle":
             return csv_response(f"costs-idle-{stamp}.csv", ["experiment_name", "idle_usd", "idle_gpu_hours"],
                                 ([r["key"], r["idle_usd"], r["idle_gpu_hours"]] for r in idle))  # fmt: skip
@@ -97,11 +101,10 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         if table == "daily":
             ordered = sorted(daily, key=lambda r: r["day"])
             return csv_response(f"costs-daily-{stamp}.csv", ["day", group_by, *AMOUNT_HEADER],
-                                ([r["day"], r[group_field], *_amounts(r)] for r in ordered))  # fmt: skip
+                                ([r["day"], r[group_field], *_amounts(r, label)] for r in ordered))  # fmt: skip
         return csv_response(f"costs-by-{group_by}-{stamp}.csv", [group_by, *AMOUNT_HEADER],
-                            ([r["key"], *_amounts(r)] for r in by_group))  # fmt: skip
+                            ([r["key"], *_amounts(r, label)] for r in by_group))  # fmt: skip
 
-    total = reports.totals(reports.rows_for(team_ids, filters), extra)
     month_team_ids = [filters.team_id] if filters.team_id else team_ids
     ctx = {
         "form": form,
@@ -117,7 +120,7 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         "total": total,
         "egress_share": (total["egress_usd"] / total["total_usd"] * 100) if total["total_usd"] else None,
         "mtd": reports.month_to_date(month_team_ids, now, accrued),
-        "total_figure": estimate(total["total_usd"], now, reports.unpriced_reasons(rows, extra)),
+        "total_figure": total_figure,
         "min_forecast_days": reports.MIN_FORECAST_DAYS,
         "spend_figure": charts.spend_over_time_figure(
             [{"day": r["day"], "group": r[group_field], "total_usd": r["total_usd"]} for r in daily],

@@ -6,6 +6,7 @@ Prices are made up for easy arithmetic; each expected figure is worked out by ha
 
 from __future__ import annotations
 
+import csv
 import inspect
 import io
 import re
@@ -304,3 +305,30 @@ def test_seeding_the_demo_rolls_its_costs_up(world: World) -> None:
 def test_runall_rolls_costs_up_before_it_serves() -> None:
     source = inspect.getsource(runall.Command.handle)
     assert source.index('call_command("refresh_costs")') < source.index("subprocess.Popen")
+
+
+def test_every_surface_says_what_its_figure_is(world: World) -> None:
+    AcceleratorPrice.objects.create(accelerator_type="GPU_8xH100", region="us-west-2", effective_from=BOOK,
+                                    usd_per_hour="1.00")  # fmt: skip
+    make_run(world.vision, "priced")
+    make_run(world.vision, "brazil", region="sa-east-1")  # no price there: the month is a lower bound
+    UsagePolicy.objects.create(name="research", budget_usd=Decimal("100")).teams.add(world.vision)
+    client = world.client_for(world.alice)
+    with time_machine.travel(NOW, tick=False):
+        rollups.refresh_changed()
+        lower = "lower bound (unpriced: no price for GPU_8xH100 in sa-east-1), as of 2026-11-03 09:00 UTC"
+        body = world.api(world.vision, role="read").get("/api/v1/costs?from=2026-11-01").json()
+        assert (body["kind"], body["unpriced"]) == ("lower bound", ["no price for GPU_8xH100 in sa-east-1"])
+        assert body["as_of"].startswith("2026-11-03T09:00:00")
+        exports = {
+            "/costs/": client.get("/costs/", {"format": "csv", "start": "2026-11-01", "table": "experiments"}),
+            "overview": client.get("/", {"format": "csv", "table": "spend"}),
+        }
+        for name, response in exports.items():
+            rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+            assert rows and {row["figure"] for row in rows} == {lower}, name
+        policy_csv = list(csv.DictReader(io.StringIO(client.get(reverse("policy_list"), {"format": "csv"})
+                                                     .content.decode())))  # fmt: skip
+        assert policy_csv[0]["spend_figure"] == "estimated, as of 2026-11-03 09:00 UTC"
+        html = client.get("/").content.decode()
+        assert "lower bound: no price for GPU_8xH100 in sa-east-1, as of 2026-11-03 09:00 UTC" in html
