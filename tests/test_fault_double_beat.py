@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from billing import alerts, policies, rollups
 from billing.choices import ChannelKind, DeliveryStatus
-from billing.costs import month_start
+from billing.money import month_start
 from billing.models import AcceleratorPrice, AlertChannel, BudgetAlert, CostDaily, Delivery, UsagePolicy
 from billing.tasks import enforce_policies, roll_up_costs
 from runs.models import Run
