@@ -21,7 +21,7 @@ from billing.models import InstancePrice
 from billing.run_costs import cluster_uptime
 from runs.choices import RunSource
 from runs.clusters import cluster_costs
-from runs.collectors.cluster_events import parse_events, store_events
+from runs.collectors.cluster_events import collect_events, parse_events, store_events
 from runs.collectors.runsource import cluster_fields
 from runs.models import Cluster, ClusterEvent
 from runs.uptime import stretches
@@ -136,3 +136,16 @@ def test_import_cluster_events_command(world: World, tmp_path: Path) -> None:
         call_command("import_cluster_events", "1202-211320-brick1", str(bad))
     with pytest.raises(CommandError, match="no cluster 'missing'"):
         call_command("import_cluster_events", "missing", str(bad))
+
+
+def test_the_run_source_reads_each_clusters_events_with_the_cli(world: World, settings) -> None:
+    """`AIRBOARD_CLUSTER_EVENTS_COMMAND` runs per cluster (the stand-in CLI prints the recorded events)."""
+    cli = Path(__file__).parent / "bin" / "databricks"
+    settings.AIRBOARD_CLUSTER_EVENTS_COMMAND = f"{cli} clusters events {{cluster_id}} -o json"
+    known = Cluster.objects.create(team=world.vision, cluster_id="1202-211320-brick1", node_type_id="g5.12xlarge")
+    unknown = Cluster.objects.create(team=world.vision, cluster_id="0000-000000-gone", node_type_id="g5.12xlarge")
+    lines = collect_events([known, unknown], settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, timeout=30)
+    assert known.events.count() == 3 and unknown.events.count() == 0
+    assert any("0000-000000-gone" in line and "does not exist" in line for line in lines)
+    assert lines[-1] == "cluster events: 3 new"
+    assert collect_events([known], settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, timeout=30)[-1] == "cluster events: 0 new"

@@ -13,10 +13,12 @@ stored. Storing is idempotent: an event is (cluster, timestamp, type), stored on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from runs.collectors.databricks_cli import CollectorError, run_json, split_command
 from runs.models import Cluster, ClusterEvent
 
 # Epoch milliseconds accepted: 2000-01-01 to 2100-01-01 (anything else is not a real event time).
@@ -74,3 +76,22 @@ def store_events(cluster: Cluster, events: list[tuple[datetime, str, dict[str, A
         # The rollups re-price the cluster's runs on their next pass (`Cluster.updated_at`).
         cluster.save(update_fields=["updated_at"])
     return ClusterEvent.objects.filter(cluster=cluster).count() - before
+
+
+def collect_events(clusters: Iterable[Cluster], template: str, timeout: float) -> list[str]:
+    """Run the operator's events command for each cluster (`{cluster_id}` filled per argument,
+    no shell) and store what it prints; returns the collector's lines (one per problem)."""
+    lines: list[str] = []
+    stored = 0
+    for cluster in clusters:
+        argv = [arg.replace("{cluster_id}", cluster.cluster_id) for arg in split_command(template)]
+        try:
+            payload = run_json(argv, timeout)
+        except CollectorError as exc:
+            lines.append(f"cluster events {cluster.cluster_id}: {exc}")
+            continue
+        read = parse_events(payload or [], cluster.cluster_id)
+        lines += [f"cluster events {cluster.cluster_id}: {problem}" for problem in read.problems]
+        stored += store_events(cluster, read.events)
+    lines.append(f"cluster events: {stored} new")
+    return lines

@@ -35,6 +35,7 @@ from django.contrib.auth.models import Group, User
 from django.db.models import Q
 
 from runs.choices import CollectorKind, RunSource, RunStatus
+from runs.collectors.cluster_events import collect_events
 from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, upsert_run
@@ -392,6 +393,11 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         teams = TeamResolver()
         cluster_records = client.list_clusters()
         clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
+        if settings.AIRBOARD_CLUSTER_EVENTS_COMMAND.strip():
+            # Their lifecycle events decide their uptime and worker count (runs.uptime).
+            result.lines += collect_events(
+                clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
+            )
         records = client.list_runs(cursor.get("newest_start_time"))
         listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
         vanished = [run_id for ext, run_id in (cursor.get("active") or {}).items() if ext not in listed]
