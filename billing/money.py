@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import (
     ROUND_HALF_EVEN,
+    ROUND_HALF_UP,
     Context,
     Decimal,
     DivisionByZero,
@@ -202,13 +203,15 @@ def egress_cost(num_bytes: int, usd_per_gb: Decimal) -> Decimal:
 
 
 def to_cents(value: Decimal) -> Decimal:
-    """`value` rounded half-even to the cent: for display and comparison, never for sums."""
-    with localcontext(ROUNDING):
-        return value.quantize(CENT)
+    """`value` to the cent for display, half away from zero (as Django's floatformat rounds, so
+    a page, a CSV reader and /metrics show the same cents); never used inside a sum."""
+    with localcontext(EXACT) as ctx:
+        ctx.traps[Inexact] = False
+        return value.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def format_usd(value: Decimal | None) -> str:
-    """'$1,234.57' (half-even to the cent), '-$3.00' for a negative amount, '-' for None."""
+    """'$1,234.57' (`to_cents`), '-$3.00' for a negative amount, '-' for None."""
     if value is None:
         return "-"
     cents = to_cents(value)

@@ -21,6 +21,7 @@ from django.urls import reverse
 
 from billing import rollups
 from billing.models import AcceleratorPrice, CostDailyTeam, InstancePrice, UsagePolicy
+from billing.money import to_cents
 from dashboard.management.commands import runall
 from runs.choices import RunSource, RunStatus
 from runs.models import Cluster, ClusterEvent, GpuMinute, Node, Run
@@ -98,7 +99,7 @@ def cluster_page_usd(world: World, cluster: Cluster) -> Decimal:
 
 
 def cents(value: Decimal) -> Decimal:
-    return Decimal(value).quantize(Decimal("0.01"))
+    return to_cents(Decimal(value))  # as pages show it
 
 
 # --- 1. The overview priced a classic run as accelerator-hours; /costs/ billed uptime ------------

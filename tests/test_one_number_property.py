@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from billing import policies, reports, rollups, spend
 from billing.engine import run_costs
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice, UsagePolicy
+from billing.money import to_cents
 from dashboard.metrics import spend_by_team_and_policy
 from runs.choices import RunSource, RunStatus
 from runs.clusters import cluster_costs
@@ -140,7 +141,7 @@ def build(world: World, plain: list[dict], clusters: list[dict]) -> tuple[list[R
 
 
 def cents(value: Decimal) -> Decimal:
-    return value.quantize(Decimal("0.01"))
+    return to_cents(value)  # as pages show it
 
 
 @pytest.mark.django_db(transaction=False)

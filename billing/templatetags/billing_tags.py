@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django import template
 
-from billing.money import BYTES_PER_GB
+from billing.money import BYTES_PER_GB, format_usd
 from billing.reports import decimal_str
 
 register = template.Library()
@@ -22,3 +22,9 @@ def gigabytes(num_bytes: int) -> str:
 def normalize(value: Decimal) -> str:
     """A price without trailing zeros: Decimal('0.020000') -> '0.02'."""
     return decimal_str(value)
+
+
+@register.filter
+def usd(value: Decimal | None) -> str:
+    """Money as every page shows it (`billing.money.format_usd`): '$1,234.57', half-even to the cent."""
+    return format_usd(value)
