@@ -26,7 +26,8 @@ def _clusters_for(request: HttpRequest) -> QuerySet[Cluster]:
 def cluster_list(request: HttpRequest) -> HttpResponse:
     """Every classic GPU cluster the user may see, with its cost and a per-team table."""
     clusters = list(_clusters_for(request).prefetch_related("events").order_by("team__name", "name", "cluster_id"))
-    costs = cluster_costs(clusters)
+    now = timezone.now()
+    costs = cluster_costs(clusters, now=now)
     rows = [{"cost": cost, "access": access_mode(cost.cluster)} for cost in costs]
     if request.GET.get("format") == "csv":
         return _clusters_csv(request.GET.get("table", ""), rows, team_totals(costs))
@@ -35,6 +36,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         "rows": [row for row in rows if row["cost"].has_gpus],
         "cpu_rows": [row for row in rows if not row["cost"].has_gpus],
         "teams": team_totals(costs),
+        "as_of": now,
     }
     return render(request, "runs/cluster_list.html", ctx)
 
