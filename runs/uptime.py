@@ -27,6 +27,7 @@ marked `estimated`. A single-node cluster has no workers.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -136,14 +137,17 @@ def uptime_pieces(
         for event in events
         if not _derived_from_start_time(event) and (count := _reported_workers(event)) is not None
     )
+    times = [ts for ts, _ in changes]
     pieces: list[UptimePiece] = []
     for start, end in spans:
-        # The count in force at the stretch's start: the last report before it, else the default.
-        before = [count for ts, count in changes if ts <= start]
-        workers, guess = (before[-1], False) if before else (default, estimated)
+        # The count in force at the stretch's start: the last report at or before it, else the default.
+        first = bisect_right(times, start)
+        workers, guess = (changes[first - 1][1], False) if first else (default, estimated)
         cut = start
-        for ts, count in changes:
-            if start < ts < end and count != workers:
+        # Reports strictly inside the stretch, found by bisection: linear in what is read.
+        for ts, count in changes[first : bisect_left(times, end)]:
+            if count != workers or guess:
+                # A new count, or the first report after an estimate: the estimate ends here.
                 pieces.append(UptimePiece(cut, ts, workers, guess, from_attempts))
                 cut, workers, guess = ts, count, False
         pieces.append(UptimePiece(cut, end, workers, guess, from_attempts))

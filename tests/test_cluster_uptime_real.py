@@ -149,3 +149,20 @@ def test_the_run_source_reads_each_clusters_events_with_the_cli(world: World, se
     assert any("0000-000000-gone" in line and "does not exist" in line for line in lines)
     assert lines[-1] == "cluster events: 3 new"
     assert collect_events([known], settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, timeout=30)[-1] == "cluster events: 0 new"
+
+
+def test_an_estimated_worker_count_ends_at_the_first_report(world: World) -> None:
+    # Autoscale 2-8: estimated at 2 until a RUNNING event reports 2, then 5 after a resize.
+    t0 = datetime(2026, 11, 2, 9, tzinfo=UTC)
+    cluster = Cluster.objects.create(team=world.vision, cluster_id="a", node_type_id="g5.12xlarge",
+                                     autoscale_min_workers=2, autoscale_max_workers=8)  # fmt: skip
+    for minutes, kind, details in (
+        (0, "STARTING", {}),
+        (10, "RUNNING", {"current_num_workers": 2}),
+        (30, "UPSIZE_COMPLETED", {"current_num_workers": 5}),
+        (60, "TERMINATING", {}),
+    ):
+        ClusterEvent.objects.create(cluster=cluster, ts=t0 + timedelta(minutes=minutes), kind=kind, details=details)
+    (uptime,) = cluster_uptime([cluster], now=t0 + timedelta(days=1)).values()
+    assert [(p.workers, p.estimated) for p in uptime.pieces] == [(2, True), (2, False), (5, False)]
+    assert uptime.billed_as == "g5.12xlarge driver + 2-5 (estimated) x g5.12xlarge"
