@@ -264,7 +264,11 @@ def compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
 
 
 def estimate_run_cost(run: Run, now: datetime | None = None) -> RunCost:
-    """Cost of one run so far (a running attempt accrues to `now`); at most four queries."""
+    """The serverless part of one run's cost (accelerator-hours and egress), at most four queries.
+
+    A building block and a test oracle: pages read `billing.engine.run_cost`, which adds a
+    classic run's share of cluster uptime, idle GPUs and the billed figure.
+    """
     return estimate_costs_for_runs([run], now=now)[run.pk]
 
 
