@@ -229,8 +229,9 @@ FORECAST = "forecast"
 
 @dataclass(frozen=True)
 class Figure:
-    """An amount and what it is: estimated, billed, a lower bound (with what is unpriced) or a
-    forecast, and as of when. Every page, CSV and API labels money with one of these."""
+    """An amount and what it is: estimated, billed, a lower bound (with what is unpriced or
+    counted at its least) or a forecast, and as of when. Every page, CSV and API labels money
+    with one of these; `unpriced` holds the reasons."""
 
     usd: Decimal
     kind: str
@@ -239,10 +240,14 @@ class Figure:
 
     @property
     def label(self) -> str:
-        """e.g. 'lower bound (unpriced: no price for GPU_8xH100 in sa-east-1), as of 2026-12-01 14:05 UTC'."""
+        """e.g. 'lower bound (no price for GPU_8xH100 in sa-east-1), as of 2026-12-01 14:05 UTC'.
+
+        The reasons say what is missing: a price ("no price for ..."), or what was counted at
+        its least ("workers estimated at the autoscale minimum ...").
+        """
         what = self.kind
         if self.kind == LOWER_BOUND and self.unpriced:
-            what += f" (unpriced: {'; '.join(self.unpriced)})"
+            what += f" ({'; '.join(self.unpriced)})"
         return f"{what}, as of {utc(self.as_of):%Y-%m-%d %H:%M} UTC"
 
     def as_json(self) -> dict[str, Any]:
@@ -253,6 +258,7 @@ class Figure:
 
 
 def estimate(usd: Decimal, as_of: datetime, unpriced: Iterable[str] = ()) -> Figure:
-    """An estimate from the price book: a lower bound when anything had no price."""
+    """An estimate from the price book: a lower bound when anything had no price (or, for a
+    cluster's workers, only the autoscale minimum is known)."""
     reasons = tuple(dict.fromkeys(unpriced))
     return Figure(usd, LOWER_BOUND if reasons else ESTIMATED, as_of, reasons)

@@ -121,6 +121,11 @@ class RunBreakdown:
         return exact_sum([self.compute, self.egress])
 
     @property
+    def missing_prices(self) -> bool:
+        """True when a price is missing (rather than, say, only an autoscale minimum known)."""
+        return any(reason.startswith("no ") and "price" in reason for reason in self.unpriced_reasons)
+
+    @property
     def figure(self) -> Figure:
         """The total and what it is: estimated, or a lower bound naming what has no price."""
         return estimate(self.total, self.as_of, self.unpriced_reasons)

@@ -317,7 +317,7 @@ def test_every_surface_says_what_its_figure_is(world: World) -> None:
     client = world.client_for(world.alice)
     with time_machine.travel(NOW, tick=False):
         rollups.refresh_changed()
-        lower = "lower bound (unpriced: no price for GPU_8xH100 in sa-east-1), as of 2026-11-03 09:00 UTC"
+        lower = "lower bound (no price for GPU_8xH100 in sa-east-1), as of 2026-11-03 09:00 UTC"
         body = world.api(world.vision, role="read").get("/api/v1/costs?from=2026-11-01").json()
         assert (body["kind"], body["unpriced"]) == ("lower bound", ["no price for GPU_8xH100 in sa-east-1"])
         assert body["as_of"].startswith("2026-11-03T09:00:00")
