@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from decimal import Decimal, localcontext
 
@@ -59,7 +59,7 @@ from billing.money import (
 from runs.choices import RunSource
 from runs.instance_types import instance_gpus, is_gpu_instance
 from runs.models import Attempt, Cluster, ClusterEvent, GpuMinute, Run
-from runs.uptime import UptimePiece, uptime_pieces, worker_note
+from runs.uptime import UptimePiece, default_workers, uptime_pieces, worker_note
 
 _MICROSECONDS_PER_MINUTE = 60_000_000
 
@@ -293,19 +293,10 @@ class ClusterUptime:
 
     @property
     def billed_as(self) -> str:
-        counts = sorted({p.workers for p in self.pieces}) or [worker_count_default(self.cluster)]
+        counts = sorted({p.workers for p in self.pieces}) or [default_workers(self.cluster)[0]]
         workers = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
         estimated = " (estimated)" if any(p.estimated for p in self.pieces) else ""
         return f"{self.driver_type} driver + {workers}{estimated} x {self.worker_type}"
-
-
-def worker_count_default(cluster: Cluster) -> int:
-    """Workers before any event reports a count (see `runs.uptime`)."""
-    if cluster.single_node:
-        return 0
-    if cluster.autoscale_min_workers is not None or cluster.autoscale_max_workers is not None:
-        return cluster.autoscale_min_workers or 0
-    return cluster.num_workers
 
 
 def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> dict[int, ClusterUptime]:
@@ -369,13 +360,13 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
         if uptime.unpriced:
             where = region or "this region"
             notes.append(f"no instance price for {uptime.billed_as} in {where} for part of the uptime")
-        if pieces and (c.autoscale_min_workers is not None or any(p.estimated for p in pieces)):
+        if any(p.estimated for p in pieces):
             notes.append(worker_note(c, pieces))
         if any(p.from_attempts for p in pieces):
             notes.append(
                 "no lifecycle events and no last_restarted_time: uptime counted only while its runs ran (a lower bound)"
             )
-        out[c.pk] = ClusterUptime(**{**uptime.__dict__, "notes": tuple(notes)})
+        out[c.pk] = replace(uptime, notes=tuple(notes))
     return out
 
 

@@ -63,7 +63,8 @@ def _reported_workers(event: ClusterEvent) -> int | None:
     return value
 
 
-def _default_workers(cluster: Cluster) -> tuple[int, bool]:
+def default_workers(cluster: Cluster) -> tuple[int, bool]:
+    """Workers before any event reports a count, and whether that is an estimate (module doc)."""
     if cluster.single_node:
         return 0, False
     if cluster.autoscale_min_workers is not None or cluster.autoscale_max_workers is not None:
@@ -120,7 +121,7 @@ def uptime_pieces(
     With no stretch known from events or `last_restarted_time`, the runs' `attempts` stand in
     for the uptime (their union, `from_attempts`): a lower bound of what the cluster cost.
     """
-    default, estimated = _default_workers(cluster)
+    default, estimated = default_workers(cluster)
     spans = stretches(cluster, events, now)
     from_attempts = False
     if not spans:

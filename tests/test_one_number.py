@@ -197,6 +197,9 @@ def test_resize_events_set_the_worker_count(world: World) -> None:
     with time_machine.travel(NOW, tick=False):
         assert cluster_page_usd(world, cluster) == Decimal("26.00")
         assert run_page_usd(world, run) == Decimal("26.00")
+        # Every worker count was reported: an estimate, not a lower bound.
+        html = world.client_for(world.sam).get(reverse("run_detail", args=[run.pk])).content.decode()
+        assert ">estimated, as of 2026-11-03 09:00 UTC<" in html and "lower bound" not in html
 
 
 # --- 4. The run page mixed two engines: a fully priced classic run said "lower bound" ------------
