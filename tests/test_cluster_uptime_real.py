@@ -17,7 +17,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from billing.models import InstancePrice
+from billing import rollups
+from billing.engine import run_costs
+from billing.models import CostDaily, InstancePrice
 from billing.run_costs import cluster_uptime
 from runs.choices import RunSource
 from runs.clusters import cluster_costs
@@ -166,3 +168,18 @@ def test_an_estimated_worker_count_ends_at_the_first_report(world: World) -> Non
     (uptime,) = cluster_uptime([cluster], now=t0 + timedelta(days=1)).values()
     assert [(p.workers, p.estimated) for p in uptime.pieces] == [(2, True), (2, False), (5, False)]
     assert uptime.billed_as == "g5.12xlarge driver + 2-5 (estimated) x g5.12xlarge"
+
+
+def test_a_run_on_a_cpu_cluster_is_billed_but_never_gpu_time(world: World) -> None:
+    record = _load("cluster_get_running_restarted.json")  # i3.xlarge: no GPU
+    cluster = _cluster(world, record)
+    InstancePrice.objects.create(instance_type="i3.xlarge", region="", effective_from=BOOK, usd_per_hour="0.312")
+    restarted = cluster.last_restarted_time
+    run = make_run(world.vision, source=RunSource.CLASSIC, cluster=cluster, accelerator_type="",
+                   started_at=restarted, ended_at=restarted + timedelta(hours=2))  # fmt: skip
+    now = restarted + timedelta(hours=10)
+    breakdown = run_costs([run], now=now)[run.pk].breakdown
+    assert breakdown.compute == Decimal("3.12")  # the cluster's 10 h, all its own
+    assert breakdown.gpu_hours == 0
+    rollups.recompute_days({d.day for d in breakdown.days}, now=now)
+    assert rollups.totals(CostDaily.objects.all())["gpu_hours"] == 0
