@@ -34,7 +34,8 @@ from django.utils import timezone
 from billing import reports
 from billing.choices import AlertKind, ChannelKind, DeliveryStatus
 from billing.models import AlertChannel, BudgetAlert, Delivery, UsagePolicy
-from billing.policies import CENT, PolicyStatus
+from billing.money import CENT
+from billing.policies import PolicyStatus
 
 logger = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Airboard-Signature"

@@ -6,7 +6,7 @@ Amounts are exact decimals sent as strings, so no float ever rounds a cent.
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Literal
 
 from django.http import HttpRequest
@@ -15,8 +15,9 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import BaseModel, Field, field_validator
 
-from billing import egress, policies, reports
+from billing import egress, policies, reports, spend
 from billing.choices import GroupBy
+from billing.money import estimate
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs.api import ERRORS, batch_runs
 from runs.choices import RunSource
@@ -54,6 +55,9 @@ class CostsOut(Schema):
     from_: date = Field(..., alias="from")
     to: date
     total_usd: str
+    kind: str
+    as_of: datetime
+    unpriced: list[str]
     rows: list[CostRowOut]
 
 
@@ -84,9 +88,17 @@ def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
     team_ids = list(Access(request).teams().values_list("pk", flat=True))
     filters = reports.CostFilters(start, end, accelerator_type=query.accelerator_type, region=query.region)
     group_by = GroupBy(query.group_by)
-    out = [_row(row) for row in reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by)]
-    total = reports.totals(reports.rows_for(team_ids, filters))["total_usd"]
-    return {"group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total), "rows": out}
+    now = timezone.now()
+    # The rollups plus running runs' accrual since their last pass: what every page shows.
+    extra = reports.accrual_for(spend.accrual(team_ids, now), team_ids, filters)
+    out = [_row(row) for row in reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by, extra)]
+    rows = reports.rows_for(team_ids, filters)
+    total = reports.totals(rows, extra)["total_usd"]
+    figure = estimate(total, now, reports.unpriced_reasons(reports.cost_rows(team_ids, filters), extra))
+    return {
+        "group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total),
+        "kind": figure.kind, "as_of": now, "unpriced": list(figure.unpriced), "rows": out,
+    }  # fmt: skip
 
 
 # --- Egress records --------------------------------------------------------------------------

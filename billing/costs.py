@@ -7,78 +7,48 @@ at UTC day boundaries; plus egress bytes x the price for that region pair.
 Arithmetic: no floats anywhere. Durations are integer microseconds; the one inexact step in
 the whole engine is microseconds / 3.6e9, which we round half-even to `HOURS_QUANTUM` (1e-9 h,
 3.6 microseconds, finer than any cloud bills). After that every product and sum runs in
-`_EXACT`, a Decimal context that traps `Inexact`: if money would ever be rounded, it raises
+`EXACT`, a Decimal context that traps `Inexact`: if money would ever be rounded, it raises
 instead of drifting. Each segment's hours are taken as the difference of *cumulative* rounded
 hours from the interval start, so the segments of an interval add up to exactly the interval's
 own rounded hours: the per-day and per-attempt lines on a page always add up to its total.
 
-Pure functions (`split_billed_hours`, `compute_cost`, `egress_cost`) know nothing of the
-database; `estimate_run_cost`, `estimate_costs_for_runs` and `month_to_date_by_team` read it
-with a small, constant number of queries, whatever the number of runs.
+The primitives live in `billing.money`. `compute_cost` is pure; `estimate_costs_for_runs` is
+the serverless part of `billing.run_costs.run_costs`, the one function pages read a run's cost
+from (directly, or through the rollups it writes).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
-from decimal import (
-    ROUND_HALF_EVEN,
-    Context,
-    Decimal,
-    DivisionByZero,
-    Inexact,
-    InvalidOperation,
-    Overflow,
-    localcontext,
-)
-from itertools import pairwise
-from typing import Any, TypedDict
+from datetime import date, datetime
+from decimal import Decimal, localcontext
+from typing import Any
 
-from django.contrib.auth.models import Group
-from django.db.models import Q
 from django.utils import timezone
 
 from billing.choices import EgressOrigin, PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
+from billing.money import (
+    BYTES_PER_GB,
+    EXACT,
+    HOURS_QUANTUM,
+    ZERO,
+    PricePeriod,
+    egress_cost,
+    exact_sum,
+    price_in_force,
+    sorted_periods,
+    split_billed_hours,
+    utc,
+)
 from runs.models import Attempt, Run
 
-# Hours are kept to 1e-9 h (3.6 us): below what any provider bills, above datetime's 1 us.
-HOURS_QUANTUM = Decimal("0.000000001")
-# Decimal GB, as AWS and Azure quote egress ("per GB" = 10^9 bytes). GCP quotes per GiB
-# (2^30 bytes); a GiB price must be divided by 1.073741824 before it goes in the book.
-BYTES_PER_GB = 10**9
-_MICROSECONDS_PER_HOUR = 3_600_000_000
-ZERO = Decimal(0)
-
-# Money arithmetic: 60 digits is far beyond any bill, and Inexact is trapped so that a sum or
-# product that would need rounding raises rather than silently losing a fraction of a cent.
-_EXACT = Context(prec=60, traps=[Inexact, InvalidOperation, DivisionByZero, Overflow])
-# The single rounding step (microseconds -> hours) runs in this context, then quantizes.
-_ROUNDING = Context(prec=60, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation, DivisionByZero, Overflow])
+__all__ = ["BYTES_PER_GB", "HOURS_QUANTUM", "PricePeriod", "egress_cost", "split_billed_hours"]
 
 
 # --- Value types ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PricePeriod:
-    """An accelerator-hour price in force from `effective_from` until the next one starts."""
-
-    effective_from: datetime
-    usd_per_hour: Decimal
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A piece of billed time that crosses neither a UTC midnight nor a price change."""
-
-    start: datetime
-    end: datetime
-    day: date
-    hours: Decimal
 
 
 @dataclass(frozen=True)
@@ -171,86 +141,7 @@ class RunCost:
         return "; ".join(self.unpriced_reasons)
 
 
-class TeamSpend(TypedDict):
-    """One row of `month_to_date_by_team`."""
-
-    team_id: int
-    team_name: str
-    gpu_hours: Decimal
-    usd: Decimal
-    compute_usd: Decimal
-    egress_usd: Decimal
-    unpriced_gpu_hours: Decimal
-    unpriced: bool
-
-
 # --- Pure functions ---------------------------------------------------------------------
-
-
-def _utc(value: datetime, name: str = "datetime") -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        # A naive time would be read in the server's zone and shift every day boundary.
-        raise ValueError(f"{name} must be timezone-aware, got naive {value!r}")
-    return value.astimezone(UTC)
-
-
-def _microseconds(delta: timedelta) -> int:
-    # timedelta.total_seconds() is a float; this is the exact integer.
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _hours_from_microseconds(microseconds: int) -> Decimal:
-    with localcontext(_ROUNDING):
-        return (Decimal(microseconds) / _MICROSECONDS_PER_HOUR).quantize(HOURS_QUANTUM)
-
-
-def billed_hours(start: datetime, end: datetime) -> Decimal:
-    """Hours from `start` to `end` (0 if end <= start), rounded half-even to `HOURS_QUANTUM`."""
-    micro = _microseconds(_utc(end, "end") - _utc(start, "start"))
-    return _hours_from_microseconds(max(micro, 0))
-
-
-def split_billed_hours(start: datetime, end: datetime, price_changes: Iterable[datetime]) -> list[Segment]:
-    """Split [start, end) exactly at price-change instants and at UTC midnights.
-
-    1. Convert everything to UTC (naive datetimes are refused); an empty or reversed interval
-       gives no segments.
-    2. Cut points: each price change strictly inside the interval, and each UTC midnight
-       strictly inside it. A cut exactly at `start` or `end` makes no zero-length segment.
-    3. Segment hours are differences of cumulative rounded hours since `start`, so their sum
-       equals `billed_hours(start, end)` exactly (see the module docstring).
-    4. A segment's `day` is the UTC date of its start; one ending at 00:00 belongs to the day
-       before, because the interval is half-open.
-    """
-    start, end = _utc(start, "start"), _utc(end, "end")
-    if end <= start:
-        return []
-    cuts = {c for c in (_utc(p, "price change") for p in price_changes) if start < c < end}
-    midnight = utc_midnight(start.date() + timedelta(days=1))
-    while midnight < end:
-        cuts.add(midnight)
-        midnight += timedelta(days=1)
-    points = [start, *sorted(cuts), end]
-    segments = []
-    done = ZERO
-    for seg_start, seg_end in pairwise(points):
-        cumulative = _hours_from_microseconds(_microseconds(seg_end - start))
-        with localcontext(_EXACT):
-            hours = cumulative - done
-        done = cumulative
-        segments.append(Segment(start=seg_start, end=seg_end, day=seg_start.date(), hours=hours))
-    return segments
-
-
-def _sorted_periods(prices: Iterable[PricePeriod]) -> list[PricePeriod]:
-    periods = sorted(
-        (PricePeriod(_utc(p.effective_from, "effective_from"), p.usd_per_hour) for p in prices),
-        key=lambda p: p.effective_from,
-    )
-    for before, after in pairwise(periods):
-        if before.effective_from == after.effective_from:
-            raise ValueError(f"two prices start at {after.effective_from.isoformat()}; which is in force is ambiguous")
-    return periods
 
 
 def compute_cost(
@@ -267,13 +158,13 @@ def compute_cost(
     """
     if num_accelerators < 0:
         raise ValueError(f"num_accelerators must be >= 0, got {num_accelerators}")
-    periods = _sorted_periods(prices)
+    periods = sorted_periods(prices)
     starts = [p.effective_from for p in periods]
     lines = []
     for seg in split_billed_hours(start, end, starts):
-        index = bisect_right(starts, seg.start) - 1
-        price = periods[index].usd_per_hour if index >= 0 else None
-        with localcontext(_EXACT):
+        period = price_in_force(periods, starts, seg.start)
+        price = period.usd_per_hour if period is not None else None
+        with localcontext(EXACT):
             accelerator_hours = seg.hours * num_accelerators
             usd = accelerator_hours * price if price is not None else ZERO
         lines.append(
@@ -291,24 +182,10 @@ def compute_cost(
     return lines
 
 
-def egress_cost(num_bytes: int, usd_per_gb: Decimal) -> Decimal:
-    """Exact cost of moving `num_bytes` at `usd_per_gb`, with GB = 10^9 bytes (AWS/Azure)."""
-    if num_bytes < 0:
-        raise ValueError(f"bytes must be >= 0, got {num_bytes}")
-    with localcontext(_EXACT):
-        # Dividing by a power of ten only moves the decimal point, so this stays exact.
-        return Decimal(num_bytes) * usd_per_gb / BYTES_PER_GB
-
-
 # --- Price lookups (one query each) -----------------------------------------------------
 
 
-def _price_in_force(periods: Sequence[Any], starts: Sequence[datetime], at: datetime) -> Any | None:
-    index = bisect_right(starts, at) - 1
-    return periods[index] if index >= 0 else None
-
-
-def _accelerator_prices(keys: set[tuple[str, str]]) -> dict[tuple[str, str], list[PricePeriod]]:
+def accelerator_prices(keys: set[tuple[str, str]]) -> dict[tuple[str, str], list[PricePeriod]]:
     """Price periods per (type, region) for all `keys` in one query (none if `keys` is empty)."""
     found: dict[tuple[str, str], list[PricePeriod]] = {key: [] for key in keys}
     if not keys:
@@ -329,13 +206,13 @@ def _accelerator_prices(keys: set[tuple[str, str]]) -> dict[tuple[str, str], lis
 
 
 @dataclass(frozen=True)
-class _EgressPeriods:
+class EgressPeriods:
     starts: list[datetime]
     prices: list[Decimal]
 
 
-def _egress_prices(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _EgressPeriods]:
-    found: dict[tuple[str, str], _EgressPeriods] = {pair: _EgressPeriods([], []) for pair in pairs}
+def egress_prices(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], EgressPeriods]:
+    found: dict[tuple[str, str], EgressPeriods] = {pair: EgressPeriods([], []) for pair in pairs}
     if not pairs:
         return found
     rows = EgressPrice.objects.filter(
@@ -348,19 +225,19 @@ def _egress_prices(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Egress
         if periods is not None:
             periods.starts.append(effective_from)
             # The processing fee is charged per GB on top of the transfer price.
-            periods.prices.append(_exact_sum([usd_per_gb, processing]))
+            periods.prices.append(exact_sum([usd_per_gb, processing]))
     return found
 
 
-def _price_egress(
+def price_egress(
     ts: datetime,
     source: str,
     destination: str,
     num_bytes: int,
-    periods: _EgressPeriods,
+    periods: EgressPeriods,
     origin: str = EgressOrigin.REPORTED,
 ) -> EgressLine:
-    usd_per_gb = _price_in_force(periods.prices, periods.starts, ts)
+    usd_per_gb = price_in_force(periods.prices, periods.starts, ts)
     return EgressLine(
         origin=origin,
         ts=ts,
@@ -379,12 +256,7 @@ def _missing_price_reason(what: str, first_start: datetime | None) -> str:
     return f"no price for {what} before {first_start:%Y-%m-%d %H:%M} UTC"
 
 
-def _exact_sum(values: Iterable[Decimal]) -> Decimal:
-    with localcontext(_EXACT):
-        return sum(values, ZERO)
-
-
-def _compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
+def compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
     return (accelerator_type, region) if accelerator_type and region else None
 
 
@@ -392,7 +264,11 @@ def _compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
 
 
 def estimate_run_cost(run: Run, now: datetime | None = None) -> RunCost:
-    """Cost of one run so far (a running attempt accrues to `now`); at most four queries."""
+    """The serverless part of one run's cost (accelerator-hours and egress), at most four queries.
+
+    A building block and a test oracle: pages read `billing.engine.run_cost`, which adds a
+    classic run's share of cluster uptime, idle GPUs and the billed figure.
+    """
     return estimate_costs_for_runs([run], now=now)[run.pk]
 
 
@@ -413,7 +289,7 @@ def estimate_costs_for_runs(runs: Iterable[Run], now: datetime | None = None) ->
     runs = list(runs)
     if not runs:
         return {}
-    as_of = _utc(now or timezone.now(), "now")
+    as_of = utc(now or timezone.now(), "now")
     run_ids = [run.pk for run in runs]
 
     attempts: dict[int, list[Attempt]] = defaultdict(list)
@@ -421,18 +297,18 @@ def estimate_costs_for_runs(runs: Iterable[Run], now: datetime | None = None) ->
     for attempt in attempt_rows.only("run_id", "number", "started_at", "ended_at"):
         attempts[attempt.run_id].append(attempt)
 
-    keys = {key for run in runs if (key := _compute_key(run.accelerator_type, run.region))}
-    compute_prices = _accelerator_prices(keys)
+    keys = {key for run in runs if (key := compute_key(run.accelerator_type, run.region))}
+    compute_prices = accelerator_prices(keys)
 
     records: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     record_rows = EgressRecord.objects.filter(run_id__in=run_ids).order_by("ts", "pk")
     for row in record_rows.values_list("run_id", "ts", "source_region", "destination_region", "bytes", "origin"):
         records[row[0]].append(row[1:])
     pairs = {(row[1], row[2]) for rows in records.values() for row in rows}
-    egress_prices = _egress_prices(pairs)
+    pair_prices = egress_prices(pairs)
 
     return {
-        run.pk: _run_cost(run, attempts[run.pk], compute_prices, records[run.pk], egress_prices, as_of) for run in runs
+        run.pk: _run_cost(run, attempts[run.pk], compute_prices, records[run.pk], pair_prices, as_of) for run in runs
     }
 
 
@@ -441,10 +317,10 @@ def _run_cost(
     attempts: list[Attempt],
     compute_prices: dict[tuple[str, str], list[PricePeriod]],
     records: list[tuple[Any, ...]],
-    egress_prices: dict[tuple[str, str], _EgressPeriods],
+    egress_prices: dict[tuple[str, str], EgressPeriods],
     as_of: datetime,
 ) -> RunCost:
-    key = _compute_key(run.accelerator_type, run.region)
+    key = compute_key(run.accelerator_type, run.region)
     periods = compute_prices.get(key, []) if key else []
     reasons: list[str] = []
 
@@ -459,14 +335,14 @@ def _run_cost(
                 start=attempt.started_at,
                 end=end,
                 running=attempt.ended_at is None,
-                hours=_exact_sum(line.hours for line in lines),
-                accelerator_hours=_exact_sum(line.accelerator_hours for line in lines),
-                unpriced_accelerator_hours=_exact_sum(line.accelerator_hours for line in lines if line.unpriced),
-                usd=_exact_sum(line.usd for line in lines),
+                hours=exact_sum(line.hours for line in lines),
+                accelerator_hours=exact_sum(line.accelerator_hours for line in lines),
+                unpriced_accelerator_hours=exact_sum(line.accelerator_hours for line in lines if line.unpriced),
+                usd=exact_sum(line.usd for line in lines),
                 lines=lines,
             )
         )
-    unpriced_hours = _exact_sum(a.unpriced_accelerator_hours for a in attempt_costs)
+    unpriced_hours = exact_sum(a.unpriced_accelerator_hours for a in attempt_costs)
     if unpriced_hours > 0:
         if not run.accelerator_type:
             reasons.append("no accelerator type recorded for this run")
@@ -479,7 +355,7 @@ def _run_cost(
     egress_lines = []
     for ts, source, destination, num_bytes, origin in records:
         pair_periods = egress_prices[(source, destination)]
-        line = _price_egress(ts, source, destination, num_bytes, pair_periods, origin)
+        line = price_egress(ts, source, destination, num_bytes, pair_periods, origin)
         egress_lines.append(line)
         if line.unpriced:
             first = pair_periods.starts[0] if pair_periods.starts else None
@@ -488,18 +364,18 @@ def _run_cost(
                 reasons.append(reason)
 
     days = _day_lines(attempt_costs, egress_lines)
-    compute = _exact_sum(a.usd for a in attempt_costs)
-    egress = _exact_sum(line.usd for line in egress_lines)
+    compute = exact_sum(a.usd for a in attempt_costs)
+    egress = exact_sum(line.usd for line in egress_lines)
     return RunCost(
         run_id=run.pk,
         accelerator_type=run.accelerator_type,
         region=run.region,
         num_accelerators=run.num_accelerators,
         as_of=as_of,
-        total=_exact_sum([compute, egress]),
+        total=exact_sum([compute, egress]),
         compute=compute,
         egress=egress,
-        gpu_hours=_exact_sum(a.accelerator_hours for a in attempt_costs),
+        gpu_hours=exact_sum(a.accelerator_hours for a in attempt_costs),
         unpriced_gpu_hours=unpriced_hours,
         running=any(a.running for a in attempt_costs),
         attempts=tuple(attempt_costs),
@@ -518,106 +394,17 @@ def _day_lines(attempt_costs: list[AttemptCost], egress_lines: list[EgressLine])
             hours[line.day].append(line.accelerator_hours)
             compute[line.day].append(line.usd)
     for line in egress_lines:
-        egress[_utc(line.ts).date()].append(line.usd)
+        egress[utc(line.ts).date()].append(line.usd)
     days = []
     for day in sorted(set(hours) | set(egress)):
-        day_compute, day_egress = _exact_sum(compute[day]), _exact_sum(egress[day])
+        day_compute, day_egress = exact_sum(compute[day]), exact_sum(egress[day])
         days.append(
             DayCost(
                 day=day,
-                accelerator_hours=_exact_sum(hours[day]),
+                accelerator_hours=exact_sum(hours[day]),
                 compute=day_compute,
                 egress=day_egress,
-                total=_exact_sum([day_compute, day_egress]),
+                total=exact_sum([day_compute, day_egress]),
             )
         )
     return tuple(days)
-
-
-def utc_midnight(day: date) -> datetime:
-    """00:00 UTC at the start of `day`: every rollup day and range bound is a UTC day."""
-    return datetime.combine(day, time(), tzinfo=UTC)
-
-
-def month_start(now: datetime) -> datetime:
-    """00:00 UTC on the first day of `now`'s UTC month."""
-    now = _utc(now, "now")
-    return datetime(now.year, now.month, 1, tzinfo=UTC)
-
-
-def month_to_date_by_team(team_ids: Iterable[int], now: datetime | None = None) -> list[TeamSpend]:
-    """Estimated spend of each team in the current UTC month, up to `now`; five queries at most.
-
-    1. The month starts at 00:00 UTC on the 1st; `now` defaults to the current time.
-    2. One query for the teams (so a team with no runs still gets a row of zeros), one for
-       every attempt of their runs that overlaps [month start, now), with its run's type,
-       region and size, and one for the prices of those (type, region) pairs.
-    3. Each attempt is clipped to [month start, now] before pricing: hours before the month
-       belong to last month's bill, and a running attempt accrues up to `now`.
-    4. One query for egress records time-stamped inside the month, one for their pair prices.
-    5. usd = compute + egress. Hours without a price are counted in `unpriced_gpu_hours` and
-       flagged with `unpriced`, so the overview can say the figure is a lower bound.
-
-    Rows come back ordered by team name.
-    """
-    team_ids = list(team_ids)
-    as_of = _utc(now or timezone.now(), "now")
-    start_of_month = month_start(as_of)
-    teams = list(Group.objects.filter(pk__in=team_ids).order_by("name").values_list("pk", "name"))
-    if not teams:
-        return []
-
-    attempt_rows = list(
-        Attempt.objects.filter(run__team_id__in=team_ids, started_at__lt=as_of)
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start_of_month))
-        .values_list(
-            "run__team_id", "started_at", "ended_at", "run__accelerator_type", "run__region", "run__num_accelerators"
-        )
-    )
-    keys = {key for row in attempt_rows if (key := _compute_key(row[3], row[4]))}
-    compute_prices = _accelerator_prices(keys)
-
-    hours: dict[int, list[Decimal]] = defaultdict(list)
-    unpriced: dict[int, list[Decimal]] = defaultdict(list)
-    compute: dict[int, list[Decimal]] = defaultdict(list)
-    for team_id, started_at, ended_at, accelerator_type, region, num_accelerators in attempt_rows:
-        start = max(started_at, start_of_month)
-        end = min(ended_at or as_of, as_of)
-        key = _compute_key(accelerator_type, region)
-        for line in compute_cost(start, end, num_accelerators, compute_prices[key] if key else []):
-            hours[team_id].append(line.accelerator_hours)
-            compute[team_id].append(line.usd)
-            if line.unpriced:
-                unpriced[team_id].append(line.accelerator_hours)
-
-    record_rows = list(
-        EgressRecord.objects.filter(run__team_id__in=team_ids, ts__gte=start_of_month, ts__lte=as_of).values_list(
-            "run__team_id", "ts", "source_region", "destination_region", "bytes"
-        )
-    )
-    egress_prices = _egress_prices({(row[2], row[3]) for row in record_rows})
-    egress: dict[int, list[Decimal]] = defaultdict(list)
-    egress_unpriced: set[int] = set()
-    for team_id, ts, source, destination, num_bytes in record_rows:
-        line = _price_egress(ts, source, destination, num_bytes, egress_prices[(source, destination)])
-        egress[team_id].append(line.usd)
-        if line.unpriced:
-            egress_unpriced.add(team_id)
-
-    result: list[TeamSpend] = []
-    for team_id, team_name in teams:
-        team_compute, team_egress = _exact_sum(compute[team_id]), _exact_sum(egress[team_id])
-        team_unpriced = _exact_sum(unpriced[team_id])
-        result.append(
-            TeamSpend(
-                team_id=team_id,
-                team_name=team_name,
-                gpu_hours=_exact_sum(hours[team_id]),
-                usd=_exact_sum([team_compute, team_egress]),
-                compute_usd=team_compute,
-                egress_usd=team_egress,
-                unpriced_gpu_hours=team_unpriced,
-                unpriced=team_unpriced > 0 or team_id in egress_unpriced,
-            )
-        )
-    return result

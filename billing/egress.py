@@ -27,8 +27,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from billing.choices import EgressOrigin
-from billing.costs import utc_midnight
 from billing.models import EgressRecord
+from billing.money import utc_midnight
 from runs.models import MetricPoint, Run
 
 NETWORK_KEY = re.compile(r"^system/(?:[^/]+/)?network_(?P<direction>receive|transmit)_megabytes$")

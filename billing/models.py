@@ -167,6 +167,9 @@ class CostAmounts(models.Model):
     gpu_hours = ExactDecimalField(default=0)
     idle_gpu_hours = ExactDecimalField(default=0)
     runs = models.PositiveIntegerField(default=0)
+    unpriced = models.TextField(
+        blank=True, help_text="What had no price, one reason a line: the amounts are then a lower bound."
+    )
 
     class Meta:
         abstract = True

@@ -25,19 +25,29 @@ from typing import Any
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from billing import reports
+from billing import reports, spend
 from billing.choices import BudgetPeriod, SpentAction
-from billing.costs import ZERO, _accelerator_prices, _exact_sum, _price_in_force, _utc, utc_midnight
-from billing.models import CostDaily, PolicyVersion, RollupState, UsagePolicy
-from billing.rollups import STATE_NAME
-from billing.run_costs import breakdowns_for_runs
+from billing.costs import accelerator_prices
+from billing.models import CostDaily, PolicyVersion, UsagePolicy
+from billing.money import (
+    CENT,
+    FORECAST,
+    ZERO,
+    Figure,
+    estimate,
+    exact_sum,
+    linear_forecast,
+    price_in_force,
+    utc,
+    utc_midnight,
+)
 from runs.choices import Region, RunStatus
 from runs.models import Run
 from runs.workload import Workload, WorkloadError, parse_workload
 
-CENT = Decimal("0.01")
 # Forecasts from less elapsed time than this are mostly noise (as reports.MIN_FORECAST_DAYS).
 MIN_FORECAST_DAYS = reports.MIN_FORECAST_DAYS
 QUARTER_MONTHS = (1, 4, 7, 10)
@@ -85,6 +95,15 @@ class PolicyStatus:
     forecast: Decimal | None
     daily: tuple[tuple[date, Decimal], ...]
     now: datetime
+    unpriced: tuple[str, ...] = ()
+
+    @property
+    def spend_figure(self) -> Figure:
+        return estimate(self.spend, self.now, self.unpriced)
+
+    @property
+    def forecast_figure(self) -> Figure | None:
+        return None if self.forecast is None else Figure(self.forecast, FORECAST, self.now)
 
     @property
     def budget(self) -> Decimal | None:
@@ -119,27 +138,17 @@ def running_runs(policy: UsagePolicy, team_ids: list[int] | None) -> list[Run]:
     return list(runs)
 
 
-def _accrual_by_day(runs: list[Run], now: datetime) -> dict[date, Decimal]:
-    """What running runs cost since the last rollup pass, per UTC day.
+def policy_rows(policy: UsagePolicy, start: date, last: date) -> QuerySet[CostDaily]:
+    """The rollup rows a policy's spend sums: its name, its teams, days in [start, last]."""
+    rows = CostDaily.objects.filter(usage_policy_name=policy.name, day__gte=start, day__lte=last)
+    team_ids = covered_team_ids(policy)
+    return rows if team_ids is None else rows.filter(team_id__in=team_ids)
 
-    1. Price the runs to `now`.
-    2. Price them again to the last rollup pass (the CostDaily rows already hold that much);
-       with no pass yet, nothing is in CostDaily and the baseline is zero.
-    3. The difference, per day, is spend the rollups have not seen yet.
-    """
-    if not runs:
-        return {}
-    last = RollupState.objects.filter(name=STATE_NAME).values_list("last_run_at", flat=True).first()
-    current = breakdowns_for_runs(runs, now=now)
-    baseline = breakdowns_for_runs(runs, now=last) if last is not None and last < now else {}
-    out: dict[date, Decimal] = {}
-    for run_id, breakdown in current.items():
-        before = {d.day: d.total for d in baseline[run_id].days} if run_id in baseline else {}
-        for day in breakdown.days:
-            delta = day.total - before.get(day.day, ZERO)
-            if delta:
-                out[day.day] = _exact_sum([out.get(day.day, ZERO), delta])
-    return out
+
+def policy_accrual(policy: UsagePolicy, now: datetime) -> list[dict[str, Any]]:
+    """`billing.spend.accrual` rows of the policy's name and teams: the same filter as `policy_rows`."""
+    team_ids = covered_team_ids(policy)
+    return [row for row in spend.accrual(team_ids, now) if row["usage_policy_name"] == policy.name]
 
 
 def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
@@ -148,28 +157,23 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     1. Period bounds from the policy (`period_bounds`).
     2. CostDaily rows of the period, today included, with the policy's name in its teams,
        summed per day (exact decimals).
-    3. Plus running runs' accrual since the last rollup (`_accrual_by_day`).
+    3. Plus running runs' accrual since the last rollup (`billing.spend.accrual`), the
+       same as every other surface adds.
     4. Forecast, linear in elapsed time, once MIN_FORECAST_DAYS of the period have passed:
        spend / elapsed x period length.
     """
-    now = _utc(now or timezone.now())
+    now = utc(now or timezone.now())
     start, end = period_bounds(policy, now.date())
-    team_ids = covered_team_ids(policy)
-    rows = CostDaily.objects.filter(usage_policy_name=policy.name, day__gte=start, day__lte=now.date())
-    if team_ids is not None:
-        rows = rows.filter(team_id__in=team_ids)
-    by_day = {row["day"]: row["total_usd"] for row in reports.sum_by(rows, ["day"])}
-    for day, delta in _accrual_by_day(running_runs(policy, team_ids), now).items():
-        if start <= day < end:
-            by_day[day] = _exact_sum([by_day.get(day, ZERO), delta])
+    rows = policy_rows(policy, start, now.date())
+    extra = [row for row in policy_accrual(policy, now) if start <= row["day"] < end]
+    by_day = {row["day"]: row["total_usd"] for row in reports.sum_by(rows, ["day"], extra)}
     daily = tuple(sorted(by_day.items()))
-    spend = _exact_sum(v for _, v in daily) if daily else ZERO
-    elapsed = Decimal(int((now - utc_midnight(start)).total_seconds()))
-    length = Decimal(int((utc_midnight(end) - utc_midnight(start)).total_seconds()))
-    forecast = None
-    if elapsed >= MIN_FORECAST_DAYS * 86_400:
-        forecast = (spend * length / elapsed).quantize(CENT, rounding=ROUND_HALF_EVEN)
-    return PolicyStatus(policy, start, end, spend, forecast, daily, now)
+    spend = exact_sum(v for _, v in daily) if daily else ZERO
+    elapsed = int((now - utc_midnight(start)).total_seconds())
+    length = int((utc_midnight(end) - utc_midnight(start)).total_seconds())
+    forecast = linear_forecast(spend, elapsed, length) if elapsed >= MIN_FORECAST_DAYS * 86_400 else None
+    unpriced = tuple(reports.unpriced_reasons(rows, extra))
+    return PolicyStatus(policy, start, end, spend, forecast, daily, now, unpriced)
 
 
 def burn_down_figure(status: PolicyStatus) -> dict[str, Any] | None:
@@ -182,7 +186,7 @@ def burn_down_figure(status: PolicyStatus) -> dict[str, Any] | None:
     for day in days:
         if day > status.now.date():
             break
-        total = _exact_sum([total, by_day.get(day, ZERO)])
+        total = exact_sum([total, by_day.get(day, ZERO)])
         cumulative.append(round(float(total), 2))
     x = [day.isoformat() for day in days]
     data: list[dict[str, Any]] = [
@@ -259,8 +263,8 @@ def estimated_usd_per_hour(workload: Workload, region: str, now: datetime) -> De
     if not region:
         return None
     key = (workload.accelerator_type, region)
-    periods = _accelerator_prices({key})[key]
-    price = _price_in_force(periods, [p.effective_from for p in periods], now)
+    periods = accelerator_prices({key})[key]
+    price = price_in_force(periods, [p.effective_from for p in periods], now)
     return None if price is None else price.usd_per_hour * workload.num_accelerators
 
 
@@ -359,7 +363,7 @@ def admit(workload: Workload, team: Group, *, region: str | None = None, now: da
     3. Constraints (`constraint_violations`).
     4. Budget: a spent budget denies when the policy's action refuses or cancels.
     """
-    now = _utc(now or timezone.now())
+    now = utc(now or timezone.now())
     decision = Decision(region=region or home_region(team))
     decision.estimated_usd_per_hour = estimated_usd_per_hour(workload, decision.region, now)
     name = workload.usage_policy_name

@@ -43,7 +43,7 @@ def _require_admin(request: HttpRequest) -> None:
 
 POLICY_CSV_HEADER = [
     "name", "teams", "period_start", "period_end", "budget_usd", "spend_usd", "percent", "remaining_usd",
-    "forecast_usd", "action",
+    "forecast_usd", "action", "spend_figure", "forecast_figure",
 ]  # fmt: skip
 
 
@@ -55,7 +55,8 @@ def policy_list(request: HttpRequest) -> HttpResponse:
         statuses = (policies.evaluate(policy) for policy in visible)
         return csv_response("policies.csv", POLICY_CSV_HEADER, (
             [s.policy.name, ", ".join(t.name for t in s.policy.teams.all()) or "every team", s.period_start,
-             s.period_end, s.budget, s.spend, s.percent, s.remaining, s.forecast, s.policy.get_action_display()]
+             s.period_end, s.budget, s.spend, s.percent, s.remaining, s.forecast, s.policy.get_action_display(),
+             s.spend_figure.label, s.forecast_figure.label if s.forecast_figure else ""]
             for s in statuses
         ))  # fmt: skip
     for policy in visible:

@@ -43,8 +43,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from billing import reports
 from billing.choices import RecordType
-from billing.costs import _EXACT, ZERO, _exact_sum
 from billing.models import BilledUsage, BillingListPrice
+from billing.money import EXACT, ZERO, exact_sum
 from billing.pricebook import RowError
 from billing.run_costs import breakdowns_for_runs
 from runs.choices import RunSource
@@ -272,7 +272,7 @@ def _price(records: list[BilledUsage]) -> None:
             record.price_per_unit = record.billed_usd = None
             continue
         record.price_per_unit = price.price_per_unit
-        with localcontext(_EXACT):
+        with localcontext(EXACT):
             record.billed_usd = record.usage_quantity * price.price_per_unit
 
 
@@ -344,7 +344,7 @@ def visible_usage(team_ids: Iterable[int], staff: bool) -> QuerySet[BilledUsage]
 
 
 def _difference(estimated: Decimal, billed: Decimal) -> tuple[Decimal, Decimal | None]:
-    with localcontext(_EXACT):
+    with localcontext(EXACT):
         diff = billed - estimated
     percent = (diff / estimated * 100).quantize(Decimal("0.1")) if estimated else None
     return diff, percent
@@ -392,7 +392,7 @@ def _egress_routes(rows: list[tuple[dict, Decimal, str, Decimal | None]]) -> tup
         key = (str(metadata.get("source_region") or ""), str(metadata.get("destination_region") or ""), unit)
         routes[key].append((quantity, usd if usd is not None else ZERO))
     return tuple(
-        BilledEgress(src, dst, _exact_sum(q for q, _ in values), unit, _exact_sum(u for _, u in values))
+        BilledEgress(src, dst, exact_sum(q for q, _ in values), unit, exact_sum(u for _, u in values))
         for (src, dst, unit), values in sorted(routes.items())
     )
 
@@ -440,11 +440,11 @@ def pool_shares(run_ids: Iterable[int]) -> dict[int, Decimal]:
         total = sum(seconds.values())
         if not total:
             continue
-        with localcontext(_EXACT):
+        with localcontext(EXACT):
             for run_id, value in seconds.items():
                 if value:
                     shares[run_id].append(usd * Decimal(value) / Decimal(total))
-    return {run_id: _exact_sum(values) for run_id, values in shares.items()}
+    return {run_id: exact_sum(values) for run_id, values in shares.items()}
 
 
 def per_run(runs: list[Run], now: datetime | None = None) -> dict[int, BilledFigure]:
@@ -471,7 +471,7 @@ def per_run(runs: list[Run], now: datetime | None = None) -> dict[int, BilledFig
     return {
         run.pk: BilledFigure(
             breakdowns[run.pk].total,
-            _exact_sum([*billed[run.pk], pools.get(run.pk, ZERO)]),
+            exact_sum([*billed[run.pk], pools.get(run.pk, ZERO)]),
             records[run.pk],
             unpriced[run.pk],
             pools.get(run.pk, ZERO),
@@ -509,7 +509,7 @@ def run_rows(team_ids: Iterable[int], start: date, end: date, staff: bool, team_
             loose[job_run_id].append(usd)
         for job_run_id, values in sorted(loose.items()):
             figure = BilledFigure(
-                ZERO, _exact_sum(v for v in values if v is not None), len(values), sum(v is None for v in values)
+                ZERO, exact_sum(v for v in values if v is not None), len(values), sum(v is None for v in values)
             )
             out.append({"run": None, "job_run_id": job_run_id or "(none)", "team": "", **_figure_dict(figure)})
     return out
@@ -541,7 +541,7 @@ def day_rows(team_ids: Iterable[int], start: date, end: date, staff: bool, team_
             billed[day].append(usd)
     out = []
     for day in sorted(set(estimated) | set(billed)):
-        figure = BilledFigure(estimated.get(day, ZERO), _exact_sum(billed[day]), 0, 0)
+        figure = BilledFigure(estimated.get(day, ZERO), exact_sum(billed[day]), 0, 0)
         row = _figure_dict(figure)
         del row["records"], row["unpriced"]
         out.append({"day": day, **row})

@@ -20,7 +20,6 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing import egress
-from billing.costs import ZERO, _exact_sum, _utc, utc_midnight
 from billing.models import (
     COST_AMOUNTS,
     AcceleratorPrice,
@@ -33,8 +32,10 @@ from billing.models import (
     RollupState,
     RunCostSpan,
 )
-from billing.run_costs import breakdowns_for_runs
-from runs.models import Attempt, Run
+from billing.money import ZERO, exact_sum, utc, utc_midnight
+from billing.run_costs import breakdowns_for_runs, cluster_uptime
+from runs.choices import RunSource
+from runs.models import Attempt, Cluster, Run
 
 STATE_NAME = "costs"
 # A worker that died holding the lease gives it up after this; a pass takes seconds.
@@ -74,28 +75,43 @@ def _ranges(days: Iterable[date]) -> list[tuple[date, date]]:
 
 def days_between(start: datetime, end: datetime) -> list[date]:
     """UTC days that the half-open interval [start, end) touches."""
-    start, end = _utc(start), _utc(end)
+    start, end = utc(start), utc(end)
     if end <= start:
         return []
     last = (end - timedelta(microseconds=1)).date()
     return [start.date() + timedelta(days=n) for n in range((last - start.date()).days + 1)]
 
 
-def runs_touching(days: Iterable[date]) -> set[int]:
+def cluster_days(clusters: Iterable[Cluster], now: datetime) -> dict[int, set[date]]:
+    """UTC days each cluster was up (`billing.run_costs.cluster_uptime`: the one uptime rule)."""
+    return {
+        pk: {day for piece in uptime.pieces for day in days_between(piece.start, piece.end)}
+        for pk, uptime in cluster_uptime(clusters, now=now).items()
+    }
+
+
+def _classic_clusters(runs: Iterable[int] | None = None) -> list[Cluster]:
+    """Clusters with classic runs (of `runs`, when given): the ones whose uptime is billed to runs."""
+    rows = Run.objects.filter(source=RunSource.CLASSIC, cluster__isnull=False)
+    if runs is not None:
+        rows = rows.filter(pk__in=list(runs))
+    return list(Cluster.objects.filter(pk__in=rows.values("cluster_id")))
+
+
+def runs_touching(days: Iterable[date], now: datetime | None = None) -> set[int]:
     """Ids of runs with an attempt, a cluster's uptime or an egress record on any of `days`."""
-    attempts, egress, clusters = Q(), Q(), Q()
-    for first, last in _ranges(days):
+    wanted = set(days)
+    attempts, egress = Q(), Q()
+    for first, last in _ranges(wanted):
         begin, end = utc_midnight(first), utc_midnight(last + timedelta(days=1))
         attempts |= Q(started_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=begin))
         egress |= Q(ts__gte=begin, ts__lt=end)
-        clusters |= Q(cluster__start_time__lt=end) & (
-            Q(cluster__terminated_time__isnull=True) | Q(cluster__terminated_time__gt=begin)
-        )
     if not attempts:
         return set()
     ids = set(Attempt.objects.filter(attempts, started_at__isnull=False).values_list("run_id", flat=True))
     ids |= set(EgressRecord.objects.filter(egress).values_list("run_id", flat=True))
-    ids |= set(Run.objects.filter(clusters, cluster__isnull=False).values_list("pk", flat=True))
+    up = [pk for pk, up_days in cluster_days(_classic_clusters(), now or timezone.now()).items() if up_days & wanted]
+    ids |= set(Run.objects.filter(cluster_id__in=up, source=RunSource.CLASSIC).values_list("pk", flat=True))
     return ids
 
 
@@ -119,9 +135,10 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
     wanted = set(days)
     if not wanted:
         return 0, set()
-    run_ids = sorted(runs_touching(wanted))
+    run_ids = sorted(runs_touching(wanted, as_of))
     sums: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple, int] = defaultdict(int)
+    unpriced: dict[tuple, dict[str, None]] = defaultdict(dict)
     spans: dict[int, tuple[date, date]] = {}
     for i in range(0, len(run_ids), CHUNK):
         runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*_RUN_FIELDS))
@@ -136,10 +153,17 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
                     continue
                 key = (line.day, *dims)
                 counts[key] += 1
+                unpriced[key].update(dict.fromkeys(breakdowns[run.pk].unpriced_reasons))
                 for name in _LINE_AMOUNTS:
                     sums[key][name].append(getattr(line, name))
     rows = [
-        CostDaily(day=key[0], **dict(zip(DIMENSIONS, key[1:], strict=True)), **_amounts(values), runs=counts[key])
+        CostDaily(
+            day=key[0],
+            **dict(zip(DIMENSIONS, key[1:], strict=True)),
+            **_amounts(values),
+            runs=counts[key],
+            unpriced="\n".join(unpriced[key]),
+        )
         for key, values in sums.items()
     ]
     team_rows = _team_days(rows)
@@ -159,21 +183,27 @@ _LINE_AMOUNTS = ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours")
 
 def _amounts(values: dict[str, list[Decimal]]) -> dict[str, Decimal]:
     """A DayBreakdown's amounts summed exactly, under CostDaily's column names."""
-    return {column: _exact_sum(values[line]) for line, column in zip(_LINE_AMOUNTS, COST_AMOUNTS, strict=True)}
+    return {column: exact_sum(values[line]) for line, column in zip(_LINE_AMOUNTS, COST_AMOUNTS, strict=True)}
 
 
 def _team_days(rows: list[CostDaily]) -> list[CostDailyTeam]:
     """The per-(day, team) summary of `rows`, exactly: what month to date and by-team sums read."""
     sums: dict[tuple[date, int], dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple[date, int], int] = defaultdict(int)
+    unpriced: dict[tuple[date, int], dict[str, None]] = defaultdict(dict)
     for row in rows:
         key = (row.day, row.team_id)
         counts[key] += row.runs
+        unpriced[key].update(dict.fromkeys(r for r in row.unpriced.split("\n") if r))
         for name in COST_AMOUNTS:
             sums[key][name].append(getattr(row, name))
     return [
         CostDailyTeam(
-            day=day, team_id=team_id, runs=counts[(day, team_id)], **{n: _exact_sum(v[n]) for n in COST_AMOUNTS}
+            day=day,
+            team_id=team_id,
+            runs=counts[(day, team_id)],
+            **{n: exact_sum(v[n]) for n in COST_AMOUNTS},
+            unpriced="\n".join(unpriced[(day, team_id)]),
         )
         for (day, team_id), v in sums.items()
     ]
@@ -225,7 +255,7 @@ def span_days(run_ids: Iterable[int]) -> set[date]:
 
 
 def touched_days(run_ids: Iterable[int], now: datetime) -> set[date]:
-    """UTC days the given runs' attempts, clusters and egress records touch (three queries)."""
+    """UTC days the given runs' attempts, clusters' uptime and egress records touch."""
     run_ids = list(run_ids)
     days: set[date] = set()
     for i in range(0, len(run_ids), CHUNK):
@@ -234,14 +264,24 @@ def touched_days(run_ids: Iterable[int], now: datetime) -> set[date]:
             "started_at", "ended_at"
         ):
             days.update(days_between(start, end or now))
-        for start, end in Run.objects.filter(pk__in=chunk, cluster__start_time__isnull=False).values_list(
-            "cluster__start_time", "cluster__terminated_time"
-        ):
-            days.update(days_between(start, min(end or now, now)))
-        days.update(
-            _utc(ts).date() for ts in EgressRecord.objects.filter(run_id__in=chunk).values_list("ts", flat=True)
-        )
+        for up_days in cluster_days(_classic_clusters(chunk), now).values():
+            days.update(up_days)
+        days.update(utc(ts).date() for ts in EgressRecord.objects.filter(run_id__in=chunk).values_list("ts", flat=True))
     return days
+
+
+def accruing_run_ids(team_ids: Iterable[int] | None = None) -> set[int]:
+    """Runs whose cost grows with the clock: an attempt still running, or a classic run on a
+    cluster not terminated (its idle uptime is shared by its runs, `billing.run_costs`)."""
+    running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
+    on_cluster = Run.objects.filter(
+        source=RunSource.CLASSIC, cluster__isnull=False, cluster__terminated_time__isnull=True
+    )
+    if team_ids is not None:
+        team_ids = list(team_ids)
+        running = running.filter(run__team_id__in=team_ids)
+        on_cluster = on_cluster.filter(team_id__in=team_ids)
+    return set(running.values_list("run_id", flat=True)) | set(on_cluster.values_list("pk", flat=True))
 
 
 def _days_since_price_changes(cursor: datetime | None) -> set[date]:
@@ -255,7 +295,7 @@ def _days_since_price_changes(cursor: datetime | None) -> set[date]:
             earliest.append(value)
     if not earliest:
         return set()
-    first_day = _utc(min(earliest)).date()
+    first_day = utc(min(earliest)).date()
     return set(CostDaily.objects.filter(day__gte=first_day).values_list("day", flat=True).distinct())
 
 
@@ -280,7 +320,7 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
     4. `recompute_days` on that set; then move the cursor to the pass's start (less an
        overlap, see CURSOR_OVERLAP) and release the lease.
     """
-    as_of = _utc(now or timezone.now())
+    as_of = utc(now or timezone.now())
     state = claim(as_of)
     if state is None:
         return RefreshResult(claimed=False)
@@ -292,8 +332,7 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         run_ids = set(changed.values_list("pk", flat=True))
         # A run that became cross-region (or stopped being) after its network metrics arrived.
         egress.rederive_where_region_changed(run_ids, now=as_of)
-        running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
-        run_ids |= set(running.values_list("run_id", flat=True))
+        run_ids |= accruing_run_ids()
         # The days they cover now, and the days they covered at the last pass: an attempt
         # whose times moved, or a cluster or egress record that changed, leaves old days too.
         days = touched_days(run_ids, as_of) | span_days(run_ids) | _days_since_price_changes(cursor)
@@ -314,4 +353,4 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
 def totals(rows: Iterable[CostDaily]) -> dict[str, Decimal]:
     """Exact sums of a set of CostDaily rows (used by tests and checks)."""
     rows = list(rows)
-    return {name: _exact_sum(getattr(r, name) for r in rows) if rows else ZERO for name in COST_AMOUNTS}
+    return {name: exact_sum(getattr(r, name) for r in rows) if rows else ZERO for name in COST_AMOUNTS}

@@ -20,10 +20,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from billing import charts, history, reports
+from billing import charts, history, reports, spend
 from billing.choices import GroupBy
 from billing.forms import PRICE_FORMS, CostFilterForm, PriceUploadForm, can_edit_prices
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
+from billing.money import estimate
 from billing.pricebook import export_price_csv, load_price_csv
 from dashboard.csv_export import csv_response as export_csv
 
@@ -44,11 +45,12 @@ def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[o
     return export_csv(filename, header, rows)
 
 
-AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours", "idle_gpu_hours"]
+AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours", "idle_gpu_hours", "figure"]
 
 
-def _amounts(row: dict) -> list[object]:
-    return [row[name] for name in AMOUNT_HEADER]
+def _amounts(row: dict, figure: str) -> list[object]:
+    """A row's amounts and what they are (the export's label: estimated or a lower bound, as of when)."""
+    return [*(row[name] for name in AMOUNT_HEADER[:-1]), figure]
 
 
 @login_required
@@ -66,23 +68,30 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         region=data.get("region", ""),
     )  # fmt: skip
     rows = reports.cost_rows(team_ids, filters)
+    now = timezone.now()
+    # Running runs' spend since the last rollup pass, computed once for every table here.
+    accrued = spend.accrual(team_ids, now)
+    extra = reports.accrual_for(accrued, team_ids, filters)
     group_field = reports.GROUP_FIELDS[GroupBy(group_by)]
-    by_group = reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by)
-    experiments = reports.grouped(rows, GroupBy.EXPERIMENT_NAME)
-    creators = reports.grouped(rows, GroupBy.CREATOR)
-    daily = reports.sum_by(reports.rows_for(team_ids, filters, group_by), ["day", group_field])
+    by_group = reports.grouped(reports.rows_for(team_ids, filters, group_by), group_by, extra)
+    experiments = reports.grouped(rows, GroupBy.EXPERIMENT_NAME, extra)
+    creators = reports.grouped(rows, GroupBy.CREATOR, extra)
+    daily = reports.sum_by(reports.rows_for(team_ids, filters, group_by), ["day", group_field], extra)
     flows = reports.egress_flows(team_ids, filters)
     idle = sorted((r for r in experiments if r["idle_usd"] > 0), key=lambda r: -r["idle_usd"])
 
+    total = reports.totals(reports.rows_for(team_ids, filters), extra)
+    total_figure = estimate(total["total_usd"], now, reports.unpriced_reasons(rows, extra))
+    label = total_figure.label
     table = request.GET.get("table", "")
     if request.GET.get("format") == "csv":
         stamp = f"{start}_{end}"
         if table == "experiments":
             return csv_response(f"costs-experiments-{stamp}.csv", ["experiment_name", *AMOUNT_HEADER],
-                                ([r["key"], *_amounts(r)] for r in experiments))  # fmt: skip
+                                ([r["key"], *_amounts(r, label)] for r in experiments))  # fmt: skip
         if table == "users":
             return csv_response(f"costs-users-{stamp}.csv", ["creator", *AMOUNT_HEADER],
-                                ([r["key"], *_amounts(r)] for r in creators))  # fmt: skip
+                                ([r["key"], *_amounts(r, label)] for r in creators))  # fmt: skip
         if table == "idle":
             return csv_response(f"costs-idle-{stamp}.csv", ["experiment_name", "idle_usd", "idle_gpu_hours"],
                                 ([r["key"], r["idle_usd"], r["idle_gpu_hours"]] for r in idle))  # fmt: skip
@@ -92,11 +101,10 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         if table == "daily":
             ordered = sorted(daily, key=lambda r: r["day"])
             return csv_response(f"costs-daily-{stamp}.csv", ["day", group_by, *AMOUNT_HEADER],
-                                ([r["day"], r[group_field], *_amounts(r)] for r in ordered))  # fmt: skip
+                                ([r["day"], r[group_field], *_amounts(r, label)] for r in ordered))  # fmt: skip
         return csv_response(f"costs-by-{group_by}-{stamp}.csv", [group_by, *AMOUNT_HEADER],
-                            ([r["key"], *_amounts(r)] for r in by_group))  # fmt: skip
+                            ([r["key"], *_amounts(r, label)] for r in by_group))  # fmt: skip
 
-    total = reports.totals(reports.rows_for(team_ids, filters))
     month_team_ids = [filters.team_id] if filters.team_id else team_ids
     ctx = {
         "form": form,
@@ -111,7 +119,8 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         "flows": flows,
         "total": total,
         "egress_share": (total["egress_usd"] / total["total_usd"] * 100) if total["total_usd"] else None,
-        "mtd": reports.month_to_date(month_team_ids, timezone.now()),
+        "mtd": reports.month_to_date(month_team_ids, now, accrued),
+        "total_figure": total_figure,
         "min_forecast_days": reports.MIN_FORECAST_DAYS,
         "spend_figure": charts.spend_over_time_figure(
             [{"day": r["day"], "group": r[group_field], "total_usd": r["total_usd"]} for r in daily],

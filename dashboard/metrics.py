@@ -20,7 +20,9 @@ from datetime import datetime, timedelta
 from django.db.models import Avg, Count, Sum
 from django.utils import timezone
 
+from billing import reports, spend
 from billing.models import CostDaily
+from billing.money import month_start, to_cents
 from runs.choices import BatchStatus, RunStatus
 from runs.models import CollectorState, GpuMinute, IngestBatch, Run
 
@@ -71,21 +73,19 @@ class Family:
 
 
 def spend_by_team_and_policy(now: datetime) -> Family:
-    """Estimated spend of the current UTC month so far, from the daily cost rollups."""
+    """Estimated spend of the current UTC month so far: the rollups plus accrual (`billing.spend`)."""
     family = Family(
         "airboard_spend_month_to_date_usd", "gauge",
-        "Estimated spend (compute + egress) of the current UTC month so far, by team and usage policy.",
+        "Estimated spend (compute + egress) of the current UTC month so far, by team and usage policy: "
+        "the daily rollups plus what running runs accrued since their last pass.",
     )  # fmt: skip
-    month_start = now.date().replace(day=1)
-    rows = (
-        CostDaily.objects.filter(day__gte=month_start, day__lte=now.date())
-        .values("team__name", "usage_policy_name")
-        .annotate(compute=Sum("compute_usd"), egress=Sum("egress_usd"))
-        .order_by("team__name", "usage_policy_name")
-    )
-    for row in rows:
-        total = (row["compute"] or 0) + (row["egress"] or 0)
-        family.add(float(total), team=row["team__name"], policy=row["usage_policy_name"])
+    first = month_start(now).date()
+    rows = CostDaily.objects.filter(day__gte=first, day__lte=now.date())
+    extra = spend.accrual_between(spend.accrual(None, now), first, now.date())
+    for row in sorted(reports.sum_by(rows, ["team__name", "usage_policy_name"], extra),
+                      key=lambda r: (r["team__name"], r["usage_policy_name"])):  # fmt: skip
+        # The exact total, to the cent, as the pages show it.
+        family.add(float(to_cents(row["total_usd"])), team=row["team__name"], policy=row["usage_policy_name"])
     return family
 
 

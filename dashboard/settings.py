@@ -264,6 +264,9 @@ AIRBOARD_MLFLOW_INTERVAL_SECONDS = env_int("AIRBOARD_MLFLOW_INTERVAL_SECONDS", 6
 AIRBOARD_RUN_SOURCE_COMMAND = env_str("AIRBOARD_RUN_SOURCE_COMMAND", "")
 # Classic clusters: a command printing `clusters list -o json`.
 AIRBOARD_CLUSTER_SOURCE_COMMAND = env_str("AIRBOARD_CLUSTER_SOURCE_COMMAND", "")
+# A cluster's lifecycle events, `{cluster_id}` filled in: "databricks clusters events {cluster_id} -o json".
+# They decide its billable uptime and worker count (runs/uptime.py); without them, last_restarted_time.
+AIRBOARD_CLUSTER_EVENTS_COMMAND = env_str("AIRBOARD_CLUSTER_EVENTS_COMMAND", "")
 # Team that collected runs belong to when their creator is in no team.
 AIRBOARD_RUN_SOURCE_TEAM = env_str("AIRBOARD_RUN_SOURCE_TEAM", "")
 AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS", 60, minimum=5)

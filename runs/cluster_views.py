@@ -26,11 +26,18 @@ def _clusters_for(request: HttpRequest) -> QuerySet[Cluster]:
 def cluster_list(request: HttpRequest) -> HttpResponse:
     """Every classic GPU cluster the user may see, with its cost and a per-team table."""
     clusters = list(_clusters_for(request).prefetch_related("events").order_by("team__name", "name", "cluster_id"))
-    costs = cluster_costs(clusters)
+    now = timezone.now()
+    costs = cluster_costs(clusters, now=now)
     rows = [{"cost": cost, "access": access_mode(cost.cluster)} for cost in costs]
     if request.GET.get("format") == "csv":
         return _clusters_csv(request.GET.get("table", ""), rows, team_totals(costs))
-    ctx = {"rows": rows, "teams": team_totals(costs)}
+    # CPU-only clusters are listed apart: their hours are never GPU time (runs.instance_types).
+    ctx = {
+        "rows": [row for row in rows if row["cost"].has_gpus],
+        "cpu_rows": [row for row in rows if not row["cost"].has_gpus],
+        "teams": team_totals(costs),
+        "as_of": now,
+    }
     return render(request, "runs/cluster_list.html", ctx)
 
 
@@ -38,6 +45,7 @@ CLUSTER_CSV_HEADER = [
     "cluster_id", "name", "team", "spark_version", "node_type_id", "driver_node_type_id", "num_workers",
     "autoscale_min_workers", "autoscale_max_workers", "access_mode", "docker_image", "uptime_hours", "uptime_cost_usd",
     "busy_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "idle_cost_usd", "serverless_shape", "what_if_cost_usd",
+    "has_gpus", "figure",
 ]  # fmt: skip
 TEAM_CSV_HEADER = [
     "team", "clusters", "uptime_cost_usd", "busy_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "idle_cost_usd",
@@ -57,7 +65,7 @@ def _clusters_csv(table: str, rows: list[dict], teams: list) -> HttpResponse:
         [c.cluster_id, c.name, c.team.name, c.spark_version, c.node_type_id, c.driver_node_type_id, c.num_workers,
          c.autoscale_min_workers, c.autoscale_max_workers, row["access"], c.docker_image, cost.uptime_hours,
          cost.uptime_cost, cost.busy_gpu_hours, cost.idle_gpu_hours, cost.unknown_gpu_hours, cost.idle_cost,
-         cost.serverless_shape, cost.what_if_cost]
+         cost.serverless_shape, cost.what_if_cost, cost.has_gpus, cost.figure.label]
         for row in rows for cost in [row["cost"]] for c in [cost.cluster]
     ))  # fmt: skip
 

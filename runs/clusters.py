@@ -9,13 +9,15 @@ This module answers, per cluster and per team:
   (`GpuMinute`, inside the uptime) is idle when its `utilization_gpu_max` is below
   `AIRBOARD_IDLE_UTILIZATION_PERCENT` (the same test as `billing.run_costs`), busy otherwise;
   held GPU-hours no telemetry covers are "unknown", never guessed;
-- idle cost: idle GPU-hours x the worker instance's price per GPU;
+- idle cost: idle GPU-hours x the worker instance's price per GPU, as the cluster's runs were
+  charged it (`billing.run_costs`): the clusters page and /costs/ read the same figure;
 - what-if: the same busy GPU-hours priced as serverless accelerator-hours at the price book's
   `AcceleratorPrice` of the nearest serverless shape (`serverless_equivalent`), or "no
   serverless equivalent" when there is none (A100, T4, V100, H200...).
 
-Autoscaling clusters are priced at their recorded `num_workers` (the count the source last
-reported), or the autoscale minimum when that is 0: resize events are not modelled yet.
+Uptime and worker counts follow one rule (`runs.uptime`): lifecycle events, else
+`last_restarted_time`, never `start_time`; resize events set the worker count, else a fixed
+size's `num_workers` or an autoscaling cluster's minimum, stated as an estimate.
 """
 
 from __future__ import annotations
@@ -25,74 +27,19 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
+from decimal import Decimal, localcontext
 
 from django.conf import settings
 from django.utils import timezone
 
-from billing.costs import (
-    _EXACT,
-    ZERO,
-    PricePeriod,
-    _accelerator_prices,
-    _exact_sum,
-    _price_in_force,
-    _utc,
-    billed_hours,
-    compute_cost,
-)
-from billing.run_costs import _instance_prices, combined_rate, idle_hours
-from runs.choices import AcceleratorType
-from runs.models import Cluster, ClusterEvent, GpuMinute
+from billing.costs import accelerator_prices
+from billing.money import EXACT, ZERO, Figure, PricePeriod, billed_hours, estimate, exact_sum, price_in_force, utc
+from billing.run_costs import ClusterUptime, breakdowns_for_runs, cluster_uptime, idle_hours, instance_prices
+from runs.choices import AcceleratorType, RunSource
+from runs.instance_types import GpuSpec, instance_gpus, is_gpu_instance
+from runs.models import Cluster, GpuMinute, Run
 
-# Instance families -> (GPU model, GPUs per instance by size). AWS names first; Azure and GCP
-# names carry the model in the name and the count is read from the size where it can be.
-_AWS_GPUS: dict[str, tuple[str, dict[str, int], int]] = {
-    # family: (model, {size: gpus}, default gpus for sizes not listed)
-    "g5": ("A10", {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 1),
-    "g6": ("L4", {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 1),
-    "g4dn": ("T4", {"12xlarge": 4, "metal": 8}, 1),
-    "p3": ("V100", {"8xlarge": 4, "16xlarge": 8}, 1),
-    "p3dn": ("V100", {}, 8),
-    "p4d": ("A100", {}, 8),
-    "p4de": ("A100", {}, 8),
-    "p5": ("H100", {}, 8),
-    "p5e": ("H200", {}, 8),
-    "p5en": ("H200", {}, 8),
-}
-_AWS = re.compile(r"^(?P<family>[a-z]+\d+[a-z]*)\.(?P<size>[a-z0-9]+)$")
-_MODELS = ("H100", "H200", "A100", "A10", "L4", "T4", "V100", "B200", "B300")
-# Azure: Standard_ND96isr_H100_v5 (8), Standard_NC24ads_A100_v4 (1); GCP: a3-highgpu-8g (H100 x8).
-_AZURE_COUNT = {"ND96": 8, "ND40": 8, "NC96": 4, "NC48": 2, "NC24": 1, "NC12": 1, "NC6": 1}
-_GCP = re.compile(r"^(?P<family>a2|a3|g2)-\w+-(?P<count>\d+)g$")
-_GCP_MODELS = {"a2": "A100", "a3": "H100", "g2": "L4"}
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """The GPUs one instance type carries."""
-
-    model: str
-    count: int
-
-
-def instance_gpus(instance_type: str) -> GpuSpec | None:
-    """GPU model and count of an instance type, or None for a CPU (or unknown) type."""
-    name = (instance_type or "").strip()
-    if match := _AWS.match(name):
-        entry = _AWS_GPUS.get(match["family"])
-        if entry:
-            model, sizes, default = entry
-            return GpuSpec(model, sizes.get(match["size"], default))
-        return None
-    if match := _GCP.match(name):
-        return GpuSpec(_GCP_MODELS[match["family"]], int(match["count"]))
-    if name.startswith("Standard_N"):
-        model = next((m for m in _MODELS if f"_{m}" in name or f"{m}_" in name), None)
-        if model:
-            prefix = re.match(r"Standard_(N[CD]\d+)", name)
-            return GpuSpec(model, _AZURE_COUNT.get(prefix[1] if prefix else "", 1))
-    return None
+__all__ = ["GpuSpec", "instance_gpus", "is_gpu_instance"]
 
 
 def serverless_equivalent(instance_type: str) -> str | None:
@@ -112,63 +59,11 @@ def serverless_equivalent(instance_type: str) -> str | None:
     return None
 
 
-def is_gpu_instance(instance_type: str) -> bool:
-    """True when the instance type carries GPUs we recognise."""
-    return instance_gpus(instance_type) is not None
-
-
-def worker_count(cluster: Cluster) -> int:
-    """Workers billed beside the driver: 0 on a single node, else the recorded count (see module doc)."""
-    if cluster.single_node:
-        return 0
-    return cluster.num_workers or (cluster.autoscale_min_workers or 0)
-
-
-def cluster_gpus(cluster: Cluster) -> int:
-    """GPUs the cluster holds while up: the driver's (when a GPU type) plus each worker's."""
+def cluster_gpus(cluster: Cluster, workers: int) -> int:
+    """GPUs the cluster holds while up with `workers` workers: the driver's (when a GPU type) plus each worker's."""
     driver = instance_gpus(cluster.driver_node_type_id or cluster.node_type_id)
     worker = instance_gpus(cluster.node_type_id)
-    return (driver.count if driver else 0) + worker_count(cluster) * (worker.count if worker else 0)
-
-
-# Lifecycle event kinds that start and end a stretch of uptime.
-_UP = {"STARTING", "RESTARTING", "CREATING", "RUNNING"}
-_DOWN = {"TERMINATING", "TERMINATED"}
-
-
-def uptime_intervals(cluster: Cluster, events: list[ClusterEvent], now: datetime) -> list[tuple[datetime, datetime]]:
-    """Stretches of uptime, from lifecycle events, else from start_time to terminated_time.
-
-    1. Walk the events in time order: the first "up" kind opens a stretch (later ones while
-       open are ignored), the first "down" kind closes it.
-    2. A stretch still open at the end runs to the cluster's terminated_time, or to `now`.
-    3. No event opens a stretch: fall back to [start_time, terminated_time or now).
-    """
-    stretches: list[tuple[datetime, datetime]] = []
-    opened: datetime | None = None
-    for event in sorted(events, key=lambda e: e.ts):
-        kind = event.kind.upper()
-        if kind in _UP and opened is None:
-            opened = event.ts
-        elif kind in _DOWN and opened is not None:
-            stretches.append((opened, event.ts))
-            opened = None
-    if opened is not None:
-        stretches.append((opened, min(cluster.terminated_time or now, now)))
-    if not stretches and cluster.start_time is not None:
-        stretches.append((cluster.start_time, min(cluster.terminated_time or now, now)))
-    return [(start, end) for start, end in stretches if end > start]
-
-
-def _per_gpu(usd: Decimal, gpus: int) -> Decimal:
-    """usd / gpus: exact when it can be (1, 2, 4, 8 GPUs always are), else half-even to 1e-12."""
-    try:
-        with localcontext(_EXACT):
-            return usd / gpus
-    except Inexact:
-        with localcontext() as ctx:
-            ctx.prec, ctx.rounding = 60, ROUND_HALF_EVEN
-            return (usd / gpus).quantize(Decimal("1e-12"))
+    return (driver.count if driver else 0) + workers * (worker.count if worker else 0)
 
 
 @dataclass
@@ -188,13 +83,29 @@ class ClusterCost:
     serverless_shape: str | None
     what_if_cost: Decimal | None
     notes: list[str] = field(default_factory=list)
+    unattributed_cost: Decimal = ZERO
+    runs: int = 0
+    as_of: datetime | None = None
+
+    @property
+    def figure(self) -> Figure:
+        """The uptime cost and what it is: estimated, or a lower bound naming what has no price."""
+        unpriced = [n for n in self.notes if n.startswith("no instance price") or "lower bound" in n]
+        return estimate(self.uptime_cost, self.as_of or timezone.now(), unpriced)
+
+    @property
+    def has_gpus(self) -> bool:
+        """False for a CPU-only cluster: shown apart, its hours never counted as GPU time."""
+        return is_gpu_instance(self.cluster.node_type_id) or is_gpu_instance(
+            self.cluster.driver_node_type_id or self.cluster.node_type_id
+        )
 
     @property
     def what_if_saving(self) -> Decimal | None:
         """Uptime cost less the what-if: positive means serverless would have cost less."""
         if self.what_if_cost is None:
             return None
-        with localcontext(_EXACT):
+        with localcontext(EXACT):
             return self.uptime_cost - self.what_if_cost
 
 
@@ -216,30 +127,32 @@ class TeamClusterCost:
     @property
     def what_if_saving(self) -> Decimal:
         """Saving over the clusters that have a serverless equivalent."""
-        with localcontext(_EXACT):
+        with localcontext(EXACT):
             return self.compared_uptime_cost - self.what_if_cost
 
 
 def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> list[ClusterCost]:
     """Cost, busy/idle GPU-hours and what-if of each cluster, in a constant number of queries.
 
-    1. One query for the lifecycle events of all clusters; uptime stretches per cluster.
-    2. One query for instance prices (driver and worker types); uptime cost per stretch is
-       `compute_cost` at the combined rate (driver + workers x worker).
-    3. One query for the GPU-minutes of runs on these clusters; each minute inside a stretch
-       is busy or idle; held GPU-hours less both is unknown.
-    4. One query for serverless prices of the equivalent shapes; idle minutes are priced at
-       the worker price per GPU in force, busy minutes at the serverless price in force.
+    1. Uptime, its cost and its split among runs from `billing.run_costs.cluster_uptime`:
+       the one rule (`runs.uptime`), the same the runs' costs and the rollups read.
+    2. Idle GPU-hours and idle cost: the sum of the cluster's runs' own (`breakdowns_for_runs`,
+       worker instance price per GPU), so the clusters page and /costs/ say the same.
+    3. One query for the GPU-minutes of runs on these clusters; a minute inside the uptime and
+       not idle is busy; held GPU-hours less busy and idle is unknown.
+    4. One query for serverless prices of the equivalent shapes (busy minutes at the serverless
+       price in force: the what-if).
     """
     clusters = list(clusters)
-    as_of = _utc(now or timezone.now(), "now")
-    events: dict[int, list[ClusterEvent]] = defaultdict(list)
-    for event in ClusterEvent.objects.filter(cluster__in=clusters).only("cluster_id", "ts", "kind"):
-        events[event.cluster_id].append(event)
-    keys: set[tuple[str, str]] = set()
-    for c in clusters:
-        keys |= {(c.node_type_id, c.region), (c.driver_node_type_id or c.node_type_id, c.region)}
-    prices = _instance_prices(keys)
+    as_of = utc(now or timezone.now(), "now")
+    uptimes = cluster_uptime(clusters, now=as_of)
+    # Idle cost is the runs' own (billing.run_costs prices it), so /costs/ and this page agree.
+    members = list(Run.objects.filter(cluster__in=clusters, source=RunSource.CLASSIC))
+    idle: dict[int, list[tuple[Decimal, Decimal]]] = defaultdict(list)
+    breakdowns = breakdowns_for_runs(members, now=as_of) if members else {}
+    for run in members:
+        idle[run.cluster_id].append((breakdowns[run.pk].idle_gpu_hours, breakdowns[run.pk].idle))
+    prices = instance_prices({(c.node_type_id, uptimes[c.pk].region) for c in clusters})
 
     threshold = settings.AIRBOARD_IDLE_UTILIZATION_PERCENT
     minutes: dict[int, list[tuple[datetime, bool]]] = defaultdict(list)
@@ -247,78 +160,72 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
     for cluster_id, minute, peak in rows.values_list("run__cluster_id", "minute", "utilization_gpu_max"):
         minutes[cluster_id].append((minute, peak < threshold))
     shapes = {c.pk: serverless_equivalent(c.node_type_id) for c in clusters}
-    accel = _accelerator_prices({(s, c.region) for c in clusters if (s := shapes[c.pk]) and c.region})
+    accel = accelerator_prices({(s, c.region) for c in clusters if (s := shapes[c.pk]) and c.region})
 
     out = []
     for c in clusters:
-        intervals = uptime_intervals(c, events[c.pk], as_of)
+        uptime = uptimes[c.pk]
         shape = shapes[c.pk]
-        out.append(_cluster_cost(c, intervals, prices, minutes[c.pk], shape, accel.get((shape, c.region), [])))
+        worker_prices = prices.get((c.node_type_id, uptime.region), [])
+        out.append(
+            _cluster_cost(
+                uptime, worker_prices, minutes[c.pk], shape, accel.get((shape, c.region), []), as_of, idle[c.pk]
+            )
+        )
     return out
 
 
 def _cluster_cost(
-    cluster: Cluster,
-    intervals: list[tuple[datetime, datetime]],
-    prices: dict[tuple[str, str], list[PricePeriod]],
+    uptime: ClusterUptime,
+    worker_prices: list[PricePeriod],
     minutes: list[tuple[datetime, bool]],
     shape: str | None,
     serverless: list[PricePeriod],
+    as_of: datetime,
+    run_idle: list[tuple[Decimal, Decimal]],
 ) -> ClusterCost:
-    notes: list[str] = []
-    driver_type = cluster.driver_node_type_id or cluster.node_type_id
-    workers = worker_count(cluster)
-    worker_prices = prices.get((cluster.node_type_id, cluster.region), [])
-    rate = combined_rate(prices.get((driver_type, cluster.region), []), worker_prices, workers)
-    lines = [line for start, end in intervals for line in compute_cost(start, end, 1, rate)]
-    if any(line.unpriced for line in lines):
-        notes.append(
-            f"no instance price for {driver_type} driver + {workers} x {cluster.node_type_id} for part of the uptime"
+    cluster = uptime.cluster
+    notes: list[str] = list(uptime.notes)
+    intervals = uptime.stretches
+    uptime_hours = uptime.hours
+    # Each piece's lines add up to its own billed hours exactly (money.split_billed_hours).
+    with localcontext(EXACT):
+        gpu_hours = exact_sum(
+            billed_hours(piece.start, piece.end) * cluster_gpus(cluster, piece.workers) for piece in uptime.pieces
         )
-    uptime_hours = _exact_sum(billed_hours(start, end) for start, end in intervals)
-    gpus = cluster_gpus(cluster)
-    with localcontext(_EXACT):
-        gpu_hours = uptime_hours * gpus
+    gpus = max((cluster_gpus(cluster, p.workers) for p in uptime.pieces), default=cluster_gpus(cluster, 0))
 
-    # Count minutes inside the uptime, grouped by the price in force, then round hours once a group.
-    idle_groups: dict[Decimal | None, int] = defaultdict(int)
+    # Busy minutes inside the uptime, grouped by the serverless price in force, hours rounded once a group.
     busy_groups: dict[Decimal | None, int] = defaultdict(int)
-    worker_starts = [p.effective_from for p in worker_prices]
     serverless_starts = [p.effective_from for p in serverless]
     for minute, idle in minutes:
-        if not any(start <= minute < end for start, end in intervals):
+        if idle or not any(start <= minute < end for start, end in intervals):
             continue
-        if idle:
-            price = _price_in_force(worker_prices, worker_starts, minute)
-            idle_groups[price.usd_per_hour if price else None] += 1
-        else:
-            price = _price_in_force(serverless, serverless_starts, minute)
-            busy_groups[price.usd_per_hour if price else None] += 1
-    idle_gpu_hours = idle_hours(sum(idle_groups.values()))
+        price = price_in_force(serverless, serverless_starts, minute)
+        busy_groups[price.usd_per_hour if price else None] += 1
     busy_gpu_hours = idle_hours(sum(busy_groups.values()))
-    with localcontext(_EXACT):
+    # Idle: what the cluster's runs were charged for idle GPUs (billing.run_costs), summed.
+    idle_gpu_hours = exact_sum(hours for hours, _ in run_idle)
+    idle_cost = exact_sum(usd for _, usd in run_idle)
+    with localcontext(EXACT):
         unknown = max(gpu_hours - idle_gpu_hours - busy_gpu_hours, ZERO)
-    spec = instance_gpus(cluster.node_type_id)
-    per_instance = spec.count if spec else 1
-    idle_cost = _exact_sum(
-        _per_gpu(idle_hours(n) * price, per_instance) for price, n in idle_groups.items() if price is not None
-    )
-    if idle_groups.get(None):
+    if not worker_prices and idle_gpu_hours:
         notes.append("idle GPU-hours without an instance price are counted, not priced")
 
     what_if: Decimal | None = None
     if shape is None:
         notes.append("no serverless equivalent for " + (cluster.node_type_id or "this instance type"))
     else:
-        with localcontext(_EXACT):
-            what_if = _exact_sum(idle_hours(n) * price for price, n in busy_groups.items() if price is not None)
+        with localcontext(EXACT):
+            what_if = exact_sum(idle_hours(n) * price for price, n in busy_groups.items() if price is not None)
         if busy_groups.get(None):
             notes.append(f"no serverless {shape} price in {cluster.region or 'this region'} for part of the busy hours")
     return ClusterCost(
         cluster=cluster, intervals=intervals, uptime_hours=uptime_hours, gpus=gpus,
-        uptime_cost=_exact_sum(line.usd for line in lines), gpu_hours=gpu_hours, busy_gpu_hours=busy_gpu_hours,
+        uptime_cost=uptime.cost, gpu_hours=gpu_hours, busy_gpu_hours=busy_gpu_hours,
         idle_gpu_hours=idle_gpu_hours, unknown_gpu_hours=unknown, idle_cost=idle_cost, serverless_shape=shape,
-        what_if_cost=what_if, notes=notes,
+        what_if_cost=what_if, notes=notes, unattributed_cost=uptime.unattributed_cost, runs=uptime.runs,
+        as_of=as_of,
     )  # fmt: skip
 
 
@@ -327,7 +234,7 @@ def team_totals(costs: Iterable[ClusterCost]) -> list[TeamClusterCost]:
     teams: dict[str, TeamClusterCost] = {}
     for cost in costs:
         row = teams.setdefault(cost.cluster.team.name, TeamClusterCost(cost.cluster.team.name))
-        with localcontext(_EXACT):
+        with localcontext(EXACT):
             row.clusters += 1
             row.uptime_cost += cost.uptime_cost
             row.busy_gpu_hours += cost.busy_gpu_hours

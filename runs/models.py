@@ -380,7 +380,12 @@ class Cluster(models.Model):
     docker_image = models.CharField(max_length=500, blank=True)
     region = models.CharField(max_length=32, blank=True)
     state = models.CharField(max_length=32, blank=True)
-    start_time = models.DateTimeField(null=True, blank=True)
+    start_time = models.DateTimeField(
+        null=True, blank=True, help_text="When the creation request was received (Clusters API): never an uptime start."
+    )
+    last_restarted_time = models.DateTimeField(
+        null=True, blank=True, help_text="When the cluster was last started or restarted: the current stretch's start."
+    )
     terminated_time = models.DateTimeField(null=True, blank=True)
     raw = models.JSONField(default=dict, blank=True, help_text="The source's record, as received.")
     is_demo = models.BooleanField(default=False)

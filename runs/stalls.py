@@ -24,7 +24,8 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.costs import _accelerator_prices, _compute_key
+from billing.money import billed_hours, exact_product, exact_sum, to_cents
+from billing.run_costs import gpu_hour_prices
 from runs.choices import RunStatus, StallKind
 from runs.models import GpuSample, Run
 
@@ -141,24 +142,24 @@ def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
 
 
 def run_stalls(runs: Iterable[Run], now: datetime | None = None) -> list[RunStalls]:
-    """Stalls of each running run, grouped by kind and priced at the accelerator-hour price now.
+    """Stalls of each running run, grouped by kind and priced as the cost engine prices a GPU-hour.
 
-    Cost so far = price per accelerator-hour x stalled GPU-minutes / 60 (one GPU is one accelerator).
+    Cost so far = stalled GPU-hours (exact, `billing.money.billed_hours`) x the price of one
+    GPU-hour of the run in force now (`billing.run_costs.gpu_hour_prices`: the accelerator-hour
+    price of a serverless run, the worker instance price per GPU of a classic one), to the cent.
     """
     now = now or timezone.now()
     running = [r for r in runs if r.status == RunStatus.RUNNING]
-    keys = {key for r in running if (key := _compute_key(r.accelerator_type, r.region))}
-    prices = _accelerator_prices(keys)
+    prices = gpu_hour_prices(running, now) if running else {}
     result = []
     for run in running:
         stalls = gpu_stalls(run, now)
-        periods = [p for p in prices.get(_compute_key(run.accelerator_type, run.region), []) if p.effective_from <= now]
-        price = periods[-1].usd_per_hour if periods else None
+        price = prices[run.pk].at(now)
         for kind in StallKind:
             gpus = tuple(g for g in stalls if g.kind == kind)
             if not gpus:
                 continue
-            minutes = Decimal(str(round(sum(g.minutes for g in gpus), 3)))
-            cost = None if price is None else (price * minutes / 60).quantize(Decimal("0.01"))
+            hours = exact_sum(billed_hours(g.since, g.until) for g in gpus)
+            cost = None if price is None else to_cents(exact_product(hours, price))
             result.append(RunStalls(run, kind, gpus, cost))
     return result

@@ -25,7 +25,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
-from billing.costs import estimate_run_cost
+from billing.engine import run_cost
 from dashboard.csv_export import cell, csv_response
 from runs import charts
 from runs import fleet as fleet_queries
@@ -249,7 +249,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     ctx = {
         "run": run,
         "attempts": attempts,
-        "cost": estimate_run_cost(run, now=now),
+        "cost": run_cost(run, now=now),
         "log_node": node,
         "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
         "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,

@@ -82,10 +82,10 @@ def test_what_if_without_serverless_equivalent(world: World) -> None:
     _price("p4d.24xlarge", "14.75")
     c = Cluster.objects.create(
         team=world.vision, cluster_id="a100", node_type_id="p4d.24xlarge", driver_node_type_id="p4d.24xlarge",
-        single_node=True, region="us-west-2", start_time=T0, terminated_time=T0 + timedelta(hours=2),
+        single_node=True, region="us-west-2", last_restarted_time=T0, terminated_time=T0 + timedelta(hours=2),
     )  # fmt: skip
     (cost,) = cluster_costs([c], now=NOW)
-    assert cost.uptime_cost == Decimal("29.50")  # no events: start_time to terminated_time, driver only
+    assert cost.uptime_cost == Decimal("29.50")  # no events: last_restarted_time to terminated_time, driver only
     assert cost.what_if_cost is None and cost.what_if_saving is None
     assert "no serverless equivalent for p4d.24xlarge" in cost.notes
     (team,) = team_totals([cost])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -151,11 +152,13 @@ def test_classic_clusters_are_upserted_with_their_fields_and_events_once(world: 
     assert single.docker_image.endswith("vision/train:2026.10") and single.terminated_time is not None
     autoscale = Cluster.objects.get(cluster_id="1015-120000-autoscl1")
     assert (autoscale.autoscale_min_workers, autoscale.autoscale_max_workers, autoscale.region) == (1, 8, "")
-    assert list(single.events.values_list("kind", flat=True)) == ["STARTING", "TERMINATING"]
-    assert sorted(shared.events.values_list("kind", flat=True)) == ["RESTARTING", "STARTING"]
+    # Nothing is derived from start_time: the API documents it as when the creation request came in.
+    assert list(single.events.values_list("kind", flat=True)) == ["TERMINATING"]
+    assert sorted(shared.events.values_list("kind", flat=True)) == ["RESTARTING"]
+    assert shared.last_restarted_time == datetime(2026, 11, 2, 5, 50, tzinfo=UTC)
 
     assert "clusters: 0 created, 0 updated, 3 unchanged, 0 skipped" in collect()
-    assert ClusterEvent.objects.count() == 5
+    assert ClusterEvent.objects.count() == 2
 
 
 def test_records_with_no_team_are_skipped_and_reported(settings, world: World, source: Source) -> None:

@@ -29,7 +29,8 @@ def test_classic_cluster_bills_uptime_of_driver_and_workers(world: World) -> Non
     _instance("p4d.24xlarge", "10.00")
     cluster = Cluster.objects.create(
         team=world.vision, cluster_id="c-1", node_type_id="p4d.24xlarge", driver_node_type_id="g5.xlarge",
-        num_workers=2, region="us-west-2", start_time=T0 - timedelta(hours=1), terminated_time=T0 + timedelta(hours=2),
+        num_workers=2, region="us-west-2", last_restarted_time=T0 - timedelta(hours=1),
+        terminated_time=T0 + timedelta(hours=2),
     )  # fmt: skip
     run = make_run(world.vision, source=RunSource.CLASSIC, cluster=cluster, num_accelerators=16, accelerator_type="")
     cost = breakdowns_for_runs([run], now=T0 + timedelta(days=1))[run.pk]
@@ -47,7 +48,7 @@ def test_classic_cluster_price_change_and_region_specific_price(world: World) ->
     _instance("g5.12xlarge", "1.00", region="us-west-2", at=T0 + timedelta(hours=1))
     cluster = Cluster.objects.create(
         team=world.vision, cluster_id="c-2", node_type_id="g5.12xlarge", num_workers=0, single_node=True,
-        region="us-west-2", start_time=T0, terminated_time=T0 + timedelta(hours=3),
+        region="us-west-2", last_restarted_time=T0, terminated_time=T0 + timedelta(hours=3),
     )  # fmt: skip
     run = make_run(world.vision, source=RunSource.CLASSIC, cluster=cluster)
     # Driver only (single node): 1 h x $2 + 2 h x $1.
@@ -150,7 +151,7 @@ def _shared_cluster(world: World, start: datetime, end: datetime) -> Cluster:
     _instance("g5.12xlarge", "10.00")
     return Cluster.objects.create(
         team=world.vision, cluster_id="shared", node_type_id="g5.12xlarge", num_workers=0, single_node=True,
-        region="us-west-2", start_time=start, terminated_time=end,
+        region="us-west-2", last_restarted_time=start, terminated_time=end,
     )  # fmt: skip
 
 

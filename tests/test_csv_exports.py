@@ -93,7 +93,7 @@ def test_overview_failures(world: World) -> None:
 def test_overview_spend_by_team(world: World) -> None:
     assert "table=spend" in page(world, world.alice, "/")
     rows = download(world, world.alice, "/", table="spend")
-    assert list(rows[0]) == ["team", "gpu_hours", "usd", "compute_usd", "egress_usd", "unpriced_gpu_hours"]
+    assert list(rows[0]) == ["team", "gpu_hours", "usd", "compute_usd", "egress_usd", "figure"]
     assert [r["team"] for r in rows] == ["vision"]
     assert sorted(r["team"] for r in download(world, world.sam, "/", table="spend")) == ["nlp", "vision"]
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from billing import rollups
-from billing.costs import _exact_sum, estimate_costs_for_runs
+from billing.costs import estimate_costs_for_runs
 from billing.models import (
     AcceleratorPrice,
     CostDaily,
@@ -22,6 +22,7 @@ from billing.models import (
     RollupState,
     RunCostSpan,
 )
+from billing.money import exact_sum
 from billing.tasks import roll_up_costs
 from runs import ingest
 from runs.models import Attempt, Run
@@ -189,8 +190,8 @@ def test_rollup_always_sums_to_per_run_costs(world: World, runs: list, prices: l
     rollups.recompute_days(days, now=now)
     expected = estimate_costs_for_runs(all_runs, now=now)
     got = rollups.totals(CostDaily.objects.all())
-    assert _exact_sum([got["compute_usd"], got["egress_usd"]]) == _exact_sum(c.total for c in expected.values())
-    assert got["gpu_hours"] == _exact_sum(c.gpu_hours for c in expected.values())
+    assert exact_sum([got["compute_usd"], got["egress_usd"]]) == exact_sum(c.total for c in expected.values())
+    assert got["gpu_hours"] == exact_sum(c.gpu_hours for c in expected.values())
     _assert_summary_matches()
 
 

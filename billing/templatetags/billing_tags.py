@@ -1,25 +1,15 @@
-"""Template tags for cost breakdowns on pages billing/ does not own (the run page)."""
+"""Template filters for money on pages billing/ does not own. No tag computes money (issue 17)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
 from django import template
-from django.utils import timezone
 
-from billing.costs import BYTES_PER_GB
-from billing.reconcile import BilledFigure, billed_for_run
+from billing.money import BYTES_PER_GB, format_usd
 from billing.reports import decimal_str
-from billing.run_costs import RunBreakdown, breakdowns_for_runs
-from runs.models import Run
 
 register = template.Library()
-
-
-@register.simple_tag
-def run_cost_breakdown(run: Run) -> RunBreakdown:
-    """Classic cluster, idle and per-interval cost of `run` (a constant handful of queries)."""
-    return breakdowns_for_runs([run], now=timezone.now())[run.pk]
 
 
 @register.filter
@@ -34,7 +24,7 @@ def normalize(value: Decimal) -> str:
     return decimal_str(value)
 
 
-@register.simple_tag
-def run_billed(run: Run) -> BilledFigure | None:
-    """What the provider billed for `run` (imported usage records), or None before any arrive."""
-    return billed_for_run(run)
+@register.filter
+def usd(value: Decimal | None) -> str:
+    """Money as every page shows it (`billing.money.format_usd`): '$1,234.57', half-even to the cent."""
+    return format_usd(value)

@@ -40,6 +40,7 @@ from django.db.models import Q
 
 from runs.choices import CollectorKind, RunSource, RunStatus
 from runs.clusters import cluster_gpus
+from runs.collectors.cluster_events import collect_events
 from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
 from runs.collectors.jobs_records import (
     RunKind,
@@ -202,6 +203,7 @@ def cluster_fields(record: dict[str, Any]) -> dict[str, Any]:
         "region": region_from_zone((record.get("aws_attributes") or {}).get("zone_id") or ""),
         "state": record.get("state") or "",
         "start_time": ms_to_dt(record.get("start_time")),
+        "last_restarted_time": ms_to_dt(record.get("last_restarted_time")),
         "terminated_time": ms_to_dt(record.get("terminated_time")),
         "raw": record,
     }
@@ -214,8 +216,9 @@ def upsert_clusters(
 
     1. Resolve the team (an existing cluster keeps its own); skip with a line when none.
     2. Create or update the row, counting created / updated / unchanged.
-    3. STARTING at start_time, RESTARTING at last_state_loss_time, TERMINATING at
-       terminated_time, written conflict-ignoring so a re-read adds nothing.
+    3. RESTARTING at last_state_loss_time, TERMINATING at terminated_time, written
+       conflict-ignoring so a re-read adds nothing. Nothing at start_time: the API documents it
+       as when the creation request was received, not when the cluster came up (runs.uptime).
     """
     counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     by_id: dict[str, Cluster] = {}
@@ -245,7 +248,6 @@ def upsert_clusters(
         events = [
             ClusterEvent(cluster=cluster, ts=ts, kind=kind, details={"derived_from": source})
             for kind, source in (
-                ("STARTING", "start_time"),
                 ("RESTARTING", "last_state_loss_time"),
                 ("TERMINATING", "terminated_time"),
             )
@@ -551,6 +553,11 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         teams = TeamResolver()
         cluster_records = client.list_clusters()
         clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
+        if settings.AIRBOARD_CLUSTER_EVENTS_COMMAND.strip():
+            # Their lifecycle events decide their uptime and worker count (runs.uptime).
+            result.lines += collect_events(
+                clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
+            )
         records = client.list_runs(cursor.get("newest_start_time"))
         listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
         vanished = [run_id for ext, run_id in (cursor.get("active") or {}).items() if ext not in listed]

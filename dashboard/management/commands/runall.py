@@ -44,6 +44,9 @@ class Command(BaseCommand):
             call_command("seed_demo", "--if-empty")
             # Failed demo runs get their root cause now rather than when a worker is asked.
             call_command("classify_runs")
+        if "refresh_costs" in commands:
+            # Costs rolled up before the first page is opened, not at beat's first pass.
+            call_command("refresh_costs")
 
         python = sys.executable
         beat_schedule = str(settings.VAR_DIR / "celerybeat-schedule")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from argparse import ArgumentParser
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.demo_write import seed_demo
@@ -32,7 +33,7 @@ class Command(BaseCommand):
         runs = int(options["runs"])  # type: ignore[arg-type]
         if runs < 0:
             raise CommandError("--runs must be 0 or more")
-        seed_demo(
+        counts = seed_demo(
             seed=int(options["seed"]),  # type: ignore[arg-type]
             runs=runs,
             reset=bool(options["reset"]),
@@ -40,3 +41,6 @@ class Command(BaseCommand):
             advice_examples=not options["without_advice_examples"],
             log=self.stdout.write,
         )
+        if counts is not None:
+            # The first look is never an empty cost page: roll the demo's costs up now.
+            call_command("refresh_costs", stdout=self.stdout)

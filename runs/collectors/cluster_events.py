@@ -1,0 +1,97 @@
+"""Lifecycle events of a classic cluster, as `databricks clusters events CLUSTER_ID -o json` prints them.
+
+The Clusters API (`POST /api/2.1/clusters/events`, https://docs.databricks.com/api/clusters/v2)
+answers `{"events": [...], "next_page": {...}, "total_count": N}`; the CLI prints the events
+list itself. Each event: `cluster_id`, `timestamp` (epoch milliseconds), `type` (CREATING,
+STARTING, RESTARTING, RUNNING, RESIZING, UPSIZE_COMPLETED, TERMINATING, ...) and `details`
+(`current_num_workers`, `target_num_workers`, `reason`, `user`...). They are what
+`runs.uptime` reads a cluster's billable uptime and worker count from.
+
+An event that is not of that shape is named with its position and skipped; the others are
+stored. Storing is idempotent: an event is (cluster, timestamp, type), stored once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from runs.collectors.databricks_cli import CollectorError, run_json, split_command
+from runs.models import Cluster, ClusterEvent
+
+# Epoch milliseconds accepted: 2000-01-01 to 2100-01-01 (anything else is not a real event time).
+MIN_MS, MAX_MS = 946_684_800_000, 4_102_444_800_000
+MAX_EVENTS = 100_000
+
+
+@dataclass
+class EventsRead:
+    """What a payload held: events to store, and each one refused with why."""
+
+    events: list[tuple[datetime, str, dict[str, Any]]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_events(payload: Any, cluster_id: str) -> EventsRead:
+    """The events of `cluster_id` in a `clusters events` answer (the API's object or the CLI's list)."""
+    out = EventsRead()
+    if isinstance(payload, dict):
+        payload = payload.get("events", [])
+    if not isinstance(payload, list):
+        out.problems.append("expected a list of events or an object with an 'events' list")
+        return out
+    if len(payload) > MAX_EVENTS:
+        out.problems.append(f"{len(payload)} events in one answer; at most {MAX_EVENTS} are read")
+        payload = payload[:MAX_EVENTS]
+    for n, event in enumerate(payload, start=1):
+        if not isinstance(event, dict):
+            out.problems.append(f"event {n}: not an object")
+            continue
+        stamp, kind, details = event.get("timestamp"), event.get("type"), event.get("details")
+        details = {} if details is None else details
+        if event.get("cluster_id") not in (None, cluster_id):
+            out.problems.append(f"event {n}: belongs to cluster {str(event['cluster_id'])[:100]!r}, not {cluster_id!r}")
+        elif isinstance(stamp, bool) or not isinstance(stamp, int) or not MIN_MS <= stamp < MAX_MS:
+            out.problems.append(f"event {n}: 'timestamp' must be epoch milliseconds, got {str(stamp)[:40]!r}")
+        elif not isinstance(kind, str) or not kind.strip() or len(kind) > 64:
+            out.problems.append(f"event {n}: 'type' must be an event type such as RUNNING, got {str(kind)[:40]!r}")
+        elif not isinstance(details, dict):
+            out.problems.append(f"event {n}: 'details' must be an object")
+        else:
+            out.events.append((datetime.fromtimestamp(stamp / 1000, tz=UTC), kind.strip().upper(), details))
+    return out
+
+
+def store_events(cluster: Cluster, events: list[tuple[datetime, str, dict[str, Any]]]) -> int:
+    """Store the events (conflicts ignored: a re-read adds nothing); returns how many were new."""
+    before = ClusterEvent.objects.filter(cluster=cluster).count()
+    ClusterEvent.objects.bulk_create(
+        [ClusterEvent(cluster=cluster, ts=ts, kind=kind, details=details) for ts, kind, details in events],
+        ignore_conflicts=True,
+        batch_size=1000,
+    )
+    if events:
+        # The rollups re-price the cluster's runs on their next pass (`Cluster.updated_at`).
+        cluster.save(update_fields=["updated_at"])
+    return ClusterEvent.objects.filter(cluster=cluster).count() - before
+
+
+def collect_events(clusters: Iterable[Cluster], template: str, timeout: float) -> list[str]:
+    """Run the operator's events command for each cluster (`{cluster_id}` filled per argument,
+    no shell) and store what it prints; returns the collector's lines (one per problem)."""
+    lines: list[str] = []
+    stored = 0
+    for cluster in clusters:
+        argv = [arg.replace("{cluster_id}", cluster.cluster_id) for arg in split_command(template)]
+        try:
+            payload = run_json(argv, timeout)
+        except CollectorError as exc:
+            lines.append(f"cluster events {cluster.cluster_id}: {exc}")
+            continue
+        read = parse_events(payload or [], cluster.cluster_id)
+        lines += [f"cluster events {cluster.cluster_id}: {problem}" for problem in read.problems]
+        stored += store_events(cluster, read.events)
+    lines.append(f"cluster events: {stored} new")
+    return lines
