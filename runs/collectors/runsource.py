@@ -467,7 +467,8 @@ def gpu_records(
     """
     wanted = {cid for r in records for cid in cluster_ids_of(r)} - set(clusters)
     known = clusters | {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=wanted)}
-    gpus = {cid: cluster_gpus(c) for cid, c in known.items()}
+    # GPUs with one worker up: zero only when neither the driver nor a worker has a GPU.
+    gpus = {cid: cluster_gpus(c, 1) for cid, c in known.items()}
     kept = [r for r in records if classify(r, gpus) != RunKind.NOT_GPU]
     if skipped := len(records) - len(kept):
         result.say(f"runs: {skipped} record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored")
