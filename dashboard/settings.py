@@ -298,6 +298,11 @@ if not REDIS_URL:
 
 # --- Telemetry tiers (runs/telemetry.py, runs/retention.py) -----------------------------
 # Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
+# The live demo (runs.demo_live): in a demo workspace (seeded demo runs exist), beat pushes
+# telemetry, metrics and logs for the running demo runs each minute, ends some and starts
+# others so that about this many run. Off: the demo stays the snapshot seed_demo wrote.
+AIRBOARD_DEMO_LIVE = env_bool("AIRBOARD_DEMO_LIVE", True)
+AIRBOARD_DEMO_LIVE_RUNNING = env_int("AIRBOARD_DEMO_LIVE_RUNNING", 10, minimum=0)
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
 # PostgreSQL (runs/partitions.py): daily partitions of the raw samples are made this many days
 # ahead, so a day's samples never start in the DEFAULT partition while the beat runs.
