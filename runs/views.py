@@ -27,7 +27,7 @@ from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
 from dashboard.csv_export import cell, csv_response
-from runs import charts
+from runs import charts, glance
 from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
@@ -155,6 +155,8 @@ COLUMNS = [
     ("Submitted", "submitted"),
     ("Started", "started"),
     ("Duration", "duration"),
+    ("GPU utilization (1 h)", None),
+    ("Cost", None),
 ]
 
 
@@ -216,6 +218,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv":
         return _runs_csv(runs)
     page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = glance.attach(page.object_list)
 
     ctx = {
         "form": form,
