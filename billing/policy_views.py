@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from billing import policies
+from billing import policies, policy_split
 from billing.models import AlertChannel, UsagePolicy
 from billing.policy_forms import ChannelForm, PolicyForm, can_manage_policies
 from dashboard.csv_export import csv_response
@@ -73,6 +73,7 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
         "policy": policy,
         "status": status,
         "figure": policies.burn_down_figure(status),
+        "split": policy_split.split(policy, now=status.now),
         "channels": policy.channels.order_by("pk"),
         "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
         "alerts": policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")[:LOG_ROWS],
