@@ -66,6 +66,7 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         team_id=data["team"].pk if data.get("team") else None,
         accelerator_type=data.get("accelerator", ""),
         region=data.get("region", ""),
+        usage_policy_name=data.get("policy", ""),
     )  # fmt: skip
     rows = reports.cost_rows(team_ids, filters)
     now = timezone.now()

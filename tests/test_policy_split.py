@@ -86,3 +86,18 @@ def test_admissions_are_stored_and_listed_on_the_page(world: World, policy: Usag
         assert f'id="{section}"' in html
     assert "bob@example.com" in html and usd(Decimal("160")) in html and "run-b1" in html
     assert "denied" in html and "allows at most 8" in html
+
+
+def test_costs_page_filters_by_policy(world: World, policy: UsagePolicy) -> None:
+    client = world.client_for(world.alice)
+    day = T0.date().isoformat()
+    with time_machine.travel(NOW, tick=False):
+        narrowed = client.get(reverse("cost_overview"), {"policy": policy.name, "start": day, "end": day})
+        everything = client.get(reverse("cost_overview"), {"start": day, "end": day})
+        unknown = client.get(reverse("cost_overview"), {"policy": "no-such-policy"})
+    assert narrowed.context["total"]["total_usd"] == Decimal("320")
+    assert everything.context["total"]["total_usd"] == Decimal("400")  # run-other's $80 too
+    assert '<option value="vision-research" selected>' in narrowed.content.decode()
+    # A policy the user cannot see, or none by that name, is named as the filter's error.
+    assert unknown.status_code == 200 and "Usage policy" in unknown.content.decode()
+    assert unknown.context["form"].errors["policy"]
