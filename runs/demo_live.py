@@ -301,9 +301,13 @@ def _start(now: datetime, rng: random.Random) -> Run | None:
     if not templates:
         return None
     template = rng.choice(templates)
-    external_id = str(rng.randrange(10**14, 10**15))  # a job run id: a 15-digit number
-    while Run.objects.filter(source=template.source, external_id=external_id).exists():
+    # A job run id: a 15-digit number, not one already stored (a few tries, then give up this tick).
+    for _ in range(5):
         external_id = str(rng.randrange(10**14, 10**15))
+        if not Run.objects.filter(source=template.source, external_id=external_id).exists():
+            break
+    else:
+        return None
     started = now - timedelta(seconds=rng.randint(5, 50))
     subnet = (template.attempts.order_by("number").first() or Attempt()).nodes.values_list("host", flat=True).first()
     prefix = (subnet or "10.0.0.1").rsplit(".", 2)[0]

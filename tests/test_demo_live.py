@@ -22,6 +22,10 @@ class AlwaysEnds(random.Random):
     def random(self) -> float:
         return 0.0
 
+    def getrandbits(self, k: int) -> int:
+        # Defined so that randrange and choice keep drawing from the bits, not from random().
+        return super().getrandbits(k)
+
 
 def batches_done() -> bool:
     return not IngestBatch.objects.filter(status=BatchStatus.PENDING).exists()
