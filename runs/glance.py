@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Avg, Max
+from django.db.models import Avg, Count, Max, Min
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, run_costs
-from runs.models import GpuMinute, Run
+from runs.models import GpuMinute, Node, Run
 
 WINDOW = timedelta(hours=1)
 # A running run whose last sample is older than this is called stale on the page.
@@ -111,3 +111,34 @@ def attach(runs: Iterable[Run], now: datetime | None = None) -> list[Run]:
     for run in runs:
         run.glance = found[run.pk]
     return runs
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a run page's GPU charts rest on: which nodes reported, over what span, how long ago."""
+
+    nodes_reporting: int
+    nodes: int
+    first: datetime | None
+    last: datetime | None
+    started: datetime | None
+    ended: datetime | None  # the run's end, or now while it runs
+    stale: bool
+
+    @property
+    def partial(self) -> bool:
+        return self.nodes_reporting < self.nodes
+
+
+def coverage(run: Run, now: datetime | None = None) -> Coverage:
+    """The run's telemetry coverage from its minute rollups: one aggregate query and a node count."""
+    now = now or timezone.now()
+    found = GpuMinute.objects.filter(run=run).aggregate(
+        first=Min("minute"), last=Max("minute"), nodes=Count("node", distinct=True)
+    )
+    nodes = Node.objects.filter(attempt__run=run).count()
+    last = found["last"] + timedelta(minutes=1) if found["last"] else None
+    if last and last > now:
+        last = now
+    stale = run.status == "running" and (last is None or now - last > STALE_AFTER)
+    return Coverage(found["nodes"] or 0, nodes, found["first"], last, run.started_at, run.ended_at or now, stale)

@@ -258,6 +258,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
         "log_query": query,
         "timeline": charts.timeline_figure(attempts, now=now),
+        "coverage": glance.coverage(run, now=now),
         "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu")),
         "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes")),
         "metrics": charts.metrics_figure(charts.metric_points(run)),

@@ -70,3 +70,16 @@ def test_a_running_run_without_samples_says_so(world: World) -> None:
     with time_machine.travel(NOW, tick=False):
         html = world.client_for(world.alice).get(reverse("run_list")).content.decode()
     assert "no samples this hour" in html and "no sample yet" in html
+
+
+def test_run_page_states_coverage_and_staleness(world: World) -> None:
+    run = make_run(world.vision, status=RunStatus.RUNNING, ended_at=None)
+    samples(run, range(10, 20), 60.0)
+    run.attempts.get().nodes.create(index=1, host="10.0.0.9")  # a second node that never reported
+    found = glance.coverage(run, now=NOW)
+    assert (found.nodes_reporting, found.nodes, found.partial, found.stale) == (1, 2, True, True)
+    assert found.last == NOW - timedelta(minutes=10)
+    with time_machine.travel(NOW, tick=False):
+        html = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk])).content.decode()
+    assert "Samples from 1 of 2 nodes (the others sent none)" in html
+    assert "<strong>Stale:</strong> Last sample 10\xa0minutes ago." in html
