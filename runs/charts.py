@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any
 
 from django.db.models import FloatField, Func, Max, Min, QuerySet
@@ -197,8 +197,14 @@ def _collect(
         x: list[float] = [p[2] for p in points]
         y: list[float | None] = [p[3] for p in points]
         avg = [p[5] for p in points] if tier != "raw" else None
-        if len(points) > max_points:
-            reduced = minmax_buckets(x, y, max_points, lows=[p[4] for p in points] if tier != "raw" else None)
+        lows = [p[4] for p in points] if tier != "raw" else None
+        # Gaps before any reduction: a bucket of the reduced series keeps its None (downsample).
+        if avg is None or lows is None:
+            x, (y,) = with_gaps(x, [y], GAP_SECONDS[tier])
+        else:
+            x, (y, avg, lows) = with_gaps(x, [y, avg, lows], GAP_SECONDS[tier])
+        if len(x) > max_points:
+            reduced = minmax_buckets(x, y, max_points, lows=lows)
             x = [t for t, _ in reduced]
             y = [v for _, v in reduced]
             avg = None  # a bucket's min and max points are not any one row's average
@@ -211,6 +217,30 @@ def _collect(
     # Node ids need not follow node indexes (a retry's nodes are inserted later), so sort here.
     keyed.sort(key=lambda pair: pair[0])
     return [s for _, s in keyed]
+
+
+# A silence longer than this between two points of a tier is a gap in the data: the chart
+# breaks the line there (a None point) instead of drawing a straight line across it. Raw
+# samples come every second, so 10 s is a lost batch; rollups every minute or hour.
+GAP_SECONDS: dict[str, float] = {"raw": 10.0, "minute": 150.0, "hour": 2 * 3600.0 + 60}
+
+
+def with_gaps(x: list[float], columns: list[list[Any]], gap: float) -> tuple[list[float], list[list[Any]]]:
+    """x and its parallel `columns` with a None row (at the midpoint) wherever two neighbours are more than
+    `gap` s apart; unchanged when there is no such silence."""
+    if len(x) < 2 or all(b - a <= gap for a, b in pairwise(x)):
+        return x, columns
+    out_x: list[float] = [x[0]]
+    out = [[column[0]] for column in columns]
+    for i in range(1, len(x)):
+        if x[i] - x[i - 1] > gap:
+            out_x.append((x[i] + x[i - 1]) / 2)
+            for column in out:
+                column.append(None)
+        out_x.append(x[i])
+        for column, source in zip(out, columns, strict=True):
+            column.append(source[i])
+    return out_x, out
 
 
 def _epoch_labels(epochs: Iterable[float], cache: dict[float, str]) -> list[str]:
@@ -335,6 +365,45 @@ FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
     "temperature_c": ("GPU temperature", "temperature (°C)", "°C", 1, 0),
     "sm_clock_mhz": ("SM clock", "clock (MHz)", "MHz", 1, 0),
 }
+
+
+# The run page's panels after utilization and memory, one per signal kept in the rollups.
+PANEL_FIELDS = ("power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory")
+
+
+def power_limit(run: Run) -> float | None:
+    """The highest power limit the run's GPUs reported (NVML's enforced limit), for the power panel."""
+    found = GpuMinute.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    if found is None:
+        found = GpuSample.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    return found
+
+
+def with_limit(figure: Figure | None, limit: float | None, label: str) -> Figure | None:
+    """The figure with a dashed horizontal line at `limit` (power against its limit)."""
+    if figure is None or limit is None:
+        return figure
+    layout = figure["layout"]
+    layout["shapes"] = [*layout.get("shapes", []), {
+        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": limit, "y1": limit,
+        "line": {"dash": "dash", "width": 1.5, "color": "#dc2626"},
+    }]  # fmt: skip
+    layout["annotations"] = [*layout.get("annotations", []), {
+        "xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": limit, "yanchor": "bottom",
+        "text": f"{label} {limit:.0f} W", "showarrow": False, "font": {"size": 11, "color": "#dc2626"},
+    }]  # fmt: skip
+    return figure
+
+
+def panel_figures(run: Run) -> list[tuple[str, Figure | None]]:
+    """(field, figure) of each PANEL_FIELDS signal of the run; power carries its limit line."""
+    out = []
+    for field in PANEL_FIELDS:
+        figure = gpu_figure(field, gpu_series(run, field))
+        if field == "power_watts":
+            figure = with_limit(figure, power_limit(run), "limit")
+        out.append((field, figure))
+    return out
 
 
 def gpu_figure(field: str, series: Sequence[GpuSeries]) -> Figure | None:

@@ -261,6 +261,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "coverage": glance.coverage(run, now=now),
         "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu")),
         "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes")),
+        "panels": charts.panel_figures(run),
         "metrics": charts.metrics_figure(charts.metric_points(run)),
         "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
     }

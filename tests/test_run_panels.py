@@ -1,0 +1,57 @@
+"""The run page's GPU panels: one per signal in the rollups, power against its limit, gaps kept."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+
+from runs import charts
+from runs.models import GpuSample
+from runs.telemetry import store_gpu_samples
+from tests.conftest import T0, World, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def store(run, seconds) -> None:
+    node = run.attempts.get().nodes.get()
+    store_gpu_samples(
+        [
+            GpuSample(
+                run=run,
+                node=node,
+                gpu_index=0,
+                ts=T0 + timedelta(seconds=s),
+                utilization_gpu=90.0,
+                power_watts=650.0,
+                power_limit_watts=700.0,
+                temperature_c=71.0,
+                sm_clock_mhz=1980.0,
+                utilization_memory=40.0,
+            )
+            for s in seconds
+        ]
+    )
+
+
+def test_a_silence_is_a_gap_not_a_line() -> None:
+    x, (y, avg) = charts.with_gaps([0.0, 1.0, 2.0, 60.0, 61.0], [[1.0, 2.0, 3.0, 4.0, 5.0], [1, 2, 3, 4, 5]], 10.0)
+    assert x == [0.0, 1.0, 2.0, 31.0, 60.0, 61.0] and y == [1.0, 2.0, 3.0, None, 4.0, 5.0]
+    assert avg == [1, 2, 3, None, 4, 5]
+    assert charts.with_gaps([0.0, 1.0], [[1.0, 2.0]], 10.0) == ([0.0, 1.0], [[1.0, 2.0]])
+
+
+def test_run_page_draws_a_panel_per_signal_with_the_gap_and_the_power_limit(world: World) -> None:
+    run = make_run(world.vision)
+    store(run, [*range(0, 300), *range(900, 1200)])  # ten silent minutes in the middle
+    panels = dict(charts.panel_figures(run))
+    assert set(panels) == set(charts.PANEL_FIELDS) and all(panels.values())
+    power = panels["power_watts"]
+    assert power["layout"]["shapes"][0]["y0"] == 700.0
+    assert None in power["data"][0]["y"]  # the silence is drawn as a gap
+    html = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk])).content.decode()
+    for field in charts.PANEL_FIELDS:
+        assert f'data-figure="fig-{field}"' in html
+    assert None in charts.gpu_series(run, "utilization_gpu")[0].y
