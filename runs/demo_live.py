@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from runs.choices import BatchKind, RunSource, RunStatus, TelemetrySource
 from runs.demo import EXPERIMENT_BY_SLUG, EXPERIMENTS, rng_for, training_curve
+from runs.demo_clusters import RUN_PREFIX as ADVICE_RUN_PREFIX
 from runs.demo_logs import FAILURES, LogContext, closing_lines, progress_lines
 from runs.demo_series import PROFILES, Activity, TrainingCurve, metric_points, raw_samples
 from runs.ingest import SAMPLE_VALUE_COLUMNS, append_log_chunk, enqueue_batch, record_batch, upsert_run
@@ -111,10 +112,11 @@ def _advance(run: Run, now: datetime, rng: random.Random, result: TickResult, qu
         return
     result.runs += 1
     result.samples += _push_samples(live, now, queue)
-    last_step = _push_metrics(live, now, queue)
-    result.metric_points += last_step[1]
-    result.log_chunks += _push_log(live, now, last_step[0], RunStatus.RUNNING, None)
-    if rng.random() < 1.0 / MEAN_REMAINING_MINUTES:
+    logged_to, points = _push_metrics(live, now, queue)
+    result.metric_points += points
+    result.log_chunks += _push_log(live, now, logged_to, RunStatus.RUNNING, None)
+    # The advice examples (demo_clusters) stay as they are: each shows one rule's finding.
+    if rng.random() < 1.0 / MEAN_REMAINING_MINUTES and not run.external_id.startswith(ADVICE_RUN_PREFIX):
         failure = None
         if rng.random() < FAIL_SHARE:
             kinds = [k for k in LIVE_FAILURES if len(live.nodes) > 1 or k not in MULTI_NODE]
@@ -182,7 +184,10 @@ def _push_samples(live: _Live, now: datetime, queue: str | None) -> int:
 
 
 def _push_metrics(live: _Live, now: datetime, queue: str | None) -> tuple[int, int]:
-    """MLflow points logged since the last stored step; returns (last step now, points pushed)."""
+    """MLflow points logged since the last stored step; returns (that step, points pushed).
+
+    The log's progress lines continue from the same step, so they cover what the metrics do.
+    """
     run = live.run
     after = MetricPoint.objects.filter(run=run).aggregate(step=Max("step"))["step"] or 0
     rng = rng_for(SEED, "metrics", run.external_id, after)
@@ -197,7 +202,7 @@ def _push_metrics(live: _Live, now: datetime, queue: str | None) -> tuple[int, i
     batch, duplicate = record_batch(run.team, BatchKind.METRICS, rows)
     if not duplicate:
         enqueue_batch(batch, queue=queue)
-    return max(p.step for p in points), len(points)
+    return after, len(points)
 
 
 def _context(live: _Live, now: datetime, status: str, failure: str | None, node: Node, failed_node: int) -> LogContext:

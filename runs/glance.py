@@ -129,6 +129,11 @@ class Coverage:
     def partial(self) -> bool:
         return self.nodes_reporting < self.nodes
 
+    @property
+    def recent(self) -> bool:
+        """The last sample came within the last minute ("just now" rather than "0 minutes ago")."""
+        return self.last is not None and (self.ended or self.last) - self.last < timedelta(minutes=1)
+
 
 def coverage(run: Run, now: datetime | None = None) -> Coverage:
     """The run's telemetry coverage from its minute rollups: one aggregate query and a node count."""
