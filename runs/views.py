@@ -155,9 +155,9 @@ COLUMNS = [
     ("Submitted", "submitted"),
     ("Started", "started"),
     ("Duration", "duration"),
-    ("GPU utilization (1 h)", None),
-    ("Cost", None),
 ]
+# At a glance (runs.glance) right after the status: what a person scans the table for.
+COLUMNS[2:2] = [("GPU utilization (1 h)", None), ("Cost", None)]
 
 
 def _columns(sort: str) -> list[dict[str, str | None]]:
