@@ -192,6 +192,9 @@ AIRBOARD_MAX_LOG_CHUNK_BYTES = env_int("AIRBOARD_MAX_LOG_CHUNK_BYTES", 1_048_576
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AIRBOARD_MAX_REQUEST_BYTES", 8 * 1_048_576, minimum=1024)
 # How far in the future a sample may be stamped before it is refused (clock skew allowance).
 AIRBOARD_MAX_FUTURE_SKEW_SECONDS = env_int("AIRBOARD_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
+# Most accelerators a run pushed through the API may claim (a plausibility limit: the cost of
+# a pushed run counts against its policy's budget, which can cancel other runs).
+AIRBOARD_MAX_PUSHED_ACCELERATORS = env_int("AIRBOARD_MAX_PUSHED_ACCELERATORS", 512, minimum=1)
 # Runs listed per page.
 AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
 # Link to the MLflow UI; `{run_id}` is replaced by the MLflow run id.

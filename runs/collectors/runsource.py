@@ -34,7 +34,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
 
-from runs.choices import CollectorKind, RunSource, RunStatus
+from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
 from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, upsert_run
@@ -338,8 +338,13 @@ def upsert_runs(
     for record in records:
         if record.get("run_id") is not None:
             groups[external_id_of(record)].append(record)
+    # Only the collector's own runs: one a key or a launcher wrote (even with the same id, even
+    # in the creator's team) is never adopted; `upsert_run` refuses it with a line.
     stored = {
-        run.external_id: run for run in Run.objects.filter(external_id__in=list(groups)).exclude(source=RunSource.LOCAL)
+        run.external_id: run
+        for run in Run.objects.filter(external_id__in=list(groups), origin=RunOrigin.COLLECTOR).exclude(
+            source=RunSource.LOCAL
+        )
     }
     counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     active: dict[str, int] = {}
@@ -356,7 +361,7 @@ def upsert_runs(
         if run is not None:
             _reopen_for_retry(run, data)
         try:
-            upserted = upsert_run(team, data).run
+            upserted = upsert_run(team, data, origin=RunOrigin.COLLECTOR).run
         except IngestConflict as exc:
             counts["skipped"] += 1
             result.say(f"runs: skipped {external_id}: {exc}")
