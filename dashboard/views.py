@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -87,25 +87,41 @@ def overview(request: HttpRequest) -> HttpResponse:
         "has_teams": bool(team_ids),
         "has_runs": runs.exists(),
         "month": now,
-        "stale_collectors": [c for c in CollectorState.objects.all() if c.is_stale],
+        "stale_collectors": shown_errors(
+            (c for c in CollectorState.objects.all() if c.is_stale), request.user.is_staff or request.user.is_superuser
+        ),
         # Stalled / process-less GPUs of running runs (runs/stalls.py): one sample query per run.
         "stalls": run_stalls(active.filter(status=RunStatus.RUNNING)[:STALL_RUNS]),
     }
     return render(request, "dashboard/overview.html", ctx)
 
 
+# What a team member sees of a collector's error: its text can name any team's runs (a log
+# fetch of another team's run failed), so only staff read it; members see that and when.
+MEMBER_ERROR = "failed (the error is shown to staff)"
+
+
+def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[CollectorState]:
+    """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise."""
+    out = list(states)
+    for state in out:
+        state.shown_error = (state.last_error if is_staff else MEMBER_ERROR) if state.last_error else ""
+    return out
+
+
 @login_required
 def collectors(request: HttpRequest) -> HttpResponse:
     """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
     is_staff = request.user.is_staff or request.user.is_superuser
+    states = shown_errors(CollectorState.objects.all(), is_staff)
     if request.GET.get("format") == "csv":
         header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "last_error_at",
                   "last_error"]  # fmt: skip
         rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.last_error_at,
-                 c.last_error] for c in CollectorState.objects.all())  # fmt: skip
+                 c.shown_error] for c in states)  # fmt: skip
         return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {
-        "collectors": CollectorState.objects.all(),
+        "collectors": states,
         "unlinked": MlflowRun.objects.filter(run__isnull=True).order_by("-start_time")[:200] if is_staff else None,
         "unlinked_count": MlflowRun.objects.filter(run__isnull=True).count() if is_staff else 0,
     }

@@ -382,9 +382,13 @@ def process_batch(batch_id: int) -> StoreResult | None:
             point.ts = _ts(point.ts)
         result = store_metric_points(points)
     # Conditional update: when a redelivered task races the first, the first result stands.
+    # The rows go with it: they are stored now, and a JSON copy kept here would outlive the
+    # retention that removes the raw samples. The record (hash, counts, times) stays, so a
+    # resend is still recognised as a duplicate.
     IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.PENDING).update(
-        status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now()
-    )
+        status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now(),
+        rows={"source": body.get("source") or "", "rows": []},
+    )  # fmt: skip
     if batch.kind == BatchKind.METRICS:
         # After the batch is done: the points are what must not be lost. A derivation that
         # fails here is redone by the next batch of the same day, which re-derives that day.

@@ -502,7 +502,7 @@ class IngestBatch(models.Model):
     team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="ingest_batches")
     kind = models.CharField(max_length=16, choices=BatchKind.choices)
     content_hash = models.CharField(max_length=64, help_text="sha256 of the normalised rows.")
-    rows = models.JSONField(help_text="Validated rows, run and node resolved to ids.")
+    rows = models.JSONField(help_text="Validated rows, run and node resolved to ids.")  # emptied once stored
     row_count = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=BatchStatus.choices, default=BatchStatus.PENDING)
     inserted = models.PositiveIntegerField(null=True, blank=True)
