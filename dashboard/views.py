@@ -19,7 +19,7 @@ from billing.costs import TeamSpend, month_to_date_by_team
 from dashboard import ratelimit
 from dashboard.csv_export import csv_response
 from runs.choices import RunStatus
-from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
+from runs.demo_constants import DEMO_USERNAME, demo_password, is_embedded_default
 from runs.models import CollectorState, MlflowRun, Run
 from runs.stalls import run_stalls
 
@@ -137,7 +137,7 @@ def _login_limits() -> tuple[ratelimit.Limit, ratelimit.Limit]:
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login, plus the demo credentials while (and only while) demo data exists.
+    """Django's login, plus the demo credentials while demo data exists on the embedded default.
 
     Lockout: after AIRBOARD_LOGIN_FAILURES failed attempts for one username from one address
     (or AIRBOARD_LOGIN_FAILURES_PER_IP for any username from one address) in the window, the
@@ -171,9 +171,12 @@ class LoginView(auth_views.LoginView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        ctx["demo_login"] = Run.objects.filter(is_demo=True).exists()
-        ctx["demo_username"] = DEMO_USERNAME
-        ctx["demo_password"] = DEMO_PASSWORD
+        # Only the embedded default shows it: a team deployment (DATABASE_URL) never prints a
+        # password on a page every stranger can load, even if someone seeded the demo there.
+        ctx["demo_login"] = is_embedded_default() and Run.objects.filter(is_demo=True).exists()
+        if ctx["demo_login"]:
+            ctx["demo_username"] = DEMO_USERNAME
+            ctx["demo_password"] = demo_password()
         return ctx
 
 
