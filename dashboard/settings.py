@@ -244,6 +244,9 @@ DEFAULT_FROM_EMAIL = env_str("AIRBOARD_EMAIL_FROM", "airboard@localhost")
 # Alert and cancel webhooks: seconds per try, retries after the first try, first backoff (doubles).
 AIRBOARD_WEBHOOK_TIMEOUT_SECONDS = env_float("AIRBOARD_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 AIRBOARD_WEBHOOK_RETRIES = env_int("AIRBOARD_WEBHOOK_RETRIES", 3, minimum=0)
+# Webhooks to private, loopback and link-local addresses: refused unless the receivers live on
+# the private network (dashboard/outbound.py). Metadata host names are refused either way.
+AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
 AIRBOARD_WEBHOOK_BACKOFF_SECONDS = env_float("AIRBOARD_WEBHOOK_BACKOFF_SECONDS", 1.0, minimum=0)
 # Cancelling a run a policy stops: a command template ({run_id} = the source's run id; split
 # with shlex, run without a shell), else a webhook; local runs are flagged for their launcher.
