@@ -115,10 +115,10 @@ def collectors(request: HttpRequest) -> HttpResponse:
     is_staff = request.user.is_staff or request.user.is_superuser
     states = shown_errors(CollectorState.objects.all(), is_staff)
     if request.GET.get("format") == "csv":
-        header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "last_error_at",
-                  "last_error"]  # fmt: skip
-        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.last_error_at,
-                 c.shown_error] for c in states)  # fmt: skip
+        header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "refused_total",
+                  "last_error_at", "last_error"]  # fmt: skip
+        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.refused_total,
+                 c.last_error_at, c.shown_error] for c in states)  # fmt: skip
         return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {
         "collectors": states,

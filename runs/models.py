@@ -444,6 +444,10 @@ class CollectorState(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     items_last_run = models.PositiveIntegerField(default=0)
     items_total = models.BigIntegerField(default=0)
+    # The agent path: rows refused because they named another team's run or had no valid key.
+    refused_total = models.BigIntegerField(default=0)
+    last_refusal = models.CharField(max_length=500, blank=True)
+    last_refusal_at = models.DateTimeField(null=True, blank=True)
     expected_interval_seconds = models.PositiveIntegerField(default=300, help_text="Stale after twice this.")
 
     class Meta:

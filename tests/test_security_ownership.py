@@ -8,6 +8,8 @@ collector reads a real directory and runs a real command, the cancel command is 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shlex
@@ -23,14 +25,17 @@ from django.core.management import call_command
 from django.db import IntegrityError
 from django.test import Client
 
+from agent.buffer import DiskBuffer
+from agent.shipper import Shipper, make_celery_app
 from billing import enforcement, rollups
 from billing.choices import SpentAction
 from billing.models import AcceleratorPrice, PolicyAction, UsagePolicy
 from dashboard.models import ApiKey, ApiKeyRole
 from runs import ingest
+from runs.agent_ingest import ingest_agent_payload
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.collectors.logsource import RefusedPath, open_inside
-from runs.models import LogChunk, Run
+from runs.models import CollectorState, GpuSample, LogChunk, Run, RunEvent
 from tests.conftest import T0, World, make_run
 
 BIN = Path(__file__).resolve().parent / "bin"
@@ -322,3 +327,43 @@ def test_a_directory_swapped_for_a_link_after_the_walk_is_not_followed(logs: Pat
     (logs / "1001" / "1").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(RefusedPath, match="1/ is a symbolic link"):
         open_inside(logs, "1001/1/0.log")
+
+
+# The agent path: batches through the broker carry a node key bound to a team ----------------
+
+
+def _agent_payload(key: str | None, *runs: str) -> dict:
+    samples = [{"run": run, "run_source": "serverless", "gpu": gpu, "ts": T0.isoformat(), "utilization_gpu": 99.0}
+               for gpu, run in enumerate(runs)]  # fmt: skip
+    events = [{"kind": "xid", "run": runs[0], "gpu": 0, "ts": T0.isoformat(), "message": "Xid 79"}]
+    payload = {"version": 1, "host": "gpu-node-9", "node": 0, "attempt": None, "samples": samples, "events": events}
+    return payload if key is None else {**payload, "key": key}
+
+
+def test_agent_batches_need_a_team_key_and_never_reach_another_teams_run(world: World) -> None:
+    theirs = make_run(world.vision, "1001", status=RunStatus.RUNNING, ended_at=None)
+    mine = make_run(world.nlp, "2001", status=RunStatus.RUNNING, ended_at=None)
+
+    no_key = ingest_agent_payload(_agent_payload(None, "1001"))
+    bad_key = ingest_agent_payload(_agent_payload("ab_" + "x" * 43, "1001"))
+    read_key = ingest_agent_payload(_agent_payload(world.key(world.nlp, ApiKeyRole.READ), "2001"))
+    nlp = ingest_agent_payload(_agent_payload(world.key(world.nlp), "1001", "2001"))
+
+    assert (no_key.refused, bad_key.refused, read_key.refused) == (2, 2, 2)
+    assert (nlp.rows, nlp.refused) == (1, 2)  # vision's sample and its event refused, nlp's sample kept
+    assert not GpuSample.objects.filter(run=theirs).exists() and not RunEvent.objects.filter(run=theirs).exists()
+    assert GpuSample.objects.filter(run=mine).count() == 1
+    state = CollectorState.objects.get(name="agent")
+    assert state.refused_total == 8
+    assert state.last_refusal == "2 refused: run(s) outside team nlp"
+    rows = list(csv.DictReader(io.StringIO(
+        world.client_for(world.alice).get("/collectors/", {"format": "csv"}).content.decode()
+    )))  # fmt: skip
+    assert [(r["name"], r["refused_total"]) for r in rows] == [("agent", "8")]
+
+
+def test_the_agent_keeps_its_key_out_of_the_disk_buffer(tmp_path: Path) -> None:
+    buffer = DiskBuffer(tmp_path / "buffer")
+    down = Shipper(make_celery_app("redis://127.0.0.1:1/0"), buffer, key="ab_secret-node-key")
+    assert down.ship(_agent_payload(None, "1001")) is False
+    assert "ab_secret-node-key" not in "".join(p.read_text() for p in (tmp_path / "buffer").rglob("*") if p.is_file())
