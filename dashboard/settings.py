@@ -45,6 +45,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "ninja",
+    # Login lockout on every login form, the admin's included (dashboard/security.py).
+    "axes",
     "dashboard",
     "runs",
     "billing",
@@ -63,6 +65,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into the 429.
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes checks every authenticate() call (our login, the admin's, any other form) before
+# the password: a locked (username, address) pair is refused without being checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -222,6 +233,19 @@ AIRBOARD_LOGIN_FAILURES = env_int("AIRBOARD_LOGIN_FAILURES", 5, minimum=1)
 # Failed logins from one client address, any username (slows password spraying).
 AIRBOARD_LOGIN_FAILURES_PER_IP = env_int("AIRBOARD_LOGIN_FAILURES_PER_IP", 50, minimum=1)
 AIRBOARD_LOGIN_WINDOW_SECONDS = env_int("AIRBOARD_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+# Failures are counted by django-axes in the database (AccessAttempt): shared by every web
+# process and machine, and kept across restarts; the limits above are read per request.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = "dashboard.security.login_failure_limit"
+AXES_COOLOFF_TIME = "dashboard.security.login_cool_off"
+AXES_USERNAME_CALLABLE = "dashboard.security.login_username"
+AXES_CLIENT_IP_CALLABLE = "dashboard.security.login_client_ip"
+AXES_LOCKOUT_CALLABLE = "dashboard.security.login_locked_out"
+AXES_RESET_ON_SUCCESS = True
+# Successful logins are not logged by axes: its access log would store every user's IP and agent.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
 # Reverse proxies in front of the web process whose X-Forwarded-For is trusted (0: use REMOTE_ADDR).
 AIRBOARD_TRUSTED_PROXIES = env_int("AIRBOARD_TRUSTED_PROXIES", 0, minimum=0)
 # A Content-Security-Policy replacing the default one (dashboard/security.py says why it is as it is).

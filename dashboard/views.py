@@ -128,44 +128,33 @@ def collectors(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/collectors.html", ctx)
 
 
-def _login_limits() -> tuple[ratelimit.Limit, ratelimit.Limit]:
-    window = settings.AIRBOARD_LOGIN_WINDOW_SECONDS
-    return (
-        ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES, window),
-        ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, window),
-    )
-
-
 class LoginView(auth_views.LoginView):
     """Django's login, plus the demo credentials while demo data exists on the embedded default.
 
-    Lockout: after AIRBOARD_LOGIN_FAILURES failed attempts for one username from one address
-    (or AIRBOARD_LOGIN_FAILURES_PER_IP for any username from one address) in the window, the
-    form answers 429 with Retry-After, without checking the password at all, until the window
-    ends. Keyed by username and address together so that a stranger cannot lock a user out
-    from elsewhere by guessing wrong on purpose.
+    Lockout: django-axes (settings AXES_*, dashboard/security.py) counts failures per username
+    and address in the database, on every login form, the admin's included; after
+    AIRBOARD_LOGIN_FAILURES in the window the form answers 429 with Retry-After, without
+    checking the password. Keyed by username and address together so that a stranger cannot
+    lock a user out from elsewhere by guessing wrong on purpose. Here, on top: at most
+    AIRBOARD_LOGIN_FAILURES_PER_IP failures from one address for any username (spraying),
+    counted in Django's cache (Redis when REDIS_URL is set).
     """
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
-        username = str(request.POST.get("username", ""))[:150].strip().lower()
-        per_user, per_ip = _login_limits()
-        for decision in (
-            ratelimit.peek("login", f"{username}|{ip}", per_user),
-            ratelimit.peek("login-ip", ip, per_ip),
-        ):
-            if not decision.allowed:
-                response = HttpResponse(
-                    f"Too many failed logins; try again in {decision.retry_after} seconds.",
-                    status=429,
-                    content_type="text/plain; charset=utf-8",
-                )
-                response["Retry-After"] = str(decision.retry_after)
-                return response
+        per_ip = ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
+        decision = ratelimit.peek("login-ip", ip, per_ip)
+        if not decision.allowed:
+            response = HttpResponse(
+                f"Too many failed logins; try again in {decision.retry_after} seconds.",
+                status=429,
+                content_type="text/plain; charset=utf-8",
+            )
+            response["Retry-After"] = str(decision.retry_after)
+            return response
         response = super().post(request, *args, **kwargs)
         if response.status_code == 200:
             # The form came back: the credentials were wrong (a success redirects).
-            ratelimit.hit("login", f"{username}|{ip}", per_user)
             ratelimit.hit("login-ip", ip, per_ip)
         return response
 
