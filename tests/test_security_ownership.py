@@ -27,14 +27,15 @@ from django.test import Client
 
 from agent.buffer import DiskBuffer
 from agent.shipper import Shipper, make_celery_app
-from billing import enforcement, rollups
+from billing import enforcement, reconcile, rollups
 from billing.choices import SpentAction
-from billing.models import AcceleratorPrice, PolicyAction, UsagePolicy
+from billing.models import AcceleratorPrice, BilledUsage, PolicyAction, UsagePolicy
 from dashboard.models import ApiKey, ApiKeyRole
 from runs import ingest
 from runs.agent_ingest import ingest_agent_payload
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.collectors.logsource import RefusedPath, open_inside
+from runs.collectors.mlflow import claims
 from runs.models import CollectorState, GpuSample, LogChunk, Run, RunEvent
 from tests.conftest import T0, World, make_run
 
@@ -367,3 +368,31 @@ def test_the_agent_keeps_its_key_out_of_the_disk_buffer(tmp_path: Path) -> None:
     down = Shipper(make_celery_app("redis://127.0.0.1:1/0"), buffer, key="ab_secret-node-key")
     assert down.ship(_agent_payload(None, "1001")) is False
     assert "ab_secret-node-key" not in "".join(p.read_text() for p in (tmp_path / "buffer").rglob("*") if p.is_file())
+
+
+# Billing records and MLflow runs join only the run that owns the id --------------------------
+
+
+def test_billed_usage_joins_the_collectors_run_not_a_keys_twin(world: World) -> None:
+    theirs = make_run(world.vision, "1001")
+    squat = make_run(world.nlp, "1001", origin=RunOrigin.KEY)  # an nlp key granted serverless
+    metadata = json.dumps({"job_run_id": "1001"}).replace('"', '""')
+    usage = (
+        "record_id,usage_start_time,usage_end_time,usage_date,sku_name,usage_quantity,usage_unit,usage_metadata,"
+        "custom_tags\n"
+        f'r1,2026-11-02T09:00:00Z,2026-11-02T10:00:00Z,2026-11-02,SERVERLESS_GPU,10,DBU,"{metadata}","{{}}"\n'
+    )
+
+    reconcile.import_usage(io.StringIO(usage, newline=""))
+
+    assert BilledUsage.objects.get().run == theirs
+    assert reconcile.billed_for_run(squat) is None
+
+
+def test_a_keys_run_claims_an_mlflow_run_only_of_its_own_teams_user(world: World) -> None:
+    squat = make_run(world.nlp, "1001", origin=RunOrigin.KEY, mlflow_run_id="a" * 32)
+    theirs = make_run(world.vision, "1001")
+    alices = {"mlflow.user": "alice@example.com", "airboard.run_id": "1001"}
+    charlies = {"mlflow.user": "charlie@example.com", "airboard.run_id": "1001"}
+    assert not claims(squat, alices) and claims(squat, charlies) and not claims(squat, {})
+    assert claims(theirs, alices)  # the collector's run keeps the id its source gave it
