@@ -7,6 +7,7 @@ XFrameOptionsMiddleware sends X-Frame-Options: DENY; Django 5.2 has no CSP, so i
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable
 from datetime import timedelta
@@ -103,9 +104,17 @@ def login_username(request: HttpRequest, credentials: dict[str, Any] | None) -> 
     return str(raw)[:150].strip().lower()
 
 
-def login_client_ip(request: HttpRequest) -> str:
-    """The address as counted: behind AIRBOARD_TRUSTED_PROXIES proxies, the one the outermost saw."""
-    return ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
+def login_client_ip(request: HttpRequest) -> str | None:
+    """The address as counted: behind AIRBOARD_TRUSTED_PROXIES proxies, the one the outermost saw.
+
+    None when there is no valid address (a login made in-process): axes stores addresses in an
+    inet column on PostgreSQL, which refuses anything else.
+    """
+    address = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
 
 
 def login_locked_out(
