@@ -18,6 +18,7 @@ from django.utils import timezone
 from billing.costs import TeamSpend, month_to_date_by_team
 from dashboard import ratelimit
 from dashboard.csv_export import csv_response
+from dashboard.redaction import redact
 from runs.choices import RunStatus
 from runs.demo_constants import DEMO_USERNAME, demo_password, is_embedded_default
 from runs.models import CollectorState, MlflowRun, Run
@@ -105,7 +106,8 @@ def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[Colle
     """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise."""
     out = list(states)
     for state in out:
-        state.shown_error = (state.last_error if is_staff else MEMBER_ERROR) if state.last_error else ""
+        # Redacted again on the way out: errors stored before the redactor existed are covered too.
+        state.shown_error = (redact(state.last_error) if is_staff else MEMBER_ERROR) if state.last_error else ""
     return out
 
 
