@@ -283,6 +283,21 @@ def test_a_non_finite_workload_parameter_is_a_422(world: World) -> None:
     assert body["errors"][0]["field"] == "parameters.lr"
 
 
+def test_launch_refuses_a_non_finite_parameter_before_the_run_exists(world: World, tmp_path: Path) -> None:
+    workload = tmp_path / "nan.yaml"
+    workload.write_text(
+        "experiment_name: nan-lr\ncompute:\n  accelerator_type: GPU_1xA10\n  num_accelerators: 1\n"
+        "parameters:\n  lr: .nan\n  warmup: -.inf\ncommand: echo never\n"
+    )
+    err = StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("launch", "-f", str(workload), "--team", "vision", stdout=StringIO(), stderr=err)
+    assert exited.value.code == 1
+    assert f"{workload}: parameters.lr: must be a finite number" in err.getvalue()
+    assert f"{workload}: parameters.warmup: must be a finite number" in err.getvalue()
+    assert not Run.objects.exists()
+
+
 def test_an_integrity_error_is_retried_once_then_a_409(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     tries: list[int] = []
 
