@@ -78,3 +78,11 @@ class EnforcementOutcome(models.TextChoices):
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
     SKIPPED = "skipped", "Skipped (no cancel method configured)"
+
+
+class RecordType(models.TextChoices):
+    """`system.billing.usage.record_type`: a correction retracts a row and restates it."""
+
+    ORIGINAL = "ORIGINAL", "Original"
+    RETRACTION = "RETRACTION", "Retraction"
+    RESTATEMENT = "RESTATEMENT", "Restatement"

@@ -16,6 +16,7 @@ from billing.choices import (
     EnforcementKind,
     EnforcementOutcome,
     PriceKind,
+    RecordType,
     SpentAction,
 )
 from billing.fields import ExactDecimalField
@@ -483,6 +484,12 @@ class BilledUsage(models.Model):
     usage_metadata = models.JSONField(default=dict, blank=True)
     custom_tags = models.JSONField(default=dict, blank=True)
     job_run_id = models.CharField(max_length=200, blank=True)
+    billing_origin_product = models.CharField(max_length=64, blank=True, help_text="AI_RUNTIME, JOBS, NETWORKING...")
+    record_type = models.CharField(max_length=16, choices=RecordType.choices, default=RecordType.ORIGINAL)
+    usage_type = models.CharField(max_length=64, blank=True, help_text="e.g. GPU_TIME, COMPUTE_TIME, NETWORK_BYTE.")
+    product_features = models.JSONField(default=dict, blank=True)
+    ai_runtime_workload_id = models.CharField(max_length=200, blank=True)
+    ai_runtime_pool_id = models.CharField(max_length=200, blank=True, help_text="A reserved pool's usage.")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="billed_usage")
     price_per_unit = ExactDecimalField(null=True, blank=True, help_text="Blank: no list price in force.")
     billed_usd = ExactDecimalField(null=True, blank=True, help_text="usage_quantity x price_per_unit.")
@@ -499,6 +506,8 @@ class BilledUsage(models.Model):
             models.Index(fields=["usage_date"], name="billedusage_date_idx"),
             # Per-run billed figure (billed_for_run) and re-linking rows whose run arrived later.
             models.Index(fields=["job_run_id"], name="billedusage_job_run_idx"),
+            # Splitting a reserved pool's rows over the runs that ran on it (reconcile.pool_shares).
+            models.Index(fields=["ai_runtime_pool_id"], name="billedusage_pool_idx"),
         ]
 
     def __str__(self) -> str:

@@ -1,10 +1,23 @@
 """Reconciliation: the provider's billed usage against our estimates, per run and per day.
 
 Billed usage arrives as CSV exports of Databricks `system.billing.usage`, priced by
-`system.billing.list_prices` (the list price in force at the record's start; negotiated
-discounts are not in those tables, so "billed" here means "at list price"). A usage record
-belongs to a run when its `usage_metadata.job_run_id` equals the run's `external_id`
-(serverless and classic sources only: local runs are never billed).
+`system.billing.list_prices` at `pricing.effective_list.default` (the price in force, a
+promotion included; `pricing.default` only where a row has no effective list price), the one
+in force at the record's start. Negotiated discounts are not in those tables, so "billed" here
+means "at list price". Shapes: ../shared/reference/databricks-ai-runtime.md ("Serverless GPU in
+the billing system table").
+
+- A usage record belongs to a run when its `usage_metadata.job_run_id` equals the run's
+  `external_id`, else (AI Runtime rows) when its `usage_metadata.ai_runtime_workload_id`
+  does: whether the workload id equals the Jobs run id is not documented, so the job run id
+  is tried first. Serverless and classic sources only: local runs are never billed.
+- `record_type` ORIGINAL, RETRACTION (negative quantities) and RESTATEMENT rows are all kept
+  and summed, which is the corrected figure.
+- NETWORKING rows name `usage_metadata.source_region` / `destination_region`: the billed side
+  of cross-region egress, shown per route beside the derived estimate (`BilledFigure.egress`).
+- A reserved pool's rows (`ai_runtime_pool_id`, no run) are the pool's cost; each is split
+  over the runs of the pool (runs linked to rows naming the same pool) by their GPU-seconds
+  inside the row's window (`pool_shares`).
 
 Imports are all or nothing: every row is parsed first, and any bad row (reported with its
 line number) means nothing is written. Re-importing a file adds nothing: `record_id` is
@@ -29,16 +42,18 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from billing import reports
+from billing.choices import RecordType
 from billing.costs import _EXACT, ZERO, _exact_sum
 from billing.models import BilledUsage, BillingListPrice
 from billing.pricebook import RowError
 from billing.run_costs import breakdowns_for_runs
 from runs.choices import RunOrigin, RunSource
-from runs.models import Run
+from runs.models import Attempt, Run
 
 # Sources whose runs the provider bills; job_run_id is looked up among these.
 BILLED_SOURCES = (RunSource.SERVERLESS, RunSource.CLASSIC)
 USAGE_REQUIRED = ("usage_start_time", "usage_end_time", "sku_name", "usage_quantity")
+NETWORKING = "NETWORKING"
 PRICE_REQUIRED = ("sku_name", "price_start_time")
 CHUNK = 1000
 
@@ -111,7 +126,11 @@ def _header_errors(source_fields: list[str] | None, required: Iterable[str]) -> 
 
 
 def parse_list_prices(source: IO[str]) -> tuple[list[BillingListPrice], list[RowError]]:
-    """List price rows from CSV (pricing JSON with "default", or a pricing.default column)."""
+    """List price rows from CSV: `pricing` JSON, or flattened `pricing.*` columns.
+
+    The price is `effective_list.default` (what is charged, a promotion included), else
+    `default` for rows written before the effective list price existed.
+    """
     prices, errors = [], []
     lines = list(_rows(source))
     header = list(lines[0][1]) if lines else []
@@ -127,8 +146,12 @@ def parse_list_prices(source: IO[str]) -> tuple[list[BillingListPrice], list[Row
             if not sku:
                 raise ValueError("sku_name is empty")
             pricing = _json_object(row, "pricing")
-            if "default" not in pricing:
-                raise ValueError("pricing has no default price")
+            effective = pricing.get("effective_list")
+            effective = (effective or {}).get("default") if isinstance(effective, dict) else None
+            effective = effective or pricing.get("effective_list.default")
+            if effective is None and pricing.get("default") is None:
+                raise ValueError("pricing has no effective_list.default nor default price")
+            price_text = str(effective if effective is not None else pricing["default"])
             end_text = row.get("price_end_time", "").strip()
             prices.append(
                 BillingListPrice(
@@ -137,7 +160,7 @@ def parse_list_prices(source: IO[str]) -> tuple[list[BillingListPrice], list[Row
                     price_end_time=_when(end_text, "price_end_time") if end_text else None,
                     currency_code=(row.get("currency_code") or "USD").strip(),
                     usage_unit=row.get("usage_unit", "").strip(),
-                    price_per_unit=_decimal(str(pricing["default"]), "pricing.default"),
+                    price_per_unit=_decimal(price_text, "pricing"),
                 )
             )
         except ValueError as exc:
@@ -177,6 +200,9 @@ def parse_usage(source: IO[str]) -> tuple[list[BilledUsage], list[RowError]]:
             if day is None:
                 raise ValueError(f"usage_date {day_text!r} is not a date")
             metadata = _json_object(row, "usage_metadata")
+            record_type = (row.get("record_type") or "").strip() or RecordType.ORIGINAL
+            if record_type not in RecordType.values:
+                raise ValueError(f"record_type {record_type!r} is not one of {', '.join(RecordType.values)}")
             record_id = _record_id(row)
             if record_id in seen:
                 raise ValueError(f"record_id {record_id} repeats line {seen[record_id]}")
@@ -193,6 +219,12 @@ def parse_usage(source: IO[str]) -> tuple[list[BilledUsage], list[RowError]]:
                     usage_metadata=metadata,
                     custom_tags=_json_object(row, "custom_tags"),
                     job_run_id=str(metadata.get("job_run_id") or "").strip(),
+                    billing_origin_product=(row.get("billing_origin_product") or "").strip(),
+                    record_type=record_type,
+                    usage_type=(row.get("usage_type") or "").strip(),
+                    product_features=_json_object(row, "product_features"),
+                    ai_runtime_workload_id=str(metadata.get("ai_runtime_workload_id") or "").strip(),
+                    ai_runtime_pool_id=str(metadata.get("ai_runtime_pool_id") or "").strip(),
                     imported_at=now,
                 )
             )
@@ -249,13 +281,18 @@ def _price(records: list[BilledUsage]) -> None:
 
 
 def refresh_links_and_prices() -> tuple[int, int]:
-    """Link unlinked records whose run has since arrived, price unpriced ones; (linked, priced)."""
+    """Link unlinked records whose run has since arrived, price unpriced ones; (linked, priced).
+
+    A record is linked by its job run id, else by its AI Runtime workload id (see the module
+    docstring).
+    """
     linked = priced = 0
-    pending = list(BilledUsage.objects.filter(run__isnull=True).exclude(job_run_id=""))
-    runs = _runs_by_external_id(r.job_run_id for r in pending)
+    pending = list(BilledUsage.objects.filter(run__isnull=True).exclude(job_run_id="", ai_runtime_workload_id=""))
+    runs = _runs_by_external_id([r.job_run_id for r in pending] + [r.ai_runtime_workload_id for r in pending])
     for record in pending:
-        if record.job_run_id in runs:
-            record.run_id = runs[record.job_run_id]
+        run_id = runs.get(record.job_run_id) or runs.get(record.ai_runtime_workload_id)
+        if run_id:
+            record.run_id = run_id
             linked += 1
     BilledUsage.objects.bulk_update([r for r in pending if r.run_id], ["run"], batch_size=CHUNK)
     unpriced = list(BilledUsage.objects.filter(billed_usd__isnull=True))
@@ -318,13 +355,30 @@ def _difference(estimated: Decimal, billed: Decimal) -> tuple[Decimal, Decimal |
 
 
 @dataclass(frozen=True)
+class BilledEgress:
+    """Billed cross-region traffic of one route (NETWORKING rows), summed."""
+
+    source_region: str
+    destination_region: str
+    quantity: Decimal
+    usage_unit: str
+    billed_usd: Decimal
+
+
+@dataclass(frozen=True)
 class BilledFigure:
-    """A run's (or a day's) estimate next to what the provider billed, at list price."""
+    """A run's (or a day's) estimate next to what the provider billed, at list price.
+
+    `billed` includes the run's share of reserved-pool rows (`pool`); `egress` lists the
+    billed networking rows by route (already inside `billed`).
+    """
 
     estimated: Decimal
     billed: Decimal
     records: int
     unpriced: int
+    pool: Decimal = ZERO
+    egress: tuple[BilledEgress, ...] = ()
 
     @property
     def difference(self) -> Decimal:
@@ -335,23 +389,98 @@ class BilledFigure:
         return _difference(self.estimated, self.billed)[1]
 
 
+def _egress_routes(rows: list[tuple[dict, Decimal, str, Decimal | None]]) -> tuple[BilledEgress, ...]:
+    """NETWORKING rows (metadata, quantity, unit, usd) summed per (source, destination, unit)."""
+    routes: dict[tuple[str, str, str], list[tuple[Decimal, Decimal]]] = defaultdict(list)
+    for metadata, quantity, unit, usd in rows:
+        key = (str(metadata.get("source_region") or ""), str(metadata.get("destination_region") or ""), unit)
+        routes[key].append((quantity, usd if usd is not None else ZERO))
+    return tuple(
+        BilledEgress(src, dst, _exact_sum(q for q, _ in values), unit, _exact_sum(u for _, u in values))
+        for (src, dst, unit), values in sorted(routes.items())
+    )
+
+
+def pool_shares(run_ids: Iterable[int]) -> dict[int, Decimal]:
+    """Each run's share of its reserved pools' billed rows, split by GPU-seconds.
+
+    1. A pool's runs: runs linked to any row naming the pool (`ai_runtime_pool_id`).
+    2. For each priced pool row with no run of its own: every pool run's GPU-seconds inside
+       the row's [start, end) (num_accelerators x the overlap of each attempt).
+    3. The row's billed_usd is split in proportion; a row no run overlaps stays unsplit
+       (shown as pool cost on the reconciliation page, staff only).
+    """
+    pools = set(
+        BilledUsage.objects.filter(run_id__in=list(run_ids))
+        .exclude(ai_runtime_pool_id="")
+        .values_list("ai_runtime_pool_id", flat=True)
+    )
+    if not pools:
+        return {}
+    members: dict[str, set[int]] = defaultdict(set)
+    for pool, run_id in (
+        BilledUsage.objects.filter(ai_runtime_pool_id__in=pools, run__isnull=False)
+        .values_list("ai_runtime_pool_id", "run_id")
+        .distinct()
+    ):
+        members[pool].add(run_id)
+    all_runs = set().union(*members.values())
+    gpus = dict(Run.objects.filter(pk__in=all_runs).values_list("pk", "num_accelerators"))
+    windows: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+    now = timezone.now()
+    for run_id, start, end in Attempt.objects.filter(run_id__in=all_runs, started_at__isnull=False).values_list(
+        "run_id", "started_at", "ended_at"
+    ):
+        windows[run_id].append((start, end or now))
+    shares: dict[int, list[Decimal]] = defaultdict(list)
+    pool_rows = BilledUsage.objects.filter(ai_runtime_pool_id__in=pools, run__isnull=True, billed_usd__isnull=False)
+    columns = ("ai_runtime_pool_id", "usage_start_time", "usage_end_time", "billed_usd")
+    for pool, start, end, usd in pool_rows.values_list(*columns):
+        seconds = {
+            run_id: gpus.get(run_id, 0)
+            * sum(max((min(e, end) - max(s, start)).total_seconds(), 0) for s, e in windows[run_id])
+            for run_id in members[pool]
+        }
+        total = sum(seconds.values())
+        if not total:
+            continue
+        with localcontext(_EXACT):
+            for run_id, value in seconds.items():
+                if value:
+                    shares[run_id].append(usd * Decimal(value) / Decimal(total))
+    return {run_id: _exact_sum(values) for run_id, values in shares.items()}
+
+
 def per_run(runs: list[Run], now: datetime | None = None) -> dict[int, BilledFigure]:
-    """Estimated (cost engine) and billed (linked records) per run; a constant number of queries."""
+    """Estimated (cost engine) and billed (linked records + pool shares) per run; constant queries."""
     billed: dict[int, list[Decimal]] = defaultdict(list)
     records: dict[int, int] = defaultdict(int)
     unpriced: dict[int, int] = defaultdict(int)
+    networking: dict[int, list[tuple[dict, Decimal, str, Decimal | None]]] = defaultdict(list)
     ids = [run.pk for run in runs]
     for i in range(0, len(ids), CHUNK):
-        rows = BilledUsage.objects.filter(run_id__in=ids[i : i + CHUNK]).values_list("run_id", "billed_usd")
-        for run_id, usd in rows:
+        rows = BilledUsage.objects.filter(run_id__in=ids[i : i + CHUNK]).values_list(
+            "run_id", "billed_usd", "billing_origin_product", "usage_metadata", "usage_quantity", "usage_unit"
+        )
+        for run_id, usd, product, metadata, quantity, unit in rows:
             records[run_id] += 1
             if usd is None:
                 unpriced[run_id] += 1
             else:
                 billed[run_id].append(usd)
+            if product == NETWORKING:
+                networking[run_id].append((metadata or {}, quantity, unit, usd))
+    pools = pool_shares(ids) if ids else {}
     breakdowns = breakdowns_for_runs(runs, now=now or timezone.now()) if runs else {}
     return {
-        run.pk: BilledFigure(breakdowns[run.pk].total, _exact_sum(billed[run.pk]), records[run.pk], unpriced[run.pk])
+        run.pk: BilledFigure(
+            breakdowns[run.pk].total,
+            _exact_sum([*billed[run.pk], pools.get(run.pk, ZERO)]),
+            records[run.pk],
+            unpriced[run.pk],
+            pools.get(run.pk, ZERO),
+            _egress_routes(networking[run.pk]),
+        )
         for run in runs
     }
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from operator import attrgetter
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -28,7 +29,7 @@ from billing.policies import naming_problem
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
-from runs.importers import TelemetryFormat, parse_telemetry
+from runs.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
 from runs.models import Attempt, IngestBatch, Node, Run
 from runs.postmortem import CLI_CAP
 from runs.schemas import (
@@ -353,16 +354,25 @@ def import_telemetry_file(
 ) -> Status:
     """The API twin of `manage.py import_telemetry`: parse the file, then store its samples like any batch.
 
-    Lines that cannot be used are listed in `skipped` with their line numbers; a file with
-    nothing usable is a 422 naming why.
+    Lines that cannot be used are listed in `skipped` with their line numbers (line 0: the file
+    as a whole, e.g. samples outside the run's window). A file with nothing usable, or whose
+    values are all zero (a broken exporter), is a 422 naming why. Parsing is linear in the
+    file's size and lines over runs.importers.MAX_LINE_CHARS are never parsed.
     """
     Access(request).require_write()
     run = _get_run(request, external_id, source)
-    result = parse_telemetry(payload.text, fmt=payload.format, start=payload.start, fields=payload.fields)
+    try:
+        tz = ZoneInfo(payload.tz) if payload.tz else None
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidRows([{"field": "tz", "message": f"unknown time zone {payload.tz[:60]!r}"}]) from None
+    result = parse_telemetry(payload.text, fmt=payload.format, start=payload.start, fields=payload.fields, tz=tz)
+    if result.suspect:
+        raise InvalidRows([{"field": "text", "message": result.suspect}])
+    keep_window(result, *run_window(run), f"run {run.external_id}'s window")
     skipped = [{"line": p.line, "message": p.message} for p in result.problems]
     if not result.samples:
         raise InvalidRows([{"field": f"text:line {p['line']}", "message": p["message"]} for p in skipped[:100]])
-    telemetry_source = TelemetrySource.DCGM if result.format == TelemetryFormat.DCGM else TelemetrySource.NVIDIA_SMI
+    telemetry_source = TelemetrySource.DCGM if result.format in DCGM_FORMATS else TelemetrySource.NVIDIA_SMI
     with transaction.atomic():
         node = ingest.node_for(run, payload.attempt, payload.node)
         rows = []

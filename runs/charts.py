@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from runs.choices import RunStatus
 from runs.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
+from runs.importers import gpu_label
 from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run
 
 Figure = dict[str, Any]
@@ -204,7 +205,7 @@ def _collect(
         keyed.append(
             (
                 (attempt, index, gpu),
-                GpuSeries(name=f"{prefix} · GPU {gpu}", x=_epoch_labels(x, labels), y=y, avg=avg, tier=tier),
+                GpuSeries(name=f"{prefix} · {gpu_label(gpu)}", x=_epoch_labels(x, labels), y=y, avg=avg, tier=tier),
             )
         )
     # Node ids need not follow node indexes (a retry's nodes are inserted later), so sort here.

@@ -15,12 +15,17 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import re2
+
 from runs.classify_rules import (
+    BOILERPLATE,
     CLASSES,
     EXIT_CODE_CLASSES,
     HARMLESS,
     OVERFLOW,
     OVERFLOW_STREAK,
+    PROGRESS,
+    RECOVERED_AFTER,
     ROOT,
     RULES,
     SYMPTOM,
@@ -31,9 +36,22 @@ from runs.classify_rules import (
 ANSI_CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # Evidence is shown in a terminal and on a page; a 50 MB line (a dumped tensor) must not be.
 MAX_EVIDENCE_CHARS = 1_000
-# Quick reject: most lines of a healthy log match no rule, so one combined search saves running
-# every rule on every line of a multi-gigabyte log.
-_ANY_RULE = re.compile("|".join(f"(?:{rule.pattern.pattern})" for rule in RULES), re.IGNORECASE)
+# Characters of a line the rules read. Every cause a rule looks for is named in the first few
+# hundred characters of its line; the rest of a 50 MB line (a dumped tensor, a progress bar
+# redrawn with "\r") is never searched, so the time per line is bounded whatever the log holds.
+MAX_SCAN_CHARS = 4_000
+
+
+def _rule_set() -> re2.Set:
+    # All rules in one RE2 set: a single linear pass over a line says which rules match it.
+    rules = re2.Set.SearchSet()
+    for rule in RULES:
+        rules.Add("(?i)" + rule.source)
+    rules.Compile()
+    return rules
+
+
+_RULE_SET = _rule_set()
 
 
 @dataclass(frozen=True)
@@ -56,20 +74,29 @@ def _verdict(class_id: str, line: int | None, evidence: str) -> Classification:
     return Classification(class_id, line, evidence, failure.remedy, failure.title)
 
 
-def _match(text: str) -> Rule | None:
-    """The first rule that claims this line, or None; harmless warnings are never evidence."""
-    if not _ANY_RULE.search(text) or HARMLESS.search(text):
+def scan_text(raw: str) -> str:
+    """A raw log line as the rules read it: cut to MAX_SCAN_CHARS, colour codes stripped."""
+    return ANSI_CSI.sub("", raw[:MAX_SCAN_CHARS].rstrip("\r\n"))
+
+
+def match_rule(text: str) -> Rule | None:
+    """The first rule (in RULES order) that claims this line, or None.
+
+    Harmless warnings are never evidence, and boilerplate hints are cut out before the rules
+    read the line. Lines longer than MAX_SCAN_CHARS are read up to it.
+    """
+    text = BOILERPLATE.sub(" ", text[:MAX_SCAN_CHARS])
+    matched = _RULE_SET.Match(text)
+    if not matched or HARMLESS.search(text):
         return None
-    for rule in RULES:
-        if rule.pattern.search(text):
-            return rule
-    return None
+    return RULES[min(matched)]
 
 
 def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Classification:
     """Classify a log given as lines (numbered from 1 in the order given).
 
-    1. Strip terminal colour codes and skip harmless warnings (they are never evidence).
+    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes, and skip harmless
+       warnings (they are never evidence).
     2. Match each remaining line against the rules in order; the first rule that matches
        claims the line, so one line is evidence of one class only.
     3. Keep the earliest line of each tier. A ROOT match (a cause: OOM, Xid, full disk, ...)
@@ -78,14 +105,18 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
        collapsing loss scale (a divergence), while a single one is routine and ignored.
     5. Answer with the earliest line of the lowest tier found: ROOT, then SYMPTOM (NCCL
        timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then a bare traceback.
-    6. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
+    6. A non-ROOT error followed by RECOVERED_AFTER progress lines (epoch, step, loss) and no
+       later error did not end the run (a DataLoader worker's segfault the loader survived):
+       `none`, unless the exit code says the run failed.
+    7. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
        exception; any other non-zero exit code without evidence is `other`; else `none`.
     """
     best: dict[int, tuple[int, str, str]] = {}
     streak_start: tuple[int, str] | None = None
     streak = 0
+    progress_since_error = 0
     for number, raw in enumerate(lines, start=1):
-        text = ANSI_CSI.sub("", raw.rstrip("\r\n"))
+        text = scan_text(raw)
         if OVERFLOW.search(text):
             streak += 1
             if streak == 1:
@@ -95,13 +126,21 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
                 break
             continue
         streak = 0
-        rule = _match(text)
-        if rule is None or rule.tier in best:
+        rule = match_rule(text)
+        if rule is None:
+            if best and PROGRESS.search(text):
+                progress_since_error += 1
+            continue
+        progress_since_error = 0
+        if rule.tier in best:
             continue
         best[rule.tier] = (number, rule.class_id, text)
         if rule.tier == ROOT:
             break
 
+    if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not exit_code:
+        # Training went on after the last error line: whatever it was, it did not end the run.
+        return _verdict("none", None, "")
     for tier in sorted(best):
         if tier > SYMPTOM and exit_code in EXIT_CODE_CLASSES:
             break

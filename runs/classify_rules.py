@@ -18,8 +18,10 @@ The classifier picks the earliest line of the lowest tier present.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Protocol
+
+import re2
 
 ROOT = 0
 SYMPTOM = 1
@@ -36,19 +38,35 @@ class FailureClass:
     remedy: str
 
 
+class LinePattern(Protocol):
+    """What the classifier needs of a compiled pattern (an RE2 regexp)."""
+
+    def search(self, text: str) -> object | None: ...
+
+
 @dataclass(frozen=True)
 class Rule:
     """One pattern: a line matching `pattern` is evidence of `class_id` at `tier`."""
 
     class_id: str
     tier: int
-    pattern: re.Pattern[str]
+    pattern: LinePattern
+    source: str
+
+
+def compile_linear(*alternatives: str) -> LinePattern:
+    """One case-insensitive RE2 pattern matching any of `alternatives`.
+
+    RE2 matches in time linear in the line whatever the pattern (no backtracking), so a hostile
+    or freak line (40,000 dots, a dumped tensor) costs microseconds, not minutes. A pattern that
+    must keep its case (TIMEDOUT, CANCELLED) says so with a scoped `(?-i:...)` group.
+    """
+    return re2.compile("(?i)" + "|".join(f"(?:{alternative})" for alternative in alternatives))
 
 
 def _rule(class_id: str, tier: int, *alternatives: str) -> Rule:
-    # Case-insensitive by default; a pattern that must keep its case (TIMEDOUT, CANCELLED)
-    # says so with a scoped `(?-i:...)` group.
-    return Rule(class_id, tier, re.compile("|".join(alternatives), re.IGNORECASE))
+    source = "|".join(f"(?:{alternative})" for alternative in alternatives)
+    return Rule(class_id, tier, compile_linear(*alternatives), source)
 
 
 CLASSES: dict[str, FailureClass] = {
@@ -70,10 +88,12 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "nccl_timeout",
-            "NCCL collective timed out",
-            "One rank stopped joining collectives. Look above for the rank that failed first (OOM, exception, "
-            "dead node); if none did, look for uneven work between ranks (data skew, rank-0-only evaluation or "
-            "checkpointing) and raise the process-group timeout only for known long steps.",
+            "Collective or rendezvous timed out",
+            "A collective (NCCL, gloo, XLA) or the rendezvous (TCPStore, c10d, JAX coordination service) gave "
+            "up waiting for a peer. Look above and on the other nodes for the rank that failed first (OOM, "
+            "exception, dead node); if none did, look for uneven work between ranks (data skew, rank-0-only "
+            "evaluation or checkpointing) or, at start-up, for a master address or port the nodes cannot reach. "
+            "Raise the process-group timeout only for known long steps.",
         ),
         FailureClass(
             "nccl_error",
@@ -83,10 +103,10 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "illegal_memory_access",
-            "CUDA illegal memory access",
-            "A kernel read or wrote out of bounds. Rerun with CUDA_LAUNCH_BLOCKING=1 to find the op; suspect "
-            "custom or fused kernels (flash-attention, Triton, apex) and mismatched CUDA/PyTorch builds; if it "
-            "recurs on one GPU only, drain that node.",
+            "CUDA kernel fault (illegal memory access or launch failure)",
+            "A kernel read or wrote out of bounds or failed to launch. Rerun with CUDA_LAUNCH_BLOCKING=1 to find "
+            "the op; suspect custom or fused kernels (flash-attention, Triton, apex) and mismatched CUDA/PyTorch "
+            "builds; if it recurs on one GPU only, drain that node.",
         ),
         FailureClass(
             "device_assert",
@@ -107,6 +127,13 @@ CLASSES: dict[str, FailureClass] = {
             "A large object was pickled to move it between processes. Load the dataset inside the "
             "decorated/distributed function (from a table, volume or path) instead of passing it as an "
             "argument, and return small results; raising spark.driver.maxResultSize only hides the problem.",
+        ),
+        FailureClass(
+            "pickling_error",
+            "Object could not be pickled",
+            "An object that cannot be pickled (a lock, socket, open file, lambda or local function, a framework "
+            "model) was sent to another process (Ray task or actor, multiprocessing, DataLoader workers). Create "
+            "it inside the remote function or worker, or pass what rebuilds it (a path, a config) instead.",
         ),
         FailureClass(
             "dependency_error",
@@ -163,14 +190,23 @@ CLASSES: dict[str, FailureClass] = {
 }
 
 # Order matters within a line: the first rule that matches claims the line. So "CANCELLED ...
-# DUE TO TIME LIMIT" is a timeout, an NCCL watchdog line quoting an ECC error is hardware, and a
-# JVM OutOfMemoryError is host memory, not the GPU.
+# DUE TO TIME LIMIT" is a timeout, an NCCL watchdog line quoting an ECC error is hardware, a
+# JVM or Ray OutOfMemoryError is host memory (not the GPU), and a glog fatal line naming an
+# illegal memory access is that, not a generic fatal line.
+#
+# The timeout taxonomy. Two different things time out in a training run:
+# * `timeout`: the run's own time limit (Slurm's TIME LIMIT, the run's timeout_minutes, the
+#   runtime cap). Nothing broke; the run was stopped for taking too long.
+# * `nccl_timeout`: a collective or rendezvous between processes gave up waiting: an NCCL
+#   watchdog, gloo's "Timed out waiting ...ms", a TCPStore or rendezvous connect timeout, JAX's
+#   DEADLINE_EXCEEDED barrier or a coordination-service heartbeat timeout. Usually one peer
+#   died or stalled first, so these are SYMPTOM tier: a peer's OOM or exception outranks them.
 RULES: tuple[Rule, ...] = (
     _rule(
         "gpu_hardware",
         ROOT,
         r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120)\b",
-        r"fallen off the bus",
+        r"fallen off (of )?the bus",
         r"uncorrectable ECC",
         r"ECC_UNCORRECTABLE",
         r"GPU is lost",
@@ -187,13 +223,39 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:\bTIMEDOUT\b)",
         r"exceeded (the )?(maximum )?(run ?time|time limit)",
     ),
+    # Disk before memory: TensorFlow reports a full disk as ResourceExhaustedError too.
+    _rule(
+        "disk_full",
+        ROOT,
+        r"No space left on device",
+        r"\b(Errno|Error) 28\b",
+        r"os error 28\b",
+        r"\bENOSPC\b",
+        r"Disk quota exceeded",
+        r"StorageFull",
+        # Kubernetes evicting a pod for the node's disk.
+        r"low on resource: ephemeral-storage",
+        r"\bDiskPressure\b",
+    ),
+    # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
+    # OutOfMemoryError and TensorFlow's OOM on a CPU device are all the host running out.
     _rule(
         "host_oom",
         ROOT,
-        r"oom-kill",
+        r"oom[-_]kill",
         r"Out of memory: Kill",
+        r"task \d+(-\d+)?: Out Of Memory",
+        r"exceeding memory limits",
+        r"low on resource: memory",
+        r"\bMemoryPressure\b",
         r"java\.lang\.OutOfMemoryError",
         r"^\s*MemoryError\b",
+        r"ray\.exceptions\.OutOfMemoryError",
+        r"killed due to the node running low on memory",
+        r"Workers \(tasks / actors\) killed due to memory pressure",
+        r"address the out of memory issue: \S*ray-oom-prevention",
+        r"OOM when allocating tensor.{0,200}?device:CPU",
+        r"OOMKilled",
     ),
     _rule(
         "cuda_oom",
@@ -202,10 +264,30 @@ RULES: tuple[Rule, ...] = (
         r"OutOfMemoryError",
         r"CUDA error: out of memory",
         r"cudaErrorMemoryAllocation",
+        r"CUDA_ERROR_OUT_OF_MEMORY",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         r"RESOURCE_EXHAUSTED: OOM",
+        # TensorFlow / Keras and XLA: the allocator's own words, on a GPU device.
+        r"ResourceExhaustedError",
+        r"Resource exhausted: OOM",
+        r"OOM when allocating tensor",
+        r"Out of memory while trying to allocate",
+        r"RESOURCE_EXHAUSTED: (Error allocating device buffer|Attempting to (reserve|allocate)|Failed to allocate)",
+        r"Ran out of memory in memory space",
+        # vLLM: the weights fit but the KV cache does not.
+        r"No available memory for the cache blocks",
+        r"Free memory on device .{0,80}? is less than desired GPU memory utilization",
     ),
-    _rule("illegal_memory_access", ROOT, r"illegal memory access"),
+    _rule(
+        "illegal_memory_access",
+        ROOT,
+        r"illegal memory access",
+        r"unspecified launch failure",
+        r"cudaErrorLaunchFailure",
+        r"misaligned address",
+        r"an illegal instruction was encountered",
+        r"CUBLAS_STATUS_EXECUTION_FAILED",  # a cuBLAS kernel that failed on the device
+    ),
     _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed"),
     _rule(
         "serialization_too_large",
@@ -215,6 +297,16 @@ RULES: tuple[Rule, ...] = (
         r"Serialized task .* exceeds max allowed",
         r"pickle data was truncated",
         r"object (is )?too large",
+        r"too large to serialize",
+    ),
+    _rule(
+        "pickling_error",
+        ROOT,
+        r"PicklingError",
+        r"can'?t pickle",
+        r"cannot pickle",
+        r"Could not serialize the (function|argument|object)",
+        r"is not (JSON |msgpack )?serializable",
     ),
     _rule(
         "dependency_error",
@@ -226,6 +318,10 @@ RULES: tuple[Rule, ...] = (
         r"CUDA driver version is insufficient",
         r"Failed to import [\w.]+ because",
         r"No matching distribution found",
+        r"cannot open shared object file",
+        # A binary built for another GPU architecture or CUDA version.
+        r"invalid device function",
+        r"no kernel image is available for execution",
     ),
     _rule(
         "nan_divergence",
@@ -237,15 +333,6 @@ RULES: tuple[Rule, ...] = (
         r"non-finite loss",
     ),
     _rule(
-        "disk_full",
-        ROOT,
-        r"No space left on device",
-        r"\b(Errno|Error) 28\b",
-        r"\bENOSPC\b",
-        r"Disk quota exceeded",
-        r"StorageFull",
-    ),
-    _rule(
         "capacity_unavailable",
         ROOT,
         r"INSUFFICIENT_CAPACITY",
@@ -254,6 +341,11 @@ RULES: tuple[Rule, ...] = (
         r"no GPU capacity",
         r"do not have sufficient \S+ capacity",
         r"ZONE_RESOURCE_POOL_EXHAUSTED",
+        # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
+        r"\d+/\d+ nodes are available",
+        r"Insufficient nvidia\.com/gpu",
+        r"no nodes available to schedule",
+        r"Cannot schedule pods",
     ),
     _rule(
         "cancelled",
@@ -265,7 +357,19 @@ RULES: tuple[Rule, ...] = (
         r"KeyboardInterrupt",
         r"SIGTERM.*\b(by user|user request|policy|preempt\w*)\b",
     ),
-    # Symptoms: NCCL and signals are what a cascade looks like from the other ranks.
+    # Symptoms: NCCL, distributed timeouts and signals are what a cascade looks like from the
+    # other ranks (see the timeout taxonomy above).
+    #
+    # torchrun's agent itself signalled from outside (SIGHUP, SIGINT, SIGTERM): a stop, not a
+    # fault, but a symptom: a scheduler also stops the other nodes of a job when one fails, and a
+    # run past its time limit is stopped the same way. With no cause elsewhere it is a cancel.
+    # The agent's own "Sending process N closing signal SIGTERM" to its workers is not this.
+    _rule(
+        "cancelled",
+        SYMPTOM,
+        r"Received (1|2|15) death signal",
+        r"SignalException: Process \d+ got signal: (1|2|15)\b",
+    ),
     _rule(
         "nccl_timeout",
         SYMPTOM,
@@ -273,6 +377,18 @@ RULES: tuple[Rule, ...] = (
         r"\bNCCL timeout\b",
         r"Timeout at NCCL work",
         r"watchdog got stuck",
+        r"WorkNCCL::checkTimeout",
+        r"WorkNCCL\([^)]{0,300}\) ran for \d+ ?(ms|milliseconds)",
+        r"NCCL watchdog timeout",
+        r"gloo.{0,200}?(Timed out|timeout)",
+        r"Timed out waiting \d+ ?ms for (recv|send)",
+        r"Socket Timeout",
+        r"socket has timed out after",
+        r"(TCPStore|Store)\b.{0,120}?timed out",
+        r"Rendezvous(Timeout|Connection)Error",
+        r"DEADLINE_EXCEEDED",
+        r"Barrier timed out",
+        r"heartbeat timeout",
     ),
     _rule(
         "nccl_error",
@@ -282,23 +398,25 @@ RULES: tuple[Rule, ...] = (
         r"ncclSystemError",
         r"ncclUnhandledCudaError",
         r"ncclInvalidUsage",
+        r"ncclRemoteError",
         r"NCCL communicator was aborted",
+        r"Failed to execute operation Connect from rank",
     ),
     _rule(
         "segfault",
         SYMPTOM,
-        r"Segmentation fault",
+        r"Segment\s*ation fault",  # terminals re-wrapping a line can split the word
         r"SIGSEGV",
-        r"exit ?code\s*:?\s*(139|-11)\b",
+        r"(exit|return|status) ?code\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
     _rule(
         "host_oom",
         SYMPTOM,
-        r"exit ?code\s*:?\s*(137|-9)\b",
+        r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
-        r"SIGKILL",
-        r"^\s*Killed\s*$",
+        r"\bSIGKILL\b",
+        r"^\W*Killed\W*$",  # the shell's report of a SIGKILL, maybe quoted or emphasised
         r"killed by signal: Killed",
     ),
     _rule(
@@ -306,33 +424,67 @@ RULES: tuple[Rule, ...] = (
         EXCEPTION,
         r"^\W*(\[rank\d+\]:\s*)?([\w.]+\.)?\w*(?-i:Error|Exception)\b\s*:",
         r"terminate called after throwing",
+        r"\bAssertionError\b",
+        # TensorFlow names the traced function that raised: "... [Op:__inference_train_function_18376]".
+        r"\[Op:__inference_\w+\]",
         r"\bFATAL\b",
+        # glog's fatal prefix (F1222 11:45:09.434870 8013 file.cc:646] ...) and its checks.
+        r"(?-i:^\W*F\d{4} \d\d:\d\d:\d\d)",
+        r"Check failed: ",
+        # The launcher's summary of a worker that failed without a telling signal.
+        r"exits with return code = -?\d+",
+        # Ray: a worker or actor died; the cause is in that worker's log (or telemetry), not here.
+        r"A worker died or was killed while executing",
+        r"The actor died unexpectedly",
+        r"(?-i:ERROR: Script failed with exit code \d+)",
     ),
     _rule("other", TRACEBACK, r"Traceback \(most recent call last\)", r"(?-i:^\s*ERROR\b)", r"(?-i:\bFAILED\b)"),
 )
 
 # Lines that look alarming but are not failures; they are never evidence. Fatal NCCL lines
 # still count because the error itself is reported on a separate, non-WARN line.
-HARMLESS = re.compile(
-    "|".join(
-        (
-            r"NCCL INFO",
-            r"NCCL WARN",
-            r"\w*Warning\b\s*:",
-            r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
-            r"TensorFloat-32|\bTF32\b",
-            r"Some weights of .* (not initialized|not used)",
-            r"attention mask and the pad token id were not set",
-            r"huggingface/tokenizers",
-            r"To disable this warning",
-            r"flight recorder",
-        )
-    ),
-    re.IGNORECASE,
+HARMLESS = compile_linear(
+    r"NCCL INFO",
+    r"NCCL WARN",
+    # A warning class ("UserWarning: ..."), not a logger's WARNING level: torchrun logs the signal
+    # that stopped it at WARNING.
+    r"\w+Warning\b\s*:",
+    r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
+    r"TensorFloat-32|\bTF32\b",
+    r"Some weights of .* (not initialized|not used)",
+    r"attention mask and the pad token id were not set",
+    r"huggingface/tokenizers",
+    r"To disable this warning",
+    r"flight recorder",
 )
 
+# Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
+# it, so the hint never becomes evidence ("...enable device-side assertions" is not a device
+# assert) while the error it is appended to still is.
+BOILERPLATE = compile_linear(
+    r"Compile with `?TORCH_USE_CUDA_DSA`? to enable device-side assertions?\.?",
+    r"CUDA kernel errors might be asynchronously reported at some other API call[^.]*\.?",
+    r"For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?",
+    r"Hint: If you want to see a list of allocated tensors when OOM happens[^.]*\.?",
+    # Ray lists every cause a dead worker could have had; naming SIGKILL or SIGSEGV there is not
+    # evidence of either.
+    r"There are some potential root causes\..*",
+)
+
+# Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
+# non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
+# a DataLoader worker's segfault that the loader survived, a handled exception's traceback.
+PROGRESS = compile_linear(
+    r"\bepoch\b\s*[:=]?\s*\[?\d",
+    r"\biter(ation)?\b\s*[:=]?\s*\[?\d",
+    r"\bstep\b\s*[:=]?\s*\d",
+    r"\bloss\b\s*[:=]\s*\d",
+    r"\d+(\.\d+)?\s*(it|s)/(s|it)\b",
+)
+RECOVERED_AFTER = 2
+
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
-OVERFLOW = re.compile(r"Gradient overflow|overflow, skipping", re.IGNORECASE)
+OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping")
 OVERFLOW_STREAK = 5
 
 # Exit codes that say something on their own when the log does not.

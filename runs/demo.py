@@ -513,28 +513,25 @@ def workload_yaml(rng: random.Random, run: RunPlan) -> str:
     script = f"$CODE_SOURCE_PATH/train.py --config configs/{exp.slug}.yaml"
     command = f"torchrun --nproc_per_node={run.gpus_per_node} {script}" if run.gpus_per_node > 1 else f"python {script}"
     doc: dict[str, object] = {
-        "experiment_name": run.experiment_name,
+        # The CLI's experiment_name is the Jobs task key (no slashes); the folder goes apart.
+        "experiment_name": exp.slug,
+        "mlflow_experiment_directory": run.experiment_name.rsplit("/", 1)[0],
         "compute": {"accelerator_type": run.accelerator_type, "num_accelerators": run.num_accelerators},
     }
     if rng.random() < 0.1:
-        doc["environment"] = {"unity_catalog_image": f"main.ml_images.{run.team}_trainer:2025.{rng.randint(1, 12):02d}"}
+        image = f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{run.team}/trainer:2025.{rng.randint(1, 12):02d}"
+        doc["environment"] = {"docker_image": {"url": image}}
     else:
         deps = ["torch==2.5.1", "mlflow>=2.19"]
         deps += {"nlp": ["transformers==4.46.3", "peft==0.13.2", "flash-attn==2.7.0.post2"],
                  "vision": ["timm==1.0.11", "torchvision==0.20.1"],
                  "speech": ["torchaudio==2.5.1", "transformers==4.46.3"]}[exp.family]  # fmt: skip
         doc["environment"] = {"version": rng.choice([4, 5]), "dependencies": deps}
+    # The CLI's only code source: a snapshot of a local checkout, pinned to a branch or commit.
+    snapshot: dict[str, object] = {"root_path": f"./{exp.repo}"}
     if rng.random() < 0.6:
-        git = {"remote": f"https://github.com/airboard-demo/{exp.repo}.git"}
-        git["branch" if rng.random() < 0.7 else "commit"] = (
-            "main" if rng.random() < 0.6 else f"{rng.getrandbits(160):040x}"
-        )
-        doc["code_source"] = {"type": "git", "git": git}
-    else:
-        doc["code_source"] = {
-            "type": "snapshot",
-            "snapshot": {"root_path": f"/Workspace/Users/{email(run.username)}/{exp.repo}"},
-        }
+        snapshot["git"] = {"branch": "main"} if rng.random() < 0.7 else {"commit": f"{rng.getrandbits(160):040x}"}
+    doc["code_source"] = {"type": "snapshot", "snapshot": snapshot}
     doc["command"] = command
     doc["parameters"] = run.parameters
     doc["env_variables"] = {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false", "HF_HOME": "/local_disk0/hf"}

@@ -546,6 +546,13 @@ class FailureAnalysis(models.Model):
     remedy = models.TextField(blank=True)
     note = models.TextField(blank=True, help_text="Timing remarks: timeout, runtime cap.")
     failed_at = models.DateTimeField(null=True, blank=True, help_text="When the failure happened, best known.")
+    # 0..1: how much the verdict rests on (a cause named in the log, a symptom, an exit code,
+    # telemetry), raised when the telemetry agrees and lowered when it contradicts the log.
+    confidence = models.FloatField(null=True, blank=True)
+    # Attempts before the one that ended the run: [{"attempt": 1, "class_id", "title", "evidence"}].
+    earlier_attempts = models.JSONField(default=list, blank=True)
+    # What the GPU telemetry showed before the end (runs.postmortem.TelemetrySignal.as_dict).
+    telemetry = models.JSONField(default=dict, blank=True)
     classified_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
@@ -250,9 +251,17 @@ def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
             return redirect("postmortem_detail", pk=pm.pk)
     else:
         analysis = _analysis(run)
+        links = {
+            "Run": request.build_absolute_uri(reverse("run_detail", args=[run.pk])),
+            "Failure page": request.build_absolute_uri(reverse("failure_detail", args=[run.pk])),
+            "MLflow": run.mlflow_link(),
+        }
+        failed_cost = failure_stats.failed_attempts_cost([run]).get(run.pk)
         initial = {
             "title": f"{run.external_id}: {analysis.title if analysis else 'failure'}",
             "root_cause": postmortem.root_cause_text(analysis),
+            # The write-up drafts itself from what is stored; people edit it from there.
+            "body": postmortem.draft_body(run, analysis, failed_cost=failed_cost, links=links),
             "owner": request.user.pk if run.team.user_set.filter(pk=request.user.pk).exists() else None,
             "status": PostMortemStatus.DRAFT,
         }
@@ -339,6 +348,37 @@ def failures_overview(request: HttpRequest) -> HttpResponse:
         "stats": stats,
         "figure": failure_stats.stacked_figure(stats.rows),
         "csv_query": query.urlencode(),
-        "recent": analyses[:20],
+        "recent": _with_postmortems(list(analyses[:20])),
     }
     return render(request, "runs/failure_overview.html", ctx)
+
+
+def _with_postmortems(analyses: list[FailureAnalysis]) -> list[FailureAnalysis]:
+    """Set `.postmortem` on each verdict: its run's newest post-mortem, or None (one query)."""
+    newest: dict[int, PostMortem] = {}
+    for pm in PostMortem.objects.filter(run__in=[a.run_id for a in analyses]).order_by("run_id", "-created_at"):
+        newest.setdefault(pm.run_id, pm)
+    for analysis in analyses:
+        analysis.postmortem = newest.get(analysis.run_id)
+    return analyses
+
+
+# Post-mortems one index page lists at most (newest first).
+POSTMORTEM_INDEX_LIMIT = 200
+
+
+@login_required
+def postmortem_index(request: HttpRequest) -> HttpResponse:
+    """Every post-mortem of the runs the user may see, newest first, with its run's verdict."""
+    status = request.GET.get("status", "")
+    pms = PostMortem.objects.filter(run__in=Run.objects.for_user(request.user))
+    if status in PostMortemStatus.values:
+        pms = pms.filter(status=status)
+    pms = pms.select_related("run__team", "owner", "run__failure").order_by("-updated_at", "-pk")
+    ctx = {
+        "postmortems": list(pms[:POSTMORTEM_INDEX_LIMIT]),
+        "limit": POSTMORTEM_INDEX_LIMIT,
+        "status": status,
+        "statuses": PostMortemStatus.choices,
+    }
+    return render(request, "runs/postmortem_index.html", ctx)

@@ -306,14 +306,21 @@ class ErrorOut(Schema):
 
 
 class TelemetryFileIn(Schema):
-    """A telemetry file a team already has: nvidia-smi CSV, nvidia-smi dmon or DCGM exporter text."""
+    """A telemetry file a team already has: nvidia-smi CSV, nvidia-smi dmon, dcgmi dmon or DCGM exporter text."""
 
     text: str = Field(min_length=1)
-    format: str = Field(default="auto", pattern=r"^(auto|nvidia-smi-csv|dmon|dcgm)$")
+    format: str = Field(default="auto", pattern=r"^(auto|nvidia-smi-csv|dmon|dcgmi-dmon|dcgm)$")
     attempt: int | None = Field(default=None, ge=1, le=1000)
     node: int = Field(default=0, ge=0, le=4096)
     start: Timestamp | None = Field(default=None, description="Time of the first sample when the file has none.")
-    fields: list[str] | None = Field(default=None, description="The --query-gpu list of a noheader CSV.")
+    fields: list[str] | None = Field(
+        default=None, max_length=200, description="The --query-gpu list of a noheader CSV."
+    )
+    tz: str | None = Field(
+        default=None,
+        max_length=64,
+        description="IANA zone of the file's local timestamps (UTC if absent).",
+    )
 
 
 class LineProblemOut(Schema):

@@ -26,6 +26,7 @@ urlpatterns += [
     path("<int:pk>/log/tail.json", postmortem_views.log_tail, name="run_log_tail"),
     path("<int:pk>/search/", postmortem_views.run_search, name="run_search"),
     path("<int:pk>/postmortem/new/", postmortem_views.postmortem_new, name="postmortem_new"),
+    path("postmortems/", postmortem_views.postmortem_index, name="postmortem_index"),
     path("postmortems/<int:pk>/", postmortem_views.postmortem_detail, name="postmortem_detail"),
     path("postmortems/<int:pk>/edit/", postmortem_views.postmortem_edit, name="postmortem_edit"),
 ]

@@ -4,16 +4,31 @@
 found in one pass, each with the dotted path (`compute.num_accelerators`, `secrets.HF_TOKEN`)
 and the 1-based line of the offending key, so a user fixes the file in one go.
 
-Rules follow DESIGN.md ("Domain rules") and the public workload YAML reference: we refuse what
-the CLI refuses (unknown keys at every level, bad accelerator counts), plus two things it lets
-through and we do not:
+Rules are the real CLI's (`databricks air run`, experimental/air/cmd/runconfig.go and
+compute.go in databricks/cli at 7bbe285213; summarised in ../shared/reference/
+databricks-ai-runtime.md): unknown keys refused at every level; `experiment_name` and
+`mlflow_run_name` at most 100 ASCII letters, digits, `-` and `_` (the experiment name becomes
+the Jobs task key); `command` at most 1,000 lines; a name in both `env_variables` and
+`secrets` refused; `max_retries` defaults to 3 (DEFAULT_MAX_RETRIES: `check_workload`,
+admission and the launcher all read `Workload.max_retries`); `usage_policy_name` xor
+`usage_policy_id` (a UUID); `environment.docker_image` a mapping with `url`, never beside
+`dependencies` or `version`; `code_source.type: snapshot` with `snapshot.root_path`,
+`snapshot.git` (branch xor commit; `remote` only `false`), `snapshot.include_paths` and
+`snapshot.remote_volume` under `/Volumes/`; permissions with exactly one principal and a level.
+`GPU_8xB300` is accepted beside the CLI's three types (the seeds list it in preview).
+
+Two things the CLI lets through and we do not:
 - duplicate keys (YAML silently keeps the last one; the earlier value is almost always a typo);
 - literal credentials in `env_variables` or `parameters`, because an accepted file is stored
   and shown to the team. Secrets go under `secrets` as scope/key references, which are safe to
   store, so the file as submitted can be kept verbatim once it passes.
 
-Where real files are loose we are too: `version: "4"` or `version: 4`, `command` as a string or a
-list of strings, ids written as bare numbers, `null` for an optional key meaning "not set".
+One thing the current CLI refuses and we accept: `environment.dependencies` as a path to a
+YAML file of `version` + `dependencies` (the older Python tool's form, still in real files;
+the Go CLI at 7bbe285213 asks for the list inline).
+
+Where real files are loose we are too: `version: "4"` or `version: 4`, ids written as bare
+numbers, `null` for an optional key meaning "not set".
 """
 
 from __future__ import annotations
@@ -30,22 +45,34 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from runs.choices import GPUS_PER_NODE, AcceleratorType, accelerator_count_problem
 from runs.credentials import describe_credential, known_shape
 
-PRIORITY_CLASSES = ("BEST_EFFORT", "NORMAL", "CRITICAL")
-CODE_SOURCE_TYPES = ("snapshot", "remote_volume", "git")
+# `max_retries` when the file does not set it, as the CLI submits it.
+DEFAULT_MAX_RETRIES = 3
 
 # fmt: off
 TOP_KEYS = (
-    "experiment_name", "compute", "command", "environment", "code_source", "parameters", "env_variables",
-    "secrets", "max_retries", "timeout_minutes", "idempotency_token", "mlflow_run_name",
-    "mlflow_experiment_directory", "mlflow_artifact_location", "usage_policy_name", "usage_policy_id", "permissions",
+    "experiment_name", "compute", "environment", "command", "env_variables", "secrets", "code_source",
+    "max_retries", "timeout_minutes", "idempotency_token", "parameters", "mlflow_run_name",
+    "mlflow_experiment_directory", "permissions", "usage_policy_name", "usage_policy_id",
 )
 # fmt: on
-COMPUTE_KEYS = ("accelerator_type", "num_accelerators", "pool_id", "priority_class")
-ENVIRONMENT_KEYS = ("version", "dependencies", "docker_image", "unity_catalog_image")
-# `root_path` directly under code_source is the newer CLI's shorthand for a snapshot.
-CODE_SOURCE_KEYS = ("type", "root_path", "snapshot", "remote_volume", "git", "include_paths")
-GIT_KEYS = ("remote", "branch", "commit")
-PERMISSION_KEYS = ("group_name", "user_name", "level")
+COMPUTE_KEYS = ("accelerator_type", "num_accelerators")
+ENVIRONMENT_KEYS = ("dependencies", "version", "docker_image")
+DOCKER_IMAGE_KEYS = ("url", "tag_policy", "credentials_scope", "credentials_key")
+TAG_POLICIES = ("auto", "latest")
+CODE_SOURCE_KEYS = ("type", "snapshot")
+SNAPSHOT_KEYS = ("root_path", "remote_volume", "git", "include_paths")
+GIT_KEYS = ("branch", "commit", "remote")
+PRINCIPALS = ("group_name", "user_name", "service_principal_name")
+PERMISSION_KEYS = (*PRINCIPALS, "level")
+
+# The Jobs task key's characters (ASCII only: \w would let Unicode letters through).
+TASK_KEY = re.compile(r"[A-Za-z0-9_-]+")
+NAME_MAX = 100
+COMMAND_MAX_LINES = 1_000
+IDEMPOTENCY_TOKEN_MAX = 64
+USAGE_POLICY_NAME_MAX = 127
+GIT_REF = re.compile(r"[A-Za-z0-9_./-]+")
+UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 SECRET_REFERENCE = re.compile(r"[^/\s]+/[^/\s]+")
 _TEMPLATE_REF = re.compile(r"\{\{\s*secrets/[^/\s]+/[^/\s]+\s*\}\}")
@@ -102,16 +129,13 @@ class Workload:
     parameters: dict[str, Any] = field(default_factory=dict)
     env_variables: dict[str, str | int | float | bool] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)  # name -> "scope/key"
-    max_retries: int = 0
+    max_retries: int = DEFAULT_MAX_RETRIES
     timeout_minutes: int | None = None
     usage_policy_name: str | None = None
     usage_policy_id: str | None = None
-    pool_id: str | None = None
-    priority_class: str | None = None
     idempotency_token: str | None = None
     mlflow_run_name: str | None = None
     mlflow_experiment_directory: str | None = None
-    mlflow_artifact_location: str | None = None
     permissions: list[dict[str, str]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -140,8 +164,6 @@ class Workload:
             "timeout_minutes": self.timeout_minutes,
             "usage_policy_name": self.usage_policy_name,
             "usage_policy_id": self.usage_policy_id,
-            "pool_id": self.pool_id,
-            "priority_class": self.priority_class,
             "secrets": dict(self.secrets),
             "env_variables": sorted(self.env_variables),
             "parameters": sorted(self.parameters),
@@ -409,10 +431,25 @@ class _Checker:
 
     # ---- sections -------------------------------------------------------------------------
 
+    def name(self, value: Any, path: Path, what: str) -> str | None:
+        """A Jobs-task-key-like name: at most 100 ASCII letters, digits, '-' and '_'."""
+        text = self.string(value, path)
+        if text is None:
+            return None
+        text = text.strip()
+        if len(text) > NAME_MAX:
+            self.add(path, f"must be at most {NAME_MAX} characters, got {len(text)}{what}")
+        elif not TASK_KEY.fullmatch(text):
+            self.add(path, f"only ASCII letters, digits, '-' and '_' are allowed (no dots or spaces){what}")
+        return text
+
     def workload(self, root: dict[str, Any]) -> dict[str, Any] | None:
         self.mapping(root, (), TOP_KEYS)
+        experiment = self.name(
+            self.required(root, "experiment_name", ()), ("experiment_name",), ": it becomes the Jobs task key"
+        )
         fields: dict[str, Any] = {
-            "experiment_name": self.string(self.required(root, "experiment_name", ()), ("experiment_name",)),
+            "experiment_name": experiment,
             "command": self.command(self.required(root, "command", ()), ("command",)),
             **self.compute(self.mapping(self.required(root, "compute", ()), ("compute",), COMPUTE_KEYS)),
             "environment": self.environment(root.get("environment")),
@@ -420,43 +457,70 @@ class _Checker:
             "parameters": self.parameters(root.get("parameters")),
             "env_variables": self.env_variables(root.get("env_variables")),
             "secrets": self.secrets(root.get("secrets")),
-            "max_retries": self.integer(root.get("max_retries"), ("max_retries",), 0) or 0,
             "timeout_minutes": self.integer(root.get("timeout_minutes"), ("timeout_minutes",), 1),
             "permissions": self.permissions(root.get("permissions")),
         }
-        for key in ("mlflow_run_name", "mlflow_artifact_location", "usage_policy_name"):
-            fields[key] = self.string(root.get(key), (key,))
-        for key in ("idempotency_token", "usage_policy_id"):
-            fields[key] = self.string(root.get(key), (key,), numbers_ok=True)
+        retries = self.integer(root.get("max_retries"), ("max_retries",), 0)
+        fields["max_retries"] = DEFAULT_MAX_RETRIES if retries is None else retries
+        plain, secret = (root.get(k) if isinstance(root.get(k), dict) else {} for k in ("env_variables", "secrets"))
+        for name in sorted(set(plain) & set(secret)):
+            self.add(("env_variables", name), "is also set in secrets; remove it from one")
+        if root.get("mlflow_run_name") is not None:
+            fields["mlflow_run_name"] = self.name(root["mlflow_run_name"], ("mlflow_run_name",), "")
+        token = self.string(root.get("idempotency_token"), ("idempotency_token",), numbers_ok=True)
+        if token is not None and len(token.strip()) > IDEMPOTENCY_TOKEN_MAX:
+            self.add(("idempotency_token",), f"must be at most {IDEMPOTENCY_TOKEN_MAX} characters, got {len(token)}")
+        fields["idempotency_token"] = token
         directory = self.string(root.get("mlflow_experiment_directory"), ("mlflow_experiment_directory",))
-        if directory is not None and not (directory == "/Workspace" or directory.startswith("/Workspace/")):
+        if directory is not None and not directory.strip().startswith("/Workspace"):
             self.add(("mlflow_experiment_directory",), "must be a workspace path starting with /Workspace")
         fields["mlflow_experiment_directory"] = directory
+        fields["usage_policy_name"] = self.usage_policy_name(root.get("usage_policy_name"))
+        fields["usage_policy_id"] = self.usage_policy_id(root.get("usage_policy_id"))
         self.at_most_one(root, ("usage_policy_name", "usage_policy_id"), (), ": give one usage policy, by name or id")
         if self.problems:
             return None
         return fields
 
+    def usage_policy_name(self, value: Any) -> str | None:
+        text = self.string(value, ("usage_policy_name",))
+        if text is not None and len(text.strip()) > USAGE_POLICY_NAME_MAX:
+            self.add(("usage_policy_name",), f"must be at most {USAGE_POLICY_NAME_MAX} characters, got {len(text)}")
+        return text.strip() if text is not None else None
+
+    def usage_policy_id(self, value: Any) -> str | None:
+        text = self.string(value, ("usage_policy_id",), numbers_ok=True)
+        if text is not None and not UUID.fullmatch(text.strip()):
+            self.add(
+                ("usage_policy_id",),
+                "must be a UUID (like 12345678-90ab-cdef-1234-567890abcdef); "
+                "to name a policy instead, use usage_policy_name",
+            )
+        return text.strip() if text is not None else None
+
     def command(self, value: Any, path: Path) -> str | None:
         if isinstance(value, list):
-            if not value:
-                self.add(path, "must not be empty")
-            commands = self.string_list(value, path)
-            return "\n".join(commands) if commands else None
-        return self.string(value, path)
+            # The CLI decodes `command` into a string: a list is refused there, so here too.
+            self.add(path, "must be a string; write several lines as a YAML block (`command: |`)")
+            return None
+        text = self.string(value, path)
+        if text is not None and text.count("\n") + 1 > COMMAND_MAX_LINES:
+            self.add(
+                path,
+                f"is {text.count(chr(10)) + 1} lines long; at most {COMMAND_MAX_LINES}: "
+                "move the logic into a script under code_source",
+            )
+        return text
 
     def compute(self, section: dict[str, Any] | None) -> dict[str, Any]:
         path: Path = ("compute",)
         if section is None:
             return {}
+        # Matched case-sensitively, as the server looks the type up.
         accelerator = self.one_of(
             self.required(section, "accelerator_type", path), (*path, "accelerator_type"), tuple(AcceleratorType.values)
         )
         count = self.integer(self.required(section, "num_accelerators", path), (*path, "num_accelerators"), 1)
-        pool_id = self.string(section.get("pool_id"), (*path, "pool_id"), numbers_ok=True)
-        priority = self.one_of(section.get("priority_class"), (*path, "priority_class"), PRIORITY_CLASSES)
-        if section.get("priority_class") is not None and section.get("pool_id") is None:
-            self.add((*path, "priority_class"), "needs compute.pool_id: priority applies to provisioned capacity")
         if accelerator is None or count is None:
             return {}
         per_node = GPUS_PER_NODE[AcceleratorType(accelerator)]
@@ -468,8 +532,6 @@ class _Checker:
             "num_accelerators": count,
             "gpus_per_node": per_node,
             "nodes": -(-count // per_node),
-            "pool_id": pool_id,
-            "priority_class": priority,
         }
 
     def environment(self, value: Any) -> dict[str, Any]:
@@ -487,73 +549,88 @@ class _Checker:
             self.add((*path, "version"), f"must be a string or an integer, got {_describe(version)}")
         dependencies = section.get("dependencies")
         if isinstance(dependencies, str):
-            # The older CLI took a path to a requirements file here; real files still do.
+            # A path to a YAML file of version + dependencies (the older tool's form).
             self.string(dependencies, (*path, "dependencies"))
         else:
             self.string_list(dependencies, (*path, "dependencies"))
-        for key in ("docker_image", "unity_catalog_image"):
-            self.string(section.get(key), (*path, key))
-        self.at_most_one(section, ("docker_image", "unity_catalog_image"), path)
-        image = next((k for k in ("docker_image", "unity_catalog_image") if section.get(k) is not None), None)
-        managed = next((k for k in ("version", "dependencies") if section.get(k) is not None), None)
-        if image and managed:
-            self.add((*path, image), f"cannot be given with {managed}: an image brings its own environment")
+        if section.get("docker_image") is not None:
+            for key in ("dependencies", "version"):
+                if section.get(key) is not None:
+                    self.add((*path, key), "cannot be given with docker_image: the image brings its own environment")
+            self.docker_image(section["docker_image"], (*path, "docker_image"))
+        elif version is not None and dependencies is None:
+            self.add((*path, "version"), "needs dependencies: the version pins the image the packages go on")
         return section
+
+    def docker_image(self, value: Any, path: Path) -> None:
+        if isinstance(value, str):
+            self.add(path, f"must be a mapping with url (like `docker_image: {{url: {value}}}`)")
+            return
+        image = self.mapping(value, path, DOCKER_IMAGE_KEYS)
+        if image is None:
+            return
+        self.string(self.required(image, "url", path), (*path, "url"))
+        policy = self.string(image.get("tag_policy"), (*path, "tag_policy"))
+        if policy is not None and policy.strip().lower() not in TAG_POLICIES:
+            self.add((*path, "tag_policy"), f"must be auto or latest, got {_describe(policy)}")
+        scope, key = (self.string(image.get(k), (*path, k)) for k in ("credentials_scope", "credentials_key"))
+        if (scope is None) != (key is None):
+            self.add(
+                (*path, "credentials_key" if key is None else "credentials_scope"),
+                "give credentials_scope and credentials_key together",
+            )
+        elif scope is not None and (policy or "").strip().lower() != "latest":
+            self.add(
+                (*path, "credentials_scope"),
+                "applies only with tag_policy: latest (the image is otherwise used as registered)",
+            )
 
     def code_source(self, value: Any) -> dict[str, Any] | None:
         path: Path = ("code_source",)
         section = self.mapping(value, path, CODE_SOURCE_KEYS)
         if section is None:
             return None
-        # Which kind of source each present key asks for; `root_path` is the snapshot shorthand.
-        present = {k: k for k in CODE_SOURCE_TYPES if section.get(k) is not None}
-        if section.get("root_path") is not None:
-            self.string(section["root_path"], (*path, "root_path"))
-            self.at_most_one(section, ("root_path", "snapshot"), path, ": use code_source.snapshot.root_path")
-            present.setdefault("snapshot", "root_path")
-        kind = self.one_of(section.get("type"), (*path, "type"), CODE_SOURCE_TYPES)
-        if section.get("type") is None:
-            if len(present) != 1:
-                self.add((*path, "type"), f"is required: one of {', '.join(CODE_SOURCE_TYPES)}")
-            kind = next(iter(present)) if len(present) == 1 else None
-        elif kind is not None and kind not in present:
-            self.add((*path, kind), f"is required when type is {kind}")
-        for other, key in present.items():
-            if kind is not None and other != kind:
-                self.add((*path, key), f"cannot be given when type is {kind}")
-        if section.get("snapshot") is not None:
-            snapshot = self.mapping(section["snapshot"], (*path, "snapshot"), ("root_path",))
-            if snapshot is not None:
-                self.string(self.required(snapshot, "root_path", (*path, "snapshot")), (*path, "snapshot", "root_path"))
-        volume = section.get("remote_volume")
-        if isinstance(volume, dict):
-            volume_path = self.mapping(volume, (*path, "remote_volume"), ("path",))
-            if volume_path is not None:
-                self.string(
-                    self.required(volume_path, "path", (*path, "remote_volume")), (*path, "remote_volume", "path")
-                )
-        else:
-            self.string(volume, (*path, "remote_volume"))
-        self.git(section.get("git"), (*path, "git"))
-        self.include_paths(section.get("include_paths"), (*path, "include_paths"))
+        kind = self.string(self.required(section, "type", path), (*path, "type"))
+        if kind is not None and kind != "snapshot":
+            self.add((*path, "type"), f"must be snapshot (the only type), got {_describe(kind)}")
+        snapshot_path: Path = (*path, "snapshot")
+        snapshot = self.mapping(self.required(section, "snapshot", path), snapshot_path, SNAPSHOT_KEYS)
+        if snapshot is None:
+            return section
+        self.string(self.required(snapshot, "root_path", snapshot_path), (*snapshot_path, "root_path"))
+        volume = self.string(snapshot.get("remote_volume"), (*snapshot_path, "remote_volume"))
+        if volume is not None and not volume.startswith("/Volumes/"):
+            self.add((*snapshot_path, "remote_volume"), "must be a volume path starting with /Volumes/")
+        self.git(snapshot.get("git"), (*snapshot_path, "git"))
+        self.include_paths(snapshot.get("include_paths"), (*snapshot_path, "include_paths"))
         return section
 
     def git(self, value: Any, path: Path) -> None:
         section = self.mapping(value, path, GIT_KEYS)
         if section is None:
             return
-        self.string(self.required(section, "remote", path), (*path, "remote"))
-        for key in ("branch", "commit"):
-            # A commit like 0123456 would be read as an octal number: make people quote it.
-            self.string(section.get(key), (*path, key))
+        remote = section.get("remote")
+        if remote is not None and remote is not False:
+            self.add(
+                (*path, "remote"),
+                "is no longer supported: the snapshot archives your local copy (only false is accepted); "
+                "pin a revision with commit",
+            )
+        # A commit like 0123456 would be read as an octal number: make people quote it.
+        branch = self.string(section.get("branch"), (*path, "branch"))
+        self.string(section.get("commit"), (*path, "commit"))
+        if branch is not None and not GIT_REF.fullmatch(branch):
+            self.add((*path, "branch"), "only letters, digits, '-', '_', '.' and '/' are allowed in a branch name")
         if section.get("branch") is None and section.get("commit") is None:
             self.add((*path, "branch"), "give a branch or a commit")
         self.at_most_one(section, ("branch", "commit"), path, ": give a branch or a commit, not both")
 
     def include_paths(self, value: Any, path: Path) -> None:
+        if value == []:
+            self.add(path, "must not be an empty list: leave it out to include everything")
         for index, item in enumerate(self.string_list(value, path) or []):
-            parts = re.split(r"[/\\]", item)
-            if item.startswith(("/", "\\", "~")) or re.match(r"[A-Za-z]:", item):
+            parts = re.split(r"[/\\]", item.strip())
+            if item.strip().startswith(("/", "\\", "~")) or re.match(r"[A-Za-z]:", item):
                 self.add((*path, index), "must be relative to the code root, not absolute")
             elif ".." in parts:
                 self.add((*path, index), "must stay inside the code root (no '..')")
@@ -634,13 +711,17 @@ class _Checker:
             entry = self.mapping(item, (*path, index), PERMISSION_KEYS)
             if entry is None:
                 if item is None:
-                    self.add((*path, index), "must be a mapping with group_name or user_name, and level")
+                    self.add((*path, index), "must be a mapping with one of group_name, user_name or "
+                             "service_principal_name, and level")  # fmt: skip
                 continue
-            principals = [k for k in ("group_name", "user_name") if entry.get(k) is not None]
+            principals = [k for k in PRINCIPALS if entry.get(k) is not None]
             for key in principals:
                 self.string(entry[key], (*path, index, key))
             if not principals:
-                self.add((*path, index), "needs group_name or user_name")
-            self.at_most_one(entry, ("group_name", "user_name"), (*path, index), ": one principal per entry")
+                self.add((*path, index), "needs one of group_name, user_name or service_principal_name")
+            elif len(principals) > 1:
+                self.add(
+                    (*path, index, principals[1]), f"cannot be given with {principals[0]}: one principal per entry"
+                )
             self.string(self.required(entry, "level", (*path, index)), (*path, index, "level"))
         return value

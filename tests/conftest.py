@@ -120,7 +120,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
     return predicate()
 
 
-def _database_url_for_test_db() -> str:
+def database_url_for_test_db() -> str:
+    """The test database as a DATABASE_URL, for processes the tests start (a worker, a web server)."""
     db = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{db['NAME']}"
@@ -148,7 +149,7 @@ def start_worker(
     `extra_env` sets variables for this worker only (a collector's source, say).
     """
     env = dict(os.environ, **(extra_env or {}))
-    env["DATABASE_URL"] = _database_url_for_test_db()
+    env["DATABASE_URL"] = database_url_for_test_db()
     env["AIRBOARD_BROKER_DIR"] = str(settings.CELERY_BROKER_DIR)
     env["PYTHONUNBUFFERED"] = "1"
     tmp_dir.mkdir(parents=True, exist_ok=True)

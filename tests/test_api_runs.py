@@ -241,7 +241,7 @@ def test_create_api_key_command_prints_the_key_once_and_stores_a_hash(world: Wor
 
 
 WORKLOAD = """\
-experiment_name: /Workspace/Users/alice/llama-ft
+experiment_name: llama-ft
 compute:
   accelerator_type: GPU_8xH100
   num_accelerators: 16

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import requests
 from django.utils import timezone
 
 from runs import ingest
 from runs.choices import BatchKind, BatchStatus
 from runs.models import GpuMinute, GpuSample, IngestBatch, MetricPoint, Node
-from tests.conftest import T0, World, make_run, wait_for
+from tests.conftest import ROOT, T0, World, database_url_for_test_db, make_run, wait_for
 
 GIB = 1024**3
 
@@ -228,3 +235,107 @@ def test_a_recorded_batch_reads_back_as_sent_and_keeps_its_content_hash(world: W
     text = json.dumps(rows, separators=(",", ":"), sort_keys=True, default=str) + "nvml"
     assert batch.content_hash == hashlib.sha256(text.encode()).hexdigest()
     assert ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, rows, "nvml") == (batch, True)
+
+
+# --- Telemetry files: refusals and hostile text ------------------------------------------------
+
+DATA = Path(__file__).resolve().parent / "data" / "telemetry"
+# One dcgm-exporter line whose Hostname label runs for 100 KB without its closing quote.
+HUGE_LABEL_LINE = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="' + "x" * 100_000 + "} 5 1793610000000\n"
+
+
+def post_file(world: World, body: dict, team=None) -> object:
+    api = world.api(team or world.vision)
+    return api.post("/api/v1/runs/r1/telemetry-file", body, content_type="application/json")
+
+
+@pytest.mark.django_db
+def test_a_100_kb_label_is_a_quick_422_naming_the_line(world: World) -> None:
+    make_run(world.vision, "r1")
+    began = time.monotonic()
+    response = post_file(world, {"text": "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + HUGE_LABEL_LINE * 20})
+    assert time.monotonic() - began < 5
+    assert response.status_code == 422
+    errors = response.json()["errors"]
+    assert [e["field"] for e in errors] == [f"text:line {n}" for n in range(2, 22)]
+    assert "100,056 characters long" in errors[0]["message"]
+
+
+@pytest.mark.django_db
+def test_an_all_zero_exporter_text_is_refused(world: World) -> None:
+    make_run(world.vision, "r1")
+    body = {"text": (DATA / "dcgm_all_zero.prom").read_text(), "start": (T0 + timedelta(minutes=5)).isoformat()}
+    response = post_file(world, body)
+    assert response.status_code == 422
+    assert "every reading is 0" in response.json()["errors"][0]["message"]
+    assert not IngestBatch.objects.exists()
+
+
+@pytest.mark.django_db
+def test_samples_outside_the_run_are_refused_and_tz_places_them(world: World) -> None:
+    make_run(world.vision, "r1")  # 2026-11-02 09:00 to 10:00 UTC
+    text = (
+        "timestamp, index, utilization.gpu [%], memory.used [MiB]\n"
+        "2026/11/02 01:00:01.000, 0, 36 %, 4567 MiB\n"  # 09:00:01 in Los Angeles (PST, UTC-8)
+    )
+    refused = post_file(world, {"text": text})
+    assert refused.status_code == 422
+    message = refused.json()["errors"][0]["message"]
+    assert "1 of 1 samples (2026-11-02T01:00:01+00:00 to 2026-11-02T01:00:01+00:00) fall outside run r1's window" in (
+        message
+    )
+    placed = post_file(world, {"text": text, "tz": "America/Los_Angeles"})
+    assert placed.status_code == 202, placed.content
+    assert placed.json()["skipped"] == []
+    bad_zone = post_file(world, {"text": text, "tz": "Mars/Olympus"})
+    assert bad_zone.status_code == 422
+    assert bad_zone.json()["errors"] == [{"field": "tz", "message": "unknown time zone 'Mars/Olympus'"}]
+
+
+@pytest.mark.django_db
+def test_dcgmi_dmon_can_be_named_as_the_format(world: World) -> None:
+    make_run(world.vision, "r1")
+    text = (DATA / "dcgmi_dmon_prompt.txt").read_text()
+    response = post_file(world, {"text": text, "format": "dcgmi-dmon", "start": T0.isoformat()})
+    assert response.status_code == 202, response.content
+    assert response.json()["format"] == "dcgmi-dmon"
+    assert response.json()["skipped"][0]["line"] == 1  # the shell prompt
+    assert IngestBatch.objects.get(pk=response.json()["id"]).rows["source"] == "dcgm"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gunicorn_answers_a_100_kb_label_before_its_worker_timeout(world: World, tmp_path: Path) -> None:
+    """The attack as it was: the file POSTed to a real gunicorn. On c0b5b0e the label pattern
+    backtracked for about a minute per line and gunicorn killed the worker (no response)."""
+    make_run(world.vision, "r1")
+    key = world.key(world.vision)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, DATABASE_URL=database_url_for_test_db(), PYTHONUNBUFFERED="1")
+    log_path = tmp_path / "gunicorn.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "dashboard.wsgi:application", "--bind", f"127.0.0.1:{port}",
+             "--workers", "1", "--timeout", str(GUNICORN_TIMEOUT_S), "--graceful-timeout", "1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        assert wait_for(lambda: "Booting worker" in log_path.read_text() or server.poll() is not None, timeout=60)
+        assert server.poll() is None, log_path.read_text()
+        url = f"http://127.0.0.1:{port}/api/v1/runs/r1/telemetry-file"
+        text = "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + HUGE_LABEL_LINE * 3
+        began = time.monotonic()
+        response = requests.post(
+            url, json={"text": text}, headers={"Authorization": f"Bearer {key}"}, timeout=GUNICORN_TIMEOUT_S * 3
+        )
+        elapsed = time.monotonic() - began
+        assert response.status_code == 422, (response.status_code, log_path.read_text()[-2000:])
+        assert elapsed < GUNICORN_TIMEOUT_S
+        assert "WORKER TIMEOUT" not in log_path.read_text()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+GUNICORN_TIMEOUT_S = 10

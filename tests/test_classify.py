@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
+import time
 from io import StringIO
 from pathlib import Path
 
@@ -19,7 +19,8 @@ from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.classify import ANSI_CSI, classify_lines, classify_text
+from runs.classify import ANSI_CSI, MAX_SCAN_CHARS, classify_lines, classify_text
+from runs.classify_corpus import Case, accuracy, false_alarms, load_corpus, report, score
 from runs.classify_rules import CLASSES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,56 +145,135 @@ def test_every_class_has_a_remedy() -> None:
     assert "TorchDistributor" in CLASSES["dependency_error"].remedy
 
 
-# (b) The corpus: measured precision and recall per class.
+def test_boilerplate_hints_are_never_evidence() -> None:
+    # The hint PyTorch appends to every CUDA error names device-side assertions; the error it is
+    # appended to is the evidence, and the hint alone is nothing.
+    hint = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+    assert classify_text(hint + "\n").class_id == "none"
+    verdict = classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n" + hint + "\n")
+    assert (verdict.class_id, verdict.line) == ("illegal_memory_access", 1)
 
 
-def corpus() -> list[tuple[str, Path]]:
-    return [(path.parent.name, path) for path in sorted(CORPUS.glob("*/*.log"))]
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # A collective or rendezvous gave up waiting: nccl_timeout (see the taxonomy in classify_rules).
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Timed out waiting 1800000ms for recv "
+         "operation to complete", "nccl_timeout"),
+        ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: PjRT_Client_Connect",
+         "nccl_timeout"),
+        ("torch.distributed.DistNetworkError: The client socket has timed out after 300000ms while trying to connect "
+         "to (node1, 29500).", "nccl_timeout"),
+        # The run's own limit: timeout.
+        ("slurmstepd: error: *** JOB 867816 ON c0700a-s1 CANCELLED AT 2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
+         "timeout"),
+    ],
+)  # fmt: skip
+def test_the_timeout_taxonomy(line: str, expected: str) -> None:
+    assert classify_text(line).class_id == expected
 
 
-def score_table(results: list[tuple[str, str, Path]]) -> str:
-    """Per-class precision/recall as a fixed-width table, with the misses listed under it."""
-    true_pos: Counter[str] = Counter()
-    predicted: Counter[str] = Counter()
-    actual: Counter[str] = Counter()
-    for label, got, _ in results:
-        actual[label] += 1
-        predicted[got] += 1
-        true_pos[label] += label == got
-    rows = [f"{'class':<24}{'n':>4}{'precision':>11}{'recall':>8}"]
-    for class_id in sorted(set(actual) | set(predicted)):
-        precision = true_pos[class_id] / predicted[class_id] if predicted[class_id] else float("nan")
-        recall = true_pos[class_id] / actual[class_id] if actual[class_id] else float("nan")
-        rows.append(f"{class_id:<24}{actual[class_id]:>4}{precision:>11.2f}{recall:>8.2f}")
-    correct = sum(label == got for label, got, _ in results)
-    rows.append(f"overall accuracy {correct}/{len(results)} = {correct / len(results):.3f}")
-    rows += [
-        f"MISS {path.relative_to(CORPUS)}: expected {label}, got {got}" for label, got, path in results if label != got
-    ]
-    return "\n".join(rows)
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "host_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
+        ("Resource exhausted: OOM when allocating tensor with shape[16,1,892800] and type float on "
+         "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", "cuda_oom"),
+        ("Resource exhausted: OOM when allocating tensor with shape[16,1,892800] and type float on "
+         "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu", "host_oom"),
+        ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: disk quota exceeded [Op:SaveV2]",
+         "disk_full"),
+    ],
+)  # fmt: skip
+def test_host_memory_gpu_memory_and_disk_apart(line: str, expected: str) -> None:
+    assert classify_text(line).class_id == expected
 
 
-def test_corpus_accuracy() -> None:
+def test_rays_list_of_possible_causes_is_not_evidence_of_any() -> None:
+    line = (
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR There are some "
+        "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. "
+        "(2) ray stop --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other errors."
+    )
+    assert classify_text(line).class_id == "none"
+    assert classify_text("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+                         + line).class_id == "other"  # fmt: skip
+
+
+def test_a_worker_segfault_the_run_survived_is_not_a_failure() -> None:
+    survived = (
+        "INFO:freevc:Train Epoch: 1515 [70%]\n"
+        "ERROR: Unexpected segmentation fault encountered in worker.\n"
+        "INFO:freevc:====> Epoch: 1515\n"
+        "INFO:freevc:Train Epoch: 1516 [5%]\n"
+    )
+    assert classify_text(survived).class_id == "none"
+    # The same line followed by a traceback, or a run that exited non-zero, is the failure.
+    died = survived.replace("INFO:freevc:Train Epoch: 1516 [5%]\n", "Traceback (most recent call last):\n")
+    assert classify_text(died).class_id == "segfault"
+    assert classify_text(survived, exit_code=1).class_id == "segfault"
+    # A ROOT cause is never undone by later progress lines.
+    oom = "torch.OutOfMemoryError: CUDA out of memory.\nepoch 3 loss: 0.3\nepoch 4 loss: 0.2\n"
+    assert classify_text(oom).class_id == "cuda_oom"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # The lines Databricks AI Runtime prints itself (shared/reference/databricks-ai-runtime.md).
+        ("ERROR: Script failed with exit code 137 after 3612s", "host_oom"),
+        ("ERROR: Script failed with exit code 139 after 61s", "segfault"),
+        ("ERROR: Script failed with exit code 1 after 12s", "other"),
+        # A stall warning is not a failure by itself.
+        ("[MLflow Logger][Warning] No new logs have been emitted in the last 30 minutes", "none"),
+    ],
+)
+def test_the_runtimes_own_lines(line: str, expected: str) -> None:
+    assert classify_text(line).class_id == expected
+
+
+# (b) The corpus: measured precision and recall per class, tuning and held-out parts apart
+# (runs/classify_corpus.py; `bench/classify.py` prints the same report).
+
+
+def corpus() -> list[Case]:
+    return load_corpus(CORPUS)
+
+
+def test_corpus_accuracy_on_both_parts() -> None:
     cases = corpus()
-    # The brief: at least 40 failure logs and 10 healthy ones.
-    assert sum(label != "none" for label, _ in cases) >= 40
-    assert sum(label == "none" for label, _ in cases) >= 10
-    results = [
-        (label, classify_text(path.read_bytes().decode("utf-8", errors="replace")).class_id, path)
-        for label, path in cases
-    ]
-    table = score_table(results)
-    print("\n" + table)
-    accuracy = sum(label == got for label, got, _ in results) / len(results)
-    false_alarms = [path.name for label, got, path in results if label == "none" and got != "none"]
-    assert not false_alarms, f"healthy logs classified as failures: {false_alarms}\n{table}"
-    assert accuracy >= MIN_ACCURACY, table
+    assert len(cases) >= 300
+    assert sum(case.label == "none" for case in cases) >= 30
+    results = score(cases)
+    text = report(results)
+    print("\n" + text)
+    held_out = [r for r in results if r.case.part == "held-out"]
+    tuning = [r for r in results if r.case.part == "tuning"]
+    assert len(held_out) >= 90
+    alarms = [str(r.case.path.relative_to(CORPUS)) for r in false_alarms(results)]
+    assert not alarms, f"healthy logs classified as failures: {alarms}\n{text}"
+    assert accuracy(tuning) >= MIN_ACCURACY, text
+    assert accuracy(held_out) >= MIN_ACCURACY, text
 
 
-def test_every_corpus_file_has_a_source() -> None:
-    sources = (CORPUS / "SOURCES.md").read_text()
-    missing = [str(path.relative_to(CORPUS)) for _, path in corpus() if str(path.relative_to(CORPUS)) not in sources]
-    assert not missing
+def test_the_split_is_by_source_thread() -> None:
+    parts: dict[str, set[str]] = {}
+    for case in corpus():
+        parts.setdefault(case.thread, set()).add(case.part)
+    mixed = {thread: p for thread, p in parts.items() if len(p) > 1}
+    assert not mixed, f"threads with logs in both parts: {mixed}"
+    assert all(thread.startswith("https://") for thread in parts)
+
+
+def test_every_corpus_file_has_a_source(tmp_path: Path) -> None:
+    # load_corpus refuses a log without a SOURCES.md row, and a row without its log.
+    assert corpus()
+    (tmp_path / "cuda_oom").mkdir()
+    (tmp_path / "cuda_oom" / "stray.log").write_text("CUDA out of memory\n")
+    (tmp_path / "SOURCES.md").write_text("| file | source | part |\n| --- | --- | --- |\n")
+    with pytest.raises(ValueError, match=r"stray\.log has no row"):
+        load_corpus(tmp_path)
 
 
 # (c) The command.
@@ -285,3 +365,34 @@ def test_classify_text_never_raises_and_points_at_its_evidence(parts: list[str],
     if verdict.class_id == "none":
         assert verdict.line is None
         assert verdict.evidence == ""
+
+
+# (e) Bounded time on hostile lines (issue 14, item 7).
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "." * 40_000,
+        "a." * 20_000 + "Error",
+        "Assertion `" + "x" * 40_000,
+        "Serialized task " + " " * 40_000,
+        "\x1b[" + "0" * 40_000,
+        "[rank0]: " + "torch." * 7_000 + " x",
+    ],
+    ids=["dots", "dotted-words", "assertion", "serialized", "ansi", "rank-prefix"],
+)
+def test_a_long_freak_line_is_classified_in_bounded_time(line: str) -> None:
+    # The old backtracking patterns took ~115 s on 40,000 dots (quadratic in the line); RE2
+    # and the MAX_SCAN_CHARS cut keep each line linear and short. 200 such lines must still
+    # take well under a second on a loaded machine.
+    started = time.perf_counter()
+    verdict = classify_text("\n".join([line] * 200))
+    elapsed = time.perf_counter() - started
+    assert verdict.class_id in CLASSES
+    assert elapsed < 2.0, f"{elapsed:.1f} s for 200 lines of {len(line)} characters"
+
+
+def test_a_cause_past_the_scan_window_is_not_read_but_one_inside_is() -> None:
+    assert classify_text("x" * MAX_SCAN_CHARS + " CUDA out of memory").class_id == "none"
+    assert classify_text("x" * 100 + " CUDA out of memory").class_id == "cuda_oom"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from mlflow.entities import Metric, Param
 from runs.choices import TelemetrySource
 from runs.collectors import mlflow as collector
 from runs.collectors.mlflow_client import MlflowSource
-from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Run
+from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Node, Run
 from tests.conftest import T0, World, make_run, start_worker, stop_worker, wait_for
 from tests.mlflow_server import MlflowServer, free_port, mlflow_server  # noqa: F401 (fixture)
 
@@ -201,6 +202,51 @@ def test_a_point_logged_with_an_older_timestamp_forces_one_full_read(
     points = MetricPoint.objects.filter(run=run, key="loss")
     assert sorted(points.values_list("step", flat=True)) == [0, 1, 2, 3]
     assert MlflowRun.objects.get(mlflow_run_id=mlflow_run_id).metric_cursors["loss"]["n"] == 4
+
+
+def test_named_node_ids_are_distinct_nodes_and_keep_them_across_passes(
+    world: World, experiment: tuple[MlflowClient, str, str]
+) -> None:
+    """`system/<node id>/...` with ids other than node_<n> (MLFLOW_SYSTEM_METRICS_NODE_ID=worker-a)."""
+    client, experiment_id, _ = experiment
+    run = make_run(world.vision, "ext-multi")  # its node 0 is the agent's host 10.0.0.1
+    mlflow_run_id = client.create_run(experiment_id, tags={"airboard.run_id": "ext-multi"}).info.run_id
+    client.log_batch(
+        mlflow_run_id,
+        metrics=[
+            *system_metrics(T0_MS, 0, gpu=0, prefix="system/", util=10.0),
+            *system_metrics(T0_MS, 0, gpu=0, prefix="system/worker-b/", util=30.0),
+            *system_metrics(T0_MS, 0, gpu=0, prefix="system/worker-a/", util=20.0),
+        ],
+    )
+    collect()
+    samples = GpuSample.objects.filter(run=run, source=TelemetrySource.MLFLOW)
+    by_util = dict(samples.values_list("utilization_gpu", "node__index"))
+    assert by_util == {10.0: 0, 20.0: 1, 30.0: 2}  # before: all three on node 0, overwriting each other
+    assert dict(samples.values_list("node__host", "node__index")) == {"10.0.0.1": 0, "worker-a": 1, "worker-b": 2}
+
+    # Next pass: a new id that sorts first joins; the known ones stay on their nodes.
+    client.log_batch(
+        mlflow_run_id,
+        metrics=[
+            *system_metrics(T0_MS + 10_000, 1, gpu=0, prefix="system/worker-a/", util=21.0),
+            *system_metrics(T0_MS + 10_000, 1, gpu=0, prefix="system/worker-0/", util=40.0),
+            *system_metrics(T0_MS + 10_000, 1, gpu=0, prefix="system/worker-b/", util=31.0),
+        ],
+    )
+    collect()
+    later = dict(samples.filter(ts=T0 + timedelta(seconds=10)).values_list("utilization_gpu", "node__index"))
+    assert later == {21.0: 1, 31.0: 2, 40.0: 3}
+    assert Node.objects.filter(attempt__run=run).count() == 4
+
+
+def test_parse_gpu_key_keeps_any_node_id() -> None:
+    assert collector.parse_gpu_key("system/gpu_0_utilization_percentage") == collector.GpuKey(
+        "", 0, "utilization_percentage"
+    )
+    key = collector.parse_gpu_key("system/ip-10-0-1-17.ec2.internal/gpu_3_power_usage_watts")
+    assert key == collector.GpuKey("ip-10-0-1-17.ec2.internal", 3, "power_usage_watts")
+    assert collector.parse_gpu_key("system/cpu_utilization_percentage") is None
 
 
 def test_an_unreachable_server_fails_the_pass_with_a_clear_error(db: None, settings) -> None:

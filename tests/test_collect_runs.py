@@ -57,7 +57,10 @@ def collect() -> str:
 def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, source: Source) -> None:
     output = collect()
 
-    assert "runs: 5 created, 0 updated, 0 unchanged, 0 skipped" in output
+    # 10 GPU runs; the CLI fixture's notebook run and a CPU job cluster's run are not GPU work.
+    assert "runs: 2 record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored" in output
+    assert "runs: 10 created, 0 updated, 0 unchanged, 0 skipped" in output
+    assert not Run.objects.filter(external_id__in=["999000999000", "8101"]).exists()
     running = Run.objects.get(external_id="1001")
     assert (running.source, running.status, running.team, running.user) == (
         RunSource.SERVERLESS, RunStatus.RUNNING, world.vision, world.alice,
@@ -89,8 +92,10 @@ def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, 
     queued = Run.objects.get(external_id="5001")
     assert queued.status == RunStatus.QUEUED and queued.started_at is None
     state = CollectorState.objects.get(name="runs")
-    assert state.items_last_run == 5 + 3 and state.last_error == ""
-    assert state.cursor["active"] == {"1001": 1001, "2001": 2002, "5001": 5001}
+    assert state.items_last_run == 10 + 3 + 1 and state.last_error == ""
+    assert state.cursor["active"] == {
+        "1001": 1001, "2001": 2002, "5001": 5001, "6001": 6001, "7001": 7001, "8001": 8001,
+    }  # fmt: skip
 
 
 def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: World, source: Source) -> None:
@@ -99,8 +104,8 @@ def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: Wor
 
     output = collect()
 
-    assert "runs: 0 created, 2 updated, 3 unchanged, 0 skipped" in output
-    assert Run.objects.count() == 5 and Attempt.objects.count() == 6
+    assert "runs: 0 created, 5 updated, 5 unchanged, 0 skipped" in output
+    assert Run.objects.count() == 10 and Attempt.objects.count() == 12
     finished = Run.objects.get(external_id="1001")
     assert finished.status == RunStatus.SUCCEEDED
     assert finished.ended_at is not None and finished.attempts.get().status == RunStatus.SUCCEEDED
@@ -109,7 +114,7 @@ def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: Wor
     assert list(retried.attempts.values_list("status", flat=True)) == [RunStatus.FAILED, RunStatus.SUCCEEDED]
     assert CollectorState.objects.get(name="runs").cursor["active"] == {"5001": 5001}
 
-    assert "runs: 0 created, 0 updated, 5 unchanged, 0 skipped" in collect()
+    assert "runs: 0 created, 0 updated, 10 unchanged, 0 skipped" in collect()
 
 
 def test_an_active_only_command_fetches_runs_that_stop_being_listed(settings, world: World, source: Source) -> None:
@@ -121,7 +126,7 @@ def test_an_active_only_command_fetches_runs_that_stop_being_listed(settings, wo
 
     output = collect()
 
-    assert "runs: fetched 2 of 2 run(s) no longer listed" in output
+    assert "runs: fetched 5 of 5 run(s) no longer listed" in output
     assert f"{BIN / 'databricks'} -p prod jobs get-run 1001 -o json".split(" ", 1)[1] in source.calls()
     assert Run.objects.get(external_id="1001").status == RunStatus.SUCCEEDED
     assert Run.objects.get(external_id="2001").status == RunStatus.SUCCEEDED
@@ -161,7 +166,8 @@ def test_records_with_no_team_are_skipped_and_reported(settings, world: World, s
     assert "runs: skipped 4001: creator ghost@contractor.example has no team and group 'no-such-team'" in output
     assert "clusters: skipped 1015-120000-autoscl1" in output
     assert not Run.objects.filter(external_id="4001").exists()
-    assert Run.objects.count() == 4
+    # The CLI fixtures' creators (tester@databricks.com, user@example.com) have no team either.
+    assert Run.objects.count() == 7
 
 
 class FakeClient:
@@ -179,13 +185,30 @@ class FakeClient:
     def list_clusters(self) -> None:
         return None
 
+    def get_outputs(self, task_run_ids: list[str]) -> tuple[dict[str, Any], list[str]]:
+        return {}, []
+
+
+AIR_1XA10 = {"accelerator_type": "GPU_1xA10", "accelerator_count": 1}
+
 
 def _run(run_id: int, attempt: int, life_cycle: str, result: str | None = None) -> dict[str, Any]:
     state = {"life_cycle_state": life_cycle} | ({"result_state": result} if result else {})
     start = int(T0.timestamp() * 1000) + attempt * 600_000
+    end = start + 300_000 if result else 0
+    # A run-level retry (original_attempt_run_id) whose task repeats the try's attempt_number.
+    task = {
+        "task_key": "train",
+        "run_id": run_id + 1000,
+        "attempt_number": attempt,
+        "state": state,
+        "start_time": start,
+        "end_time": end,
+        "ai_runtime_task": {"experiment": "retry", "deployments": [{"compute": AIR_1XA10}]},
+    }
     return {
         "run_id": run_id, "original_attempt_run_id": 700, "attempt_number": attempt, "state": state,
-        "start_time": start, "end_time": start + 300_000 if result else 0, "creator_user_name": "bob@example.com",
+        "start_time": start, "end_time": end, "creator_user_name": "bob@example.com", "tasks": [task],
     }  # fmt: skip
 
 
@@ -312,7 +335,7 @@ def test_a_real_worker_collects_runs_from_the_configured_command(world: World, t
         from runs.tasks import collect_runs
 
         collect_runs.apply_async(queue=queue)
-        assert wait_for(lambda: Run.objects.count() == 5, timeout=60), worker.log()
+        assert wait_for(lambda: Run.objects.count() == 10, timeout=60), worker.log()
         assert Run.objects.get(external_id="1001").status == RunStatus.RUNNING
         assert Run.objects.get(external_id="2001").attempts.count() == 2
 
@@ -320,6 +343,6 @@ def test_a_real_worker_collects_runs_from_the_configured_command(world: World, t
         collect_runs.apply_async(queue=queue)
         done = wait_for(lambda: Run.objects.get(external_id="1001").status == RunStatus.SUCCEEDED, timeout=60)
         assert done, worker.log()
-        assert Run.objects.count() == 5
+        assert Run.objects.count() == 10
     finally:
         stop_worker(worker)

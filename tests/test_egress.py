@@ -185,6 +185,9 @@ def test_network_metrics_pushed_through_the_api_derive_egress_in_the_worker(worl
     batch_id = response.json()["id"]
     done = IngestBatch.objects.filter(pk=batch_id, status=BatchStatus.DONE)
     assert wait_for(done.exists, timeout=60), celery_worker.log()
+    # The worker derives egress after it marks the batch done (so a derivation error never leaves
+    # stored points pending): the record follows the status by a moment.
+    assert wait_for(EgressRecord.objects.exists, timeout=30), celery_worker.log()
     record = EgressRecord.objects.get()
     assert (record.source_region, record.destination_region, record.bytes) == ("us-west-2", "us-east-1", 3 * GB)
 

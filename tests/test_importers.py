@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -14,14 +15,19 @@ from django.core.management.base import CommandError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runs import charts
 from runs.choices import RunSource, TelemetrySource
 from runs.importers import (
     DCGM_FP64_BLANK,
     DCGM_INT32_BLANK,
     DCGM_INT64_BLANK,
     MIB,
+    WINDOW_SLACK,
     ParsedSample,
     detect_format,
+    gpu_label,
+    mig_gpu_index,
+    parse_prometheus_line,
     parse_telemetry,
 )
 from runs.models import GpuMinute, GpuSample
@@ -29,6 +35,12 @@ from tests.conftest import World, make_run
 
 DATA = Path(__file__).resolve().parent / "data" / "telemetry"
 START = datetime(2024, 1, 15, 10, 0, tzinfo=UTC)
+# A run whose window holds the fixtures' January 2024 times.
+JANUARY_RUN = {
+    "submitted_at": START,
+    "started_at": START,
+    "ended_at": datetime(2024, 1, 16, 0, 0, tzinfo=UTC),
+}
 NOHEADER_FIELDS = ["index", "utilization.gpu", "memory.used", "power.draw", "temperature.gpu"]
 
 
@@ -209,11 +221,13 @@ def test_dcgm_groups_scrapes_by_gpu_and_timestamp() -> None:
         (0, first_scrape),
         (0, second_scrape),
         (1, first_scrape),
+        (mig_gpu_index(0, 13), first_scrape),  # the MIG slice is a GPU of its own
     ]
     gpu0 = at(result.samples, 0, first_scrape)
     assert gpu0.utilization_gpu == 87.0
     assert gpu0.utilization_memory == 12.0
     assert gpu0.memory_used_bytes == 4567 * MIB  # the MIG slice's 1024 MiB is not mixed in
+    assert at(result.samples, mig_gpu_index(0, 13), first_scrape).memory_used_bytes == 1024 * MIB
     assert gpu0.memory_total_bytes == (4567 + 76992) * MIB  # used + free
     assert gpu0.power_watts == 106.56
     assert gpu0.temperature_c == 45.0
@@ -235,19 +249,20 @@ def test_dcgm_blank_sentinels_are_missing_not_values() -> None:
         assert sample.sm_clock_mhz is None
 
 
-def test_dcgm_problems_name_mig_garbage_and_out_of_range_lines() -> None:
+def test_dcgm_problems_name_garbage_and_out_of_range_lines() -> None:
     result = parse_telemetry(read("dcgm_scrapes.prom"))
     messages = {p.line: p.message for p in result.problems}
-    assert sorted(messages) == [16, 29, 37, 38]
+    assert sorted(messages) == [16, 37, 38]
     assert "above 100%" in messages[16]
-    assert "MIG instance 13 (1g.10gb) of GPU 0" in messages[29]
     assert "bad value" in messages[37]
+    assert "not a Prometheus sample line" in messages[38]
 
 
-def test_dcgm_mig_only_file_has_nothing_usable() -> None:
+def test_dcgm_mig_instances_are_gpus_of_their_own() -> None:
     result = parse_telemetry(read("dcgm_mig_only.prom"))
-    assert result.samples == []
-    assert problem_lines(result) == [3, 4]
+    assert result.problems == []
+    assert result.gpu_indexes == [mig_gpu_index(0, 2), mig_gpu_index(0, 7)]
+    assert [gpu_label(i) for i in result.gpu_indexes] == ["GPU 0 MIG 2", "GPU 0 MIG 7"]
 
 
 def test_dcgm_untimed_uses_start_and_without_it_says_so() -> None:
@@ -279,7 +294,7 @@ ALPHABET = st.sampled_from(list('0123456789 ,.-:#[]{}="%/\nabcdeDGFIMNW_gpuxsm\t
 @settings(max_examples=300, deadline=None)
 @given(
     text=st.text(alphabet=ALPHABET, max_size=400),
-    fmt=st.sampled_from(["auto", "nvidia-smi-csv", "dmon", "dcgm", "bogus"]),
+    fmt=st.sampled_from(["auto", "nvidia-smi-csv", "dmon", "dcgmi-dmon", "dcgm", "bogus"]),
     with_start=st.booleans(),
 )
 def test_parse_telemetry_never_raises(text: str, fmt: str, with_start: bool) -> None:
@@ -310,7 +325,7 @@ def run_import(*args: str) -> str:
 
 @pytest.mark.django_db
 def test_import_csv_stores_samples_and_rollups(world: World) -> None:
-    run = make_run(world.vision, "r1")
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     output = run_import(str(DATA / "smi_units.csv"), "--run", "r1")
     assert output.startswith(
         "imported 5 samples for GPUs [0, 1] from 2024-01-15T10:23:45.123000+00:00 "
@@ -332,17 +347,18 @@ def test_import_csv_stores_samples_and_rollups(world: World) -> None:
 
 @pytest.mark.django_db
 def test_reimport_is_idempotent(world: World) -> None:
-    run = make_run(world.vision, "r1")
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     run_import(str(DATA / "dcgm_scrapes.prom"), "--run", "r1")
     again = run_import(str(DATA / "dcgm_scrapes.prom"), "--run", "r1")
-    assert "0 new, 3 already stored" in again
-    assert GpuSample.objects.filter(run=run, source=TelemetrySource.DCGM).count() == 3
-    assert GpuMinute.objects.filter(run=run).count() == 3  # (gpu0, 2 minutes), (gpu1, 1 minute)
+    assert "0 new, 4 already stored" in again
+    assert GpuSample.objects.filter(run=run, source=TelemetrySource.DCGM).count() == 4
+    # (gpu0, 2 minutes), (gpu1, 1 minute), (gpu0's MIG instance 13, 1 minute)
+    assert GpuMinute.objects.filter(run=run).count() == 4
 
 
 @pytest.mark.django_db
 def test_import_to_another_node_attempt_and_source(world: World) -> None:
-    run = make_run(world.vision, "c-1", source=RunSource.CLASSIC)
+    run = make_run(world.vision, "c-1", source=RunSource.CLASSIC, **JANUARY_RUN)
     output = run_import(
         str(DATA / "dmon_plain.txt"),
         "--run",
@@ -362,7 +378,7 @@ def test_import_to_another_node_attempt_and_source(world: World) -> None:
 
 @pytest.mark.django_db
 def test_noheader_csv_through_the_command(world: World) -> None:
-    make_run(world.vision, "r1")
+    make_run(world.vision, "r1", **JANUARY_RUN)
     output = run_import(
         str(DATA / "smi_noheader.csv"),
         "--run",
@@ -376,16 +392,16 @@ def test_noheader_csv_through_the_command(world: World) -> None:
 
 
 @pytest.mark.django_db
-def test_untimed_dcgm_uses_the_file_time(world: World, tmp_path: Path) -> None:
-    run = make_run(world.vision, "r1")
+def test_untimed_dcgm_is_never_stamped_with_the_file_time(world: World, tmp_path: Path) -> None:
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     path = tmp_path / "scrape.prom"
     path.write_text(read("dcgm_untimed.prom"))
-    os.utime(path, (1705314225, 1705314225))
-    output = run_import(str(path), "--run", "r1")
-    assert "using the file time 2024-01-15T10:23:45+00:00" in output
-    assert set(GpuSample.objects.filter(run=run).values_list("ts", flat=True)) == {
-        datetime.fromtimestamp(1705314225, tz=UTC)
-    }
+    os.utime(path, (1705314225, 1705314225))  # 2024-01-15T10:23:45Z, inside the run
+    with pytest.raises(CommandError, match="pass --start for the scrape time"):
+        run_import(str(path), "--run", "r1")
+    assert not GpuSample.objects.filter(run=run).exists()
+    output = run_import(str(path), "--run", "r1", "--start", "2024-01-15T10:30:00Z")
+    assert "imported 2 samples for GPUs [0, 1] from 2024-01-15T10:30:00+00:00" in output
 
 
 @pytest.mark.django_db
@@ -399,10 +415,10 @@ def test_unknown_run_exits_1(world: World) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("name", "reason"),
-    [("garbage.txt", "cannot tell the format"), ("dcgm_mig_only.prom", "MIG instance"), ("dmon_plain.txt", "--start")],
+    [("garbage.txt", "cannot tell the format"), ("dcgm_untimed.prom", "--start"), ("dmon_plain.txt", "--start")],
 )
 def test_nothing_usable_exits_1_with_the_reason(world: World, name: str, reason: str) -> None:
-    run = make_run(world.vision, "r1")
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
     with pytest.raises(CommandError, match="nothing to import") as excinfo:
         run_import(str(DATA / name), "--run", "r1")
     assert reason in str(excinfo.value)
@@ -421,3 +437,217 @@ def test_bad_options_are_clear_errors(world: World) -> None:
         run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--node", "-1")
     with pytest.raises(CommandError, match="cannot read"):
         run_import(str(DATA / "missing.csv"), "--run", "r1")
+
+
+# --- Real outputs (tests/data/telemetry/SOURCES.md) ----------------------------------------
+
+
+def test_csv_without_index_keeps_the_gpus_of_one_snapshot_apart() -> None:
+    result = parse_telemetry(read("smi_noindex_two_gpus.csv"), start=START)
+    assert result.problems == []
+    assert [(s.gpu_index, s.ts) for s in result.samples] == [(0, START), (1, START)]
+    gtx650, gtx1060 = result.samples
+    assert (gtx650.utilization_gpu, gtx650.memory_used_bytes) == (None, 926 * MIB)  # [N/A]
+    assert (gtx1060.utilization_gpu, gtx1060.memory_used_bytes, gtx1060.memory_total_bytes) == (0.0, MIB, 6072 * MIB)
+
+
+def test_csv_without_index_but_with_times_splits_snapshots_by_their_gap() -> None:
+    lines = read("smi_noindex_two_gpus.csv").splitlines()
+    text = "timestamp, " + lines[0] + "\n"
+    for second in (1, 2):  # two loops of `-l 1`; a pass queries its GPUs a few ms apart
+        text += f"2024/01/15 10:00:0{second}.001, {lines[1]}\n2024/01/15 10:00:0{second}.004, {lines[2]}\n"
+    result = parse_telemetry(text)
+    assert sorted((s.gpu_index, s.ts.second) for s in result.samples) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+
+
+def test_csv_clock_columns_fill_sm_and_memory_clocks() -> None:
+    looped = parse_telemetry(read("smi_clocks_index.csv"), start=START)
+    assert [(s.sm_clock_mhz, s.mem_clock_mhz, s.temperature_c) for s in looped.samples] == [
+        (1320.0, 5001.0, 56.0),
+        (1470.0, 5001.0, 55.0),
+        (1470.0, 5001.0, 56.0),
+    ]
+    (graphics_only,) = parse_telemetry(read("smi_graphics_clock.csv"), start=START).samples
+    assert graphics_only.sm_clock_mhz == 300.0  # clocks.current.graphics; clocks.max.* are not readings
+    assert graphics_only.memory_total_bytes == 5934 * MIB
+
+
+def test_old_dmon_temp_and_mclk_columns_are_read() -> None:
+    result = parse_telemetry(read("dmon_old_temp.txt"), start=START)
+    assert result.problems == []
+    assert [(s.gpu_index, s.temperature_c, s.mem_clock_mhz, s.sm_clock_mhz) for s in result.samples] == [
+        (0, 43.0, 324.0, 135.0),
+        (1, 32.0, 324.0, 324.0),
+    ]
+
+
+def test_dmon_pcie_columns_become_kilobytes_per_second() -> None:
+    (sample,) = parse_telemetry(read("dmon_pcie_header.txt"), start=START).samples
+    assert (sample.pcie_rx_kbps, sample.pcie_tx_kbps) == (512 * 1024.0, 128 * 1024.0)
+
+
+def test_dcgm_mem_clock_and_dcp_fields() -> None:
+    result = parse_telemetry(read("dcgm_v100_clocks.prom"), start=START)
+    assert result.problems == []
+    gpu0, gpu1 = result.samples
+    assert (gpu1.sm_clock_mhz, gpu1.mem_clock_mhz, gpu1.temperature_c, gpu1.power_watts) == (
+        1380.0,
+        877.0,
+        56.0,
+        167.362,
+    )
+    assert (gpu0.utilization_memory, gpu0.pcie_tx_kbps) == (0.0, 0.0)  # DRAM_ACTIVE stands in for MEM_COPY_UTIL
+
+
+def test_dcgm_h100_mig_with_only_prof_fields_imports_each_instance() -> None:
+    result = parse_telemetry(read("dcgm_h100_mig_prof.prom"), start=START)
+    assert result.problems == []
+    assert [gpu_label(s.gpu_index) for s in result.samples] == ["GPU 0 MIG 7", "GPU 0 MIG 8", "GPU 0 MIG 9"]
+    assert {s.utilization_gpu for s in result.samples} == {0.0}  # GR_ENGINE_ACTIVE 0.000000 -> 0%
+    assert result.suspect == ""  # idle MIG slices: no temperature or power in the file to doubt
+
+
+def test_dcgm_broken_exporter_is_suspect_and_names_the_mangled_metric() -> None:
+    result = parse_telemetry(read("dcgm_all_zero.prom"), start=START)
+    assert result.format == "dcgm"
+    assert [(p.line, p.message) for p in result.problems] == [(1, "'CGM_FI_DEV_SM_CLOCK' is not a DCGM field")]
+    assert "every reading is 0" in result.suspect
+
+
+def test_dcgmi_dmon_with_the_shell_prompt_above_its_header() -> None:
+    result = parse_telemetry(read("dcgmi_dmon_prompt.txt"), start=START)
+    assert result.format == "dcgmi-dmon"
+    assert [p.line for p in result.problems] == [1]
+    assert "before the `#Entity` header" in result.problems[0].message
+    assert result.gpu_indexes == list(range(8))
+    assert {s.ts for s in result.samples} == {START, START + timedelta(seconds=1)}
+    assert {s.sm_active for s in result.samples} == {None}  # N/A
+    assert "--start" in parse_telemetry(read("dcgmi_dmon_prompt.txt")).problems[0].message
+
+
+def test_nvidia_smi_dmon_after_a_prompt_names_the_prompt_line() -> None:
+    result = parse_telemetry("$ nvidia-smi dmon -c 1\n" + read("dmon_old_temp.txt"), fmt="dmon", start=START)
+    assert [p.line for p in result.problems] == [1]
+    assert len(result.samples) == 2
+
+
+# --- Hostile text -----------------------------------------------------------------------------
+
+HUGE_LABEL = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="' + "x" * 100_000 + "} 5 1705314225000\n"
+
+
+def test_a_100_kb_label_is_named_and_costs_no_time() -> None:
+    began = time.monotonic()
+    result = parse_telemetry("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + HUGE_LABEL * 80)
+    elapsed = time.monotonic() - began
+    assert result.samples == []
+    assert problem_lines(result) == list(range(2, 82))
+    assert "100,056 characters long" in result.problems[0].message
+    # The old parser took ~0.4 s for one 8 KB label and grew with its square (~65 s at 100 KB).
+    assert elapsed < 1.0
+
+
+def test_unterminated_labels_under_the_cap_parse_in_linear_time() -> None:
+    line = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="' + "x" * 4000 + "} 5 1705314225000"
+    began = time.monotonic()
+    result = parse_telemetry("# TYPE x gauge\n" + (line + "\n") * 2000)
+    assert time.monotonic() - began < 2.0  # 8 MB of the worst shape; the old pattern: ~0.1 s per line
+    assert result.problem_count == 2000
+    assert "closing quote" in result.problems[0].message
+
+
+def test_problems_past_the_cap_are_counted_not_kept() -> None:
+    result = parse_telemetry("# TYPE x gauge\n" + "garbage line\n" * 5000)
+    assert len(result.problems) == 1000
+    assert result.problem_count == 5000
+
+
+# --- The command: refusals ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_samples_outside_the_run_are_refused_with_the_numbers(world: World) -> None:
+    run = make_run(world.vision, "r1")  # 2026-11-02 09:00 to 10:00; the file is from January 2024
+    with pytest.raises(CommandError, match="5 of 5 samples") as excinfo:
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    message = str(excinfo.value)
+    assert "2024-01-15T10:23:45.123000+00:00 to 2024-01-15T10:23:47.150000+00:00" in message
+    assert "2026-11-02T09:00:00+00:00 to 2026-11-02T10:00:00+00:00" in message
+    assert "--tz" in message
+    assert not GpuSample.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_tz_places_local_times_inside_the_run(world: World) -> None:
+    run = make_run(world.vision, "r1", started_at=datetime(2024, 1, 15, 18, 20, tzinfo=UTC))
+    with pytest.raises(CommandError, match="fall outside run r1's window"):
+        run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    output = run_import(str(DATA / "smi_units.csv"), "--run", "r1", "--tz", "America/Los_Angeles")
+    assert "from 2024-01-15T18:23:45.123000+00:00" in output
+    assert GpuSample.objects.filter(run=run).count() == 5
+
+
+@pytest.mark.django_db
+def test_part_outside_the_window_is_counted_and_the_rest_stored(world: World) -> None:
+    run = make_run(
+        world.vision, "r1", started_at=START, ended_at=datetime(2024, 1, 15, 10, 23, 46, tzinfo=UTC) - WINDOW_SLACK
+    )
+    output = run_import(str(DATA / "smi_units.csv"), "--run", "r1")
+    assert "  3 of 5 samples (2024-01-15T10:23:46.130000+00:00 to" in output
+    assert GpuSample.objects.filter(run=run).count() == 2
+
+
+@pytest.mark.django_db
+def test_an_all_zero_exporter_file_is_refused(world: World) -> None:
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
+    with pytest.raises(CommandError, match="every reading is 0") as excinfo:
+        run_import(str(DATA / "dcgm_all_zero.prom"), "--run", "r1", "--start", "2024-01-15T10:00Z")
+    assert excinfo.value.returncode == 1
+    assert not GpuSample.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_mig_instances_are_stored_as_their_own_gpus(world: World) -> None:
+    run = make_run(world.vision, "r1", **JANUARY_RUN)
+    run_import(str(DATA / "dcgm_h100_mig_prof.prom"), "--run", "r1", "--start", "2024-01-15T10:00Z")
+    assert sorted(GpuSample.objects.filter(run=run).values_list("gpu_index", flat=True)) == [1007, 1008, 1009]
+    names = [s.name for s in charts.gpu_series(run, "utilization_gpu")]
+    assert names == ["node 0 · GPU 0 MIG 7", "node 0 · GPU 0 MIG 8", "node 0 · GPU 0 MIG 9"]
+
+
+def test_a_prompt_above_a_csv_header_is_named() -> None:
+    text = "$ nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total --format=csv\n"
+    result = parse_telemetry(text + read("smi_noindex_two_gpus.csv"), start=START)
+    assert [(p.line, p.message) for p in result.problems] == [
+        (1, "not a CSV line of nvidia-smi (before the header line)")
+    ]
+    assert result.gpu_indexes == [0, 1]
+
+
+def test_label_escapes_are_read_and_stay_linear() -> None:
+    sample = parse_prometheus_line('DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="a\\"b\\\\c\\nd"} 5 1705314225000')
+    assert sample.labels == {"gpu": "0", "pod": 'a"b\\c\nd'}
+    assert (sample.value, sample.timestamp) == ("5", "1705314225000")
+    tabbed = parse_prometheus_line("DCGM_FI_DEV_GPU_UTIL\t5\t1705314225000")  # the format allows tabs
+    assert (tabbed.name, tabbed.labels, tabbed.value) == ("DCGM_FI_DEV_GPU_UTIL", {}, "5")
+    escapes = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="' + "\\a" * 2000 + '"} 5'
+    began = time.monotonic()
+    for _ in range(500):
+        assert parse_prometheus_line(escapes).labels["pod"] == "a" * 2000
+    assert time.monotonic() - began < 2.0
+
+
+def test_dcgmi_dmon_values_become_percent_and_bytes() -> None:
+    # The layout of dcgmi dmon (header, `ID` unit line, `GPU n` rows) with values of our own.
+    text = (
+        "#Entity   GRACT        SMACT        TENSO        DRAMA        FBUSD        FBFRE        POWER\n"
+        "ID                                                                         W\n"
+        "GPU 0     0.984        0.930        0.000        0.252        18342        63217        241.3\n"
+        "GPU-I 3   0.500        0.400        0.000        0.100        100          200          N/A\n"
+    )
+    result = parse_telemetry(text, start=START)
+    (gpu0,) = result.samples
+    assert (gpu0.utilization_gpu, gpu0.sm_active, gpu0.utilization_memory) == (98.4, 93.0, 25.2)
+    assert (gpu0.memory_used_bytes, gpu0.memory_total_bytes) == (18342 * MIB, (18342 + 63217) * MIB)
+    assert gpu0.power_watts == 241.3
+    assert [(p.line, p.message) for p in result.problems] == [(4, "entity 'GPU-I 3' is not a GPU: not imported")]

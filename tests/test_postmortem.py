@@ -12,7 +12,7 @@ from django.db import transaction
 
 from runs import ingest
 from runs.choices import RunEventKind, RunStatus
-from runs.models import Attempt, FailureAnalysis, LogChunk, Node, Run, RunEvent
+from runs.models import Attempt, FailureAnalysis, GpuMinute, LogChunk, Node, Run, RunEvent
 from runs.postmortem import classify_run, line_timestamp, signature
 from tests.conftest import T0, World, make_run, wait_for
 
@@ -113,12 +113,91 @@ def test_gpu_lost_event_is_the_cause(world: World) -> None:
 
 
 @pytest.mark.django_db
-def test_first_failing_attempt_without_timestamps(world: World) -> None:
-    run = failed_run(world, max_retries=1)
+def test_the_attempt_that_ended_the_run_is_analysed_and_earlier_ones_listed(world: World) -> None:
+    run = failed_run(world, max_retries=2)
     add_log(run, 1, 0, f"{OOM}\n")
-    add_log(run, 2, 0, "ModuleNotFoundError: No module named 'flash_attn'\n")
+    add_log(run, 2, 0, f"step 1\n{NCCL_WATCHDOG.format(rank=0)}\n")
+    add_log(run, 3, 0, "ModuleNotFoundError: No module named 'flash_attn'\n")
     analysis = classify_run(run)
-    assert (analysis.class_id, analysis.attempt_number) == ("cuda_oom", 1)
+    assert (analysis.class_id, analysis.attempt_number, analysis.line) == ("dependency_error", 3, 1)
+    assert "flash_attn" in analysis.evidence
+    assert [(a["attempt"], a["class_id"]) for a in analysis.earlier_attempts] == [
+        (1, "cuda_oom"),
+        (2, "nccl_timeout"),
+    ]
+    assert "CUDA out of memory" in analysis.earlier_attempts[0]["evidence"]
+
+
+@pytest.mark.django_db
+def test_the_sources_state_message_is_evidence_when_no_log_says_more(world: World) -> None:
+    run = failed_run(world)
+    attempt = run.attempts.get()
+    attempt.exit_code = 1
+    attempt.state_message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB."
+    attempt.save()
+    analysis = classify_run(run)
+    assert (analysis.class_id, analysis.line) == ("cuda_oom", None)
+    assert analysis.evidence.startswith("torch.OutOfMemoryError")
+    # A log line of the same tier outranks it: it shows where, the message does not.
+    add_log(run, 1, 0, f"epoch 1\n{OOM}\n")
+    analysis = classify_run(run)
+    assert (analysis.class_id, analysis.node_index, analysis.line) == ("cuda_oom", 0, 2)
+
+
+def add_minutes(run: Run, *, memory: float, util: float, power: float, minutes: int = 10) -> None:
+    """Per-minute GPU rollups for the last `minutes` of the run's last attempt, on 8 GPUs of node 0."""
+    node = Node.objects.filter(attempt__run=run, index=0).order_by("-attempt__number").first()
+    end = run.ended_at
+    for back in range(minutes):
+        for gpu in range(8):
+            GpuMinute.objects.create(
+                run=run, node=node, gpu_index=gpu, minute=end - timedelta(minutes=back + 1), samples=60,
+                memory_total_bytes=80 * 2**30, memory_used_bytes_max=memory * 80 * 2**30,
+                utilization_gpu_avg=util, power_watts_avg=power * 700, power_limit_watts=700,
+            )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_gpu_memory_at_its_limit_makes_an_exit_code_a_gpu_oom(world: World) -> None:
+    run = failed_run(world)
+    add_log(run, 1, 0, "step 10 loss 2.1\n", exit_code=1)
+    add_minutes(run, memory=0.995, util=95, power=0.9)
+    analysis = classify_run(run)
+    assert analysis.class_id == "cuda_oom"
+    assert "99.5% of capacity on node 0 GPU" in analysis.evidence
+    assert analysis.confidence == 0.6
+    assert analysis.telemetry["memory_at_limit"] is True
+
+
+@pytest.mark.django_db
+def test_the_hang_signature_makes_a_silent_failure_a_collective_timeout(world: World) -> None:
+    run = failed_run(world)
+    add_log(run, 1, 0, "step 10 loss 2.1\n", exit_code=1)
+    add_minutes(run, memory=0.8, util=100, power=0.25, minutes=6)
+    analysis = classify_run(run)
+    assert analysis.class_id == "nccl_timeout"
+    assert "pinned at 100%" in analysis.evidence and "last 6 minutes" in analysis.evidence
+    assert analysis.telemetry["hang"] is True
+
+
+@pytest.mark.django_db
+def test_telemetry_raises_or_lowers_the_confidence_in_the_log(world: World) -> None:
+    agrees = failed_run(world, "oom-agrees")
+    add_log(agrees, 1, 0, f"{OOM}\n")
+    add_minutes(agrees, memory=0.99, util=95, power=0.9)
+    disagrees = failed_run(world, "oom-disagrees")
+    add_log(disagrees, 1, 0, f"{OOM}\n")
+    add_minutes(disagrees, memory=0.4, util=95, power=0.9)
+    without = failed_run(world, "oom-no-telemetry")
+    add_log(without, 1, 0, f"{OOM}\n")
+    assert classify_run(agrees).confidence == 0.98
+    assert classify_run(disagrees).confidence == 0.7
+    assert classify_run(without).confidence == 0.9
+    # Busy GPUs at full power are training, not hanging: no verdict from that.
+    busy = failed_run(world, "busy")
+    add_log(busy, 1, 0, "step 10 loss 2.1\n", exit_code=1)
+    add_minutes(busy, memory=0.8, util=100, power=0.9)
+    assert classify_run(busy).class_id == "other"
 
 
 def test_helpers() -> None:

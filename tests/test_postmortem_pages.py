@@ -7,7 +7,7 @@ import pytest
 from runs.choices import PostMortemStatus
 from runs.models import PostMortem
 from runs.postmortem import classify_run, format_action_items, parse_action_items, render_markdown
-from tests.conftest import World
+from tests.conftest import World, make_run
 from tests.test_postmortem import OOM, add_log, failed_run
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +92,61 @@ def test_edit_and_scoping(world: World) -> None:
     for url in [*urls, f"/runs/{run.pk}/postmortem/new/"]:
         assert charlie.get(url).status_code == 404
     assert charlie.post(f"/runs/postmortems/{pm.pk}/edit/", {"title": "pwned", "status": "done"}).status_code == 404
+
+
+def test_a_new_post_mortem_drafts_itself_and_the_export_carries_it(world: World) -> None:
+    from datetime import timedelta
+
+    from runs.choices import RunEventKind
+    from runs.models import RunEvent
+    from tests.test_postmortem import add_minutes
+
+    run = failed_run(world, max_retries=1)
+    run.attempts.filter(number=1).update(status="failed", exit_code=1)
+    add_log(run, 1, 0, "ModuleNotFoundError: No module named 'flash_attn'\n")
+    add_log(run, 2, 0, f"step 1\n{OOM}\n")
+    add_minutes(run, memory=0.995, util=97, power=0.9, minutes=3)
+    RunEvent.objects.create(run=run, ts=run.ended_at - timedelta(minutes=1), kind=RunEventKind.NOTE, message="paged")
+    classify_run(run)
+    client = world.client_for(world.alice)
+    failure = client.get(f"/runs/{run.pk}/failure/").content.decode()
+    assert "Attempt 2, node 0, line 2" in failure and "Confidence 98%" in failure
+    assert "Earlier attempts:" in failure and "Attempt 1: Missing or incompatible dependency" in failure
+    form = client.get(f"/runs/{run.pk}/postmortem/new/").content.decode()
+    for part in ("## Timeline", "Attempt 1 started", "Attempt 2 ended", "the attempt that ended the run",
+                 "Note: paged", "## Cost of the failed attempts", "## Telemetry before the failure",
+                 "| Minute | GPU utilization |", "## Evidence", "Attempt 1: Missing or incompatible dependency",
+                 "## Links", f"/runs/{run.pk}/failure/"):  # fmt: skip
+        assert part in form, part
+    body = form.split('name="body"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
+    response = client.post(
+        f"/runs/{run.pk}/postmortem/new/",
+        {"title": "Retried OOM", "status": PostMortemStatus.DRAFT, "owner": world.alice.pk, "body": body.replace(
+            "&#x27;", "'").replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")},
+    )  # fmt: skip
+    assert response.status_code == 302
+    pm = PostMortem.objects.get(run=run)
+    text = client.get(f"/runs/postmortems/{pm.pk}/?format=md").content.decode()
+    assert "## Timeline" in text and "| Minute | GPU utilization |" in text and "CUDA out of memory" in text
+    page = client.get(f"/runs/postmortems/{pm.pk}/").content.decode()
+    assert "<h2>Timeline</h2>" in page and "<table>" in page
+
+
+def test_post_mortem_index_and_the_failures_page_mark_which_failures_have_one(world: World) -> None:
+    mine = failed_run(world, "mine")
+    add_log(mine, 1, 0, f"{OOM}\n")
+    classify_run(mine)
+    without = failed_run(world, "without")
+    add_log(without, 1, 0, f"{OOM}\n")
+    classify_run(without)
+    pm = PostMortem.objects.create(run=mine, title="Mine", owner=world.alice, status=PostMortemStatus.IN_REVIEW)
+    theirs = make_run(world.nlp, "theirs", status="failed")
+    PostMortem.objects.create(run=theirs, title="Theirs")
+    alice = world.client_for(world.alice)
+    index = alice.get("/runs/postmortems/").content.decode()
+    assert "Mine" in index and "Theirs" not in index
+    assert "Mine" not in alice.get("/runs/postmortems/?status=done").content.decode()
+    overview = alice.get("/runs/failures/").content.decode()
+    assert f'href="/runs/postmortems/{pm.pk}/">In review</a>' in overview
+    assert f'href="/runs/{without.pk}/postmortem/new/">write one</a>' in overview
+    assert "Theirs" in world.client_for(world.charlie).get("/runs/postmortems/").content.decode()

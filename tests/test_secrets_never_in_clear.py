@@ -28,7 +28,7 @@ DATABRICKS_TOKEN = "dapi" + "0123456789abcdef0123456789abcdef"
 DB_PASSWORD = "s3cr3t-db-pa55word"
 
 WORKLOAD = """\
-experiment_name: /Workspace/Users/alice/secret-test
+experiment_name: secret-test
 compute:
   accelerator_type: GPU_8xH100
   num_accelerators: 8

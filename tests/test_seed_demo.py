@@ -242,7 +242,8 @@ class TestSeededWorkspace:
                 run.accelerator_type,
                 run.num_accelerators,
             )
-            assert workload.experiment_name == run.experiment_name
+            # The workload's experiment_name is the CLI's task key; the folder is its own key.
+            assert f"{workload.mlflow_experiment_directory}/{workload.experiment_name}" == run.experiment_name
             assert workload.usage_policy_name == run.usage_policy_name
             assert workload.secrets and all(re.fullmatch(r"[\w.-]+/[\w.-]+", ref) for ref in workload.secrets.values())
             assert yaml.safe_load(run.workload_yaml)["max_retries"] == run.max_retries

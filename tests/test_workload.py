@@ -92,14 +92,19 @@ def test_docs_example_parses_into_fields() -> None:
 
 def test_minimal_file_gets_defaults() -> None:
     w = parse_workload(read("minimal.yaml"))
-    assert (w.nodes, w.gpus_per_node, w.max_retries, w.timeout_minutes) == (1, 1, 0, None)
+    # max_retries unset is 3, as the CLI submits it.
+    assert (w.nodes, w.gpus_per_node, w.max_retries, w.timeout_minutes) == (1, 1, 3, None)
     assert (w.environment, w.code_source, w.parameters, w.secrets, w.permissions) == ({}, None, {}, {}, [])
 
 
 def test_every_optional_key_together() -> None:
     w = parse_workload(read("everything.yaml"))
-    assert (w.pool_id, w.priority_class, w.usage_policy_id) == ("1234567890", "CRITICAL", "42")
-    assert w.command == "pip install -e .\npython -m vision.train --config configs/resnet.yaml"
+    assert w.usage_policy_id == "6f1c2a4e-9b3d-4e8f-a1c2-3d4e5f6a7b8c"
+    assert w.environment["docker_image"]["url"].endswith("/vision/trainer:v3")
+    assert w.code_source["snapshot"]["git"] == {"commit": "0a1b2c3d", "remote": False}
+    assert w.code_source["snapshot"]["include_paths"] == ["src", "configs/resnet.yaml"]
+    assert w.command == "pip install -e .\npython -m vision.train --config configs/resnet.yaml\n"
+    assert (w.max_retries, w.mlflow_run_name) == (0, "depth-50")
     assert w.mlflow_experiment_directory == "/Workspace/Users/alice@example.com/resnet"
     assert w.idempotency_token == "resnet-sweep-2026-11-02"
     assert w.permissions[1] == {"user_name": "bob@example.com", "level": "CAN_VIEW"}
@@ -136,7 +141,8 @@ def test_missing_required_keys_are_all_reported() -> None:
 
 def test_missing_compute_keys_point_at_compute() -> None:
     text = "experiment_name: x\ncommand: go\ncompute:\n  pool_id: p\n"
-    assert where(text) == [(3, "compute.accelerator_type"), (3, "compute.num_accelerators")]
+    # The older tool's compute.pool_id is gone from the CLI's schema.
+    assert where(text) == [(3, "compute.accelerator_type"), (3, "compute.num_accelerators"), (4, "compute.pool_id")]
 
 
 def test_wrong_type_is_named() -> None:
@@ -183,11 +189,54 @@ def test_unknown_accelerator_type(accelerator: str) -> None:
     assert "must be one of GPU_1xA10, GPU_1xH100, GPU_8xH100, GPU_8xB300" in problem.message
 
 
-def test_priority_class_needs_pool_and_a_known_value() -> None:
-    assert parse_workload(with_compute("GPU_8xH100", 8, "  pool_id: p1\n  priority_class: BEST_EFFORT\n"))
-    assert where(with_compute("GPU_8xH100", 8, "  priority_class: NORMAL\n")) == [(5, "compute.priority_class")]
-    problems = problems_of(with_compute("GPU_8xH100", 8, "  pool_id: p1\n  priority_class: urgent\n"))
-    assert [p.message for p in problems] == ["must be one of BEST_EFFORT, NORMAL, CRITICAL, got 'urgent'"]
+@pytest.mark.parametrize("key", ["pool_id: p1", "priority_class: NORMAL", "node_pool_id: p1", "pool_name: p"])
+def test_the_older_tools_pool_keys_are_refused(key: str) -> None:
+    assert where(with_compute("GPU_8xH100", 8, f"  {key}\n")) == [(5, f"compute.{key.split(':')[0]}")]
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("smoke-test", True), ("resnet_50-v2", True), ("bad.name", False), ("has space", False), ("é-exp", False),
+     ("a" * 100, True), ("a" * 101, False)],
+)  # fmt: skip
+def test_experiment_name_is_a_jobs_task_key(name: str, ok: bool) -> None:
+    text = MINIMAL.replace("my-training", name)
+    if ok:
+        assert parse_workload(text).experiment_name == name
+    else:
+        assert where(text) == [(1, "experiment_name")]
+
+
+@pytest.mark.parametrize(("name", "ok"), [("depth-50", True), ("run_1", True), ("run.1", False), ("a" * 101, False)])
+def test_mlflow_run_name_follows_the_same_rule(name: str, ok: bool) -> None:
+    text = with_extra(f"mlflow_run_name: {name}\n")
+    if ok:
+        assert parse_workload(text).mlflow_run_name == name
+    else:
+        assert where(text) == [(6, "mlflow_run_name")]
+
+
+def test_command_line_limit() -> None:
+    lines = "\n".join(f"  echo {i}" for i in range(1000))
+    assert parse_workload(MINIMAL.replace("python train.py", f"|-\n{lines}")).command.count("\n") == 999
+    [problem] = problems_of(MINIMAL.replace("python train.py", f"|-\n{lines}\n  echo 1000"))
+    assert problem.path == "command" and problem.message.startswith("is 1001 lines long; at most 1000")
+
+
+def test_a_name_in_env_variables_and_secrets_is_refused() -> None:
+    text = with_extra("env_variables:\n  HF_TOKEN: x\nsecrets:\n  HF_TOKEN: ml/hf\n")
+    assert [(p.line, p.path, p.message) for p in problems_of(text)] == [
+        (7, "env_variables.HF_TOKEN", "is also set in secrets; remove it from one"),
+    ]
+
+
+@pytest.mark.parametrize(("token", "ok"), [("a" * 64, True), ("a" * 65, False), ("''", False)])
+def test_idempotency_token_length(token: str, ok: bool) -> None:
+    text = with_extra(f"idempotency_token: {token}\n")
+    if ok:
+        assert parse_workload(text).idempotency_token == token
+    else:
+        assert where(text) == [(6, "idempotency_token")]
 
 
 @pytest.mark.parametrize("value", ["yes", "12", "2024-01-01", "''", "[a]"])
@@ -200,14 +249,14 @@ def test_experiment_name_must_be_text(value: str) -> None:
     ("command", "ok"),
     [
         ("python train.py", True),
-        ("[a, b]", True),
+        ("[a, b]", False),  # the CLI decodes command into a string
         ("|\n  a\n  b", True),
         ("[]", False),
         ("''", False),
         ("[a, 3]", False),
     ],
 )
-def test_command_is_a_string_or_a_list_of_strings(command: str, ok: bool) -> None:
+def test_command_is_a_string(command: str, ok: bool) -> None:
     text = MINIMAL.replace("python train.py", command)
     if ok:
         assert parse_workload(text).command in ("python train.py", "a\nb", "a\nb\n")
@@ -236,7 +285,8 @@ def test_retry_and_timeout_accept_their_minimums() -> None:
 
 @pytest.mark.parametrize(
     ("directory", "ok"),
-    [("/Workspace", True), ("/Workspace/Users/a/exp", True), ("/Workspaces/x", False), ("/Users/a", False)],
+    # The CLI checks the prefix only: /Workspaces/x passes there, and here.
+    [("/Workspace", True), ("/Workspace/Users/a/exp", True), ("/Workspaces/x", True), ("/Users/a", False)],
 )
 def test_mlflow_experiment_directory_is_in_the_workspace(directory: str, ok: bool) -> None:
     text = with_extra(f"mlflow_experiment_directory: {directory}\n")
@@ -248,8 +298,13 @@ def test_mlflow_experiment_directory_is_in_the_workspace(directory: str, ok: boo
 
 def test_usage_policy_by_name_or_id_not_both() -> None:
     assert parse_workload(with_extra("usage_policy_name: research\n")).usage_policy_name == "research"
-    assert parse_workload(with_extra("usage_policy_id: 17\n")).usage_policy_id == "17"
-    assert where(with_extra("usage_policy_name: research\nusage_policy_id: abc\n")) == [(7, "usage_policy_id")]
+    uuid = "6f1c2a4e-9b3d-4e8f-a1c2-3d4e5f6a7b8c"
+    assert parse_workload(with_extra(f"usage_policy_id: {uuid}\n")).usage_policy_id == uuid
+    assert where(with_extra(f"usage_policy_name: research\nusage_policy_id: {uuid}\n")) == [(7, "usage_policy_id")]
+    # A name pasted into usage_policy_id is refused with a hint, as the CLI does.
+    [problem] = problems_of(with_extra("usage_policy_id: research\n"))
+    assert problem.path == "usage_policy_id" and "use usage_policy_name" in problem.message
+    assert where(with_extra(f"usage_policy_name: {'p' * 128}\n")) == [(6, "usage_policy_name")]
 
 
 # ---- unknown keys -------------------------------------------------------------------------------
@@ -265,7 +320,11 @@ def test_usage_policy_by_name_or_id_not_both() -> None:
             10,
             "code_source.snapshot.depth",
         ),
-        ("code_source:\n  type: git\n  git: {remote: r, branch: b, tag: t}\n", 8, "code_source.git.tag"),
+        (
+            "code_source:\n  type: snapshot\n  snapshot:\n    root_path: .\n    git: {branch: b, tag: t}\n",
+            10,
+            "code_source.snapshot.git.tag",
+        ),
         ("permissions:\n  - {group_name: g, level: CAN_VIEW, role: x}\n", 7, "permissions[0].role"),
     ],
 )
@@ -290,11 +349,13 @@ def test_unknown_compute_key_suggests_the_near_miss() -> None:
     "environment",
     [
         "{version: '4', dependencies: [torch]}",
-        "{version: 4}",
-        "{version: databricks_ai_v6}",
-        "{dependencies: requirements.yaml}",
-        "{docker_image: example/trainer:1}",
-        "{unity_catalog_image: main.images.trainer}",
+        "{version: 5, dependencies: [numpy, torch==2.3.0]}",
+        "{version: databricks_ai_v6, dependencies: [torch]}",
+        "{dependencies: [torch, --extra-index-url=https://example.org/simple]}",
+        "{dependencies: ./reqs.yaml}",
+        "{docker_image: {url: myregistry/img:tag}}",
+        "{docker_image: {url: r/i:t, tag_policy: latest, credentials_scope: s, credentials_key: k}}",
+        "{docker_image: {url: r/i:t, tag_policy: AUTO}}",
         "{}",
     ],
 )
@@ -302,20 +363,28 @@ def test_environment_shapes_accepted(environment: str) -> None:
     parse_workload(with_extra(f"environment: {environment}\n"))
 
 
+IMAGE = "environment.docker_image"
+
+
 @pytest.mark.parametrize(
-    ("environment", "path"),
+    ("environment", "paths"),
     [
-        ("{version: 4.5}", "environment.version"),
-        ("{version: databricks_ai_v4}", "environment.version"),
-        ("{dependencies: [torch, 2]}", "environment.dependencies[1]"),
-        ("{dependencies: {torch: 2}}", "environment.dependencies"),
-        ("{version: '4', unity_catalog_image: main.images.t}", "environment.unity_catalog_image"),
-        ("{dependencies: [torch], docker_image: example/t:1}", "environment.docker_image"),
-        ("{docker_image: example/t:1, unity_catalog_image: main.images.t}", "environment.unity_catalog_image"),
+        ("{version: 4.5, dependencies: [t]}", ["environment.version"]),
+        ("{version: databricks_ai_v4, dependencies: [t]}", ["environment.version"]),
+        ("{version: 4}", ["environment.version"]),
+        ("{dependencies: [torch, 2]}", ["environment.dependencies[1]"]),
+        ("{dependencies: {torch: 2}}", ["environment.dependencies"]),
+        ("{docker_image: example/t:1}", ["environment.docker_image"]),
+        ("{docker_image: {tag_policy: auto}}", ["environment.docker_image.url"]),
+        ("{docker_image: {url: r/i:t, tag_policy: newest}}", ["environment.docker_image.tag_policy"]),
+        ("{docker_image: {url: r/i:t, tag_policy: latest, credentials_scope: s}}", [f"{IMAGE}.credentials_key"]),
+        ("{docker_image: {url: r/i:t, credentials_scope: s, credentials_key: k}}", [f"{IMAGE}.credentials_scope"]),
+        ("{dependencies: [torch], docker_image: {url: r/i:t}}", ["environment.dependencies"]),
+        ("{unity_catalog_image: main.images.t}", ["environment.unity_catalog_image"]),
     ],
-)
-def test_environment_shapes_refused(environment: str, path: str) -> None:
-    assert [p.path for p in problems_of(with_extra(f"environment: {environment}\n"))] == [path]
+)  # fmt: skip
+def test_environment_shapes_refused(environment: str, paths: list[str]) -> None:
+    assert [p.path for p in problems_of(with_extra(f"environment: {environment}\n"))] == paths
 
 
 # ---- code_source --------------------------------------------------------------------------------
@@ -325,37 +394,42 @@ def test_environment_shapes_refused(environment: str, path: str) -> None:
     "code_source",
     [
         "{type: snapshot, snapshot: {root_path: ./src}}",
-        "{root_path: .}",
-        "{type: snapshot, root_path: .}",
-        "{type: git, git: {remote: 'https://github.com/x/y', branch: main}}",
-        "{type: git, git: {remote: 'git@github.com:x/y.git', commit: 'a1b2c3d'}, include_paths: [src, cfg/a.yaml]}",
-        "{type: remote_volume, remote_volume: /Volumes/main/ml/code}",
-        "{type: remote_volume, remote_volume: {path: /Volumes/main/ml/code}}",
+        "{type: snapshot, snapshot: {root_path: ., git: {branch: main}, include_paths: [src]}}",
+        "{type: snapshot, snapshot: {root_path: ., git: {commit: 'a1b2c3d', remote: false}}}",
+        "{type: snapshot, snapshot: {root_path: ., git: {branch: release/v1.2_rc-1}}}",
+        "{type: snapshot, snapshot: {root_path: ., remote_volume: /Volumes/main/ml/code}}",
     ],
 )
 def test_code_source_shapes_accepted(code_source: str) -> None:
     parse_workload(with_extra(f"code_source: {code_source}\n"))
 
 
+S = "code_source.snapshot"
+
+
 @pytest.mark.parametrize(
     ("code_source", "paths"),
     [
-        ("{type: snapshot}", ["code_source.snapshot"]),
-        ("{type: snapshot, snapshot: {}}", ["code_source.snapshot.root_path"]),
-        ("{type: tarball}", ["code_source.type"]),
-        ("{include_paths: [src]}", ["code_source.type"]),
-        ("{type: git, git: {remote: r}}", ["code_source.git.branch"]),
-        ("{type: git, git: {remote: r, branch: b, commit: c}}", ["code_source.git.commit"]),
-        ("{type: git, git: {branch: main}}", ["code_source.git.remote"]),
-        ("{type: git, git: {remote: r, commit: 0123456}}", ["code_source.git.commit"]),
-        ("{type: git, git: {remote: r, branch: b}, snapshot: {root_path: .}}", ["code_source.snapshot"]),
-        ("{type: git, git: {remote: r, branch: b}, root_path: .}", ["code_source.root_path"]),
-        ("{root_path: ., snapshot: {root_path: .}}", ["code_source.snapshot"]),
-        ("{root_path: ., include_paths: ['../up', '/etc', 'C:\\\\x', 'a/../../b', ok]}", [
-            "code_source.include_paths[0]",
-            "code_source.include_paths[1]",
-            "code_source.include_paths[2]",
-            "code_source.include_paths[3]",
+        ("{type: snapshot}", [S]),
+        ("{type: snapshot, snapshot: {}}", [f"{S}.root_path"]),
+        ("{type: tarball, snapshot: {root_path: .}}", ["code_source.type"]),
+        ("{snapshot: {root_path: .}}", ["code_source.type"]),
+        ("{type: git, git: {remote: r, branch: b}}", ["code_source.git", "code_source.type", S]),
+        ("{type: snapshot, root_path: .}", ["code_source.root_path", S]),
+        ("{type: snapshot, snapshot: {root_path: .}, include_paths: [src]}", ["code_source.include_paths"]),
+        ("{type: snapshot, snapshot: {root_path: ., git: {remote: origin, branch: main}}}", [f"{S}.git.remote"]),
+        ("{type: snapshot, snapshot: {root_path: ., git: {remote: true, branch: main}}}", [f"{S}.git.remote"]),
+        ("{type: snapshot, snapshot: {root_path: ., git: {}}}", [f"{S}.git.branch"]),
+        ("{type: snapshot, snapshot: {root_path: ., git: {branch: b, commit: c}}}", [f"{S}.git.commit"]),
+        ("{type: snapshot, snapshot: {root_path: ., git: {branch: 'main; rm -rf ~'}}}", [f"{S}.git.branch"]),
+        ("{type: snapshot, snapshot: {root_path: ., git: {commit: 0123456}}}", [f"{S}.git.commit"]),
+        ("{type: snapshot, snapshot: {root_path: ., remote_volume: /dbfs/code}}", [f"{S}.remote_volume"]),
+        ("{type: snapshot, snapshot: {root_path: ., include_paths: []}}", [f"{S}.include_paths"]),
+        ("{type: snapshot, snapshot: {root_path: ., include_paths: ['../up', '/etc', 'C:\\\\x', 'a/../../b', ok]}}", [
+            f"{S}.include_paths[0]",
+            f"{S}.include_paths[1]",
+            f"{S}.include_paths[2]",
+            f"{S}.include_paths[3]",
         ]),
     ],
 )  # fmt: skip
@@ -364,15 +438,18 @@ def test_code_source_shapes_refused(code_source: str, paths: list[str]) -> None:
 
 
 def test_include_paths_messages() -> None:
-    problems = problems_of(with_extra("code_source:\n  root_path: .\n  include_paths:\n    - ../x\n    - /abs\n"))
+    text = "code_source:\n  type: snapshot\n  snapshot:\n    root_path: .\n"
+    text += "    include_paths:\n      - ../x\n      - /abs\n"
+    problems = problems_of(with_extra(text))
     assert [(p.line, p.message) for p in problems] == [
-        (9, "must stay inside the code root (no '..')"),
-        (10, "must be relative to the code root, not absolute"),
+        (11, "must stay inside the code root (no '..')"),
+        (12, "must be relative to the code root, not absolute"),
     ]
 
 
 def test_octal_looking_commit_must_be_quoted() -> None:
-    [problem] = problems_of(with_extra("code_source: {type: git, git: {remote: r, commit: 0123456}}\n"))
+    text = "code_source: {type: snapshot, snapshot: {root_path: ., git: {commit: 0123456}}}\n"
+    [problem] = problems_of(with_extra(text))
     assert problem.message.endswith("(quote it)")
 
 
@@ -524,21 +601,24 @@ def test_broken_file_reports_every_problem_with_its_line() -> None:
     with pytest.raises(WorkloadError) as caught:
         parse_workload(read("broken.yaml"))
     assert [(p.line, p.path) for p in caught.value.problems] == [
+        (1, "experiment_name"),
         (4, "compute.num_accelerators"),
         (5, "compute.priority_class"),
+        (7, "environment.version"),
         (8, "environment.docker_image"),
-        (11, "code_source.git.branch"),
-        (13, "code_source.include_paths[0]"),
-        (16, "secrets.HF_TOKEN"),
-        (17, "max_retries"),
-        (18, "timeout_mintues"),
-        (19, "mlflow_experiment_directory"),
-        (21, "permissions[0].level"),
+        (14, "code_source.snapshot.git.remote"),
+        (16, "code_source.snapshot.include_paths[0]"),
+        (19, "env_variables.HF_TOKEN"),
+        (21, "secrets.HF_TOKEN"),
+        (22, "max_retries"),
+        (23, "timeout_mintues"),
+        (24, "mlflow_experiment_directory"),
+        (26, "permissions[0].level"),
     ]
-    assert str(caught.value).splitlines()[0] == (
+    assert str(caught.value).splitlines()[1] == (
         "line 4: compute.num_accelerators: GPU_8xH100 takes a multiple of 8 accelerators (8 GPUs a node), got 12"
     )
-    assert len(str(caught.value).splitlines()) == 10
+    assert len(str(caught.value).splitlines()) == 13
 
 
 def test_problem_str_leaves_out_what_it_lacks() -> None:
@@ -741,11 +821,11 @@ def test_command_reports_problems_as_file_line_path_message() -> None:
     code, out, err = run_command("-f", path)
     lines = err.strip().splitlines()
     assert (code, out) == (1, "")
-    assert len(lines) == 10
-    assert lines[0] == (
+    assert len(lines) == 13
+    assert lines[1] == (
         f"{path}:4: compute.num_accelerators: GPU_8xH100 takes a multiple of 8 accelerators (8 GPUs a node), got 12"
     )
-    assert lines[7] == f"{path}:18: timeout_mintues: unknown key 'timeout_mintues' (did you mean 'timeout_minutes'?)"
+    assert lines[10] == f"{path}:23: timeout_mintues: unknown key 'timeout_mintues' (did you mean 'timeout_minutes'?)"
 
 
 def test_command_on_empty_and_missing_files(tmp_path: Path) -> None:
@@ -843,3 +923,37 @@ def test_mutated_valid_workloads_only_raise_workload_error(changes: dict[str, ob
 @given(st.sampled_from(["accelerator_type", "num_accelerators", "pool_id", "priority_class"]), yamlish)
 def test_mutated_compute_only_raises_workload_error(key: str, value: object) -> None:
     parses_or_refuses(yaml.safe_dump({**VALID, "compute": {**VALID["compute"], key: value}}))
+
+
+# ---- the Databricks CLI's own workload files ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        ("run-valid.yaml", []),
+        ("run-with-code-source.yaml", []),
+        ("run-submit-run.yaml", []),
+        ("run-submit-deps-run.yaml", []),
+        ("run-submit-deps-run-file.yaml", []),
+        ("convert-to-dabs-train.yaml", []),
+        ("convert-to-dabs-docker.yaml", []),
+        ("run-invalid.yaml", ["experiment_name", "compute.num_accelerators"]),
+        ("run-git-remote.yaml", ["code_source.snapshot.git.remote"]),
+        ("get-ai-runtime-training_config.yaml", ["compute.accelerator_type"]),
+    ],
+)
+def test_the_clis_acceptance_files_get_the_clis_verdict(name: str, refused: list[str]) -> None:
+    """tests/data/workloads/cli: verbatim from databricks/cli's acceptance tests (see SOURCES.md)."""
+    text = (DATA / "cli" / name).read_text()
+    if refused:
+        assert [p.path for p in problems_of(text)] == refused
+    else:
+        assert parse_workload(text).max_retries == 3
+
+
+def test_the_clis_bad_name_message() -> None:
+    [first, _] = problems_of((DATA / "cli" / "run-invalid.yaml").read_text())
+    assert (first.line, first.message) == (
+        1, "only ASCII letters, digits, '-' and '_' are allowed (no dots or spaces): it becomes the Jobs task key",
+    )  # fmt: skip

@@ -14,11 +14,13 @@ import importlib.util
 import json
 import shlex
 import subprocess
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
 
 from dashboard.redaction import redact
+from runs.collectors.jobs_records import EnvelopeError, air_ended_ids, air_run_ids, is_air_envelope
 
 # Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
 STDERR_TAIL_CHARS = 2_000
@@ -56,9 +58,31 @@ def run_command(argv: list[str], timeout: float) -> str:
     except OSError as exc:  # not found, not executable
         raise CollectorError(f"`{_shown(argv)}` could not start: {exc.strerror or exc}") from None
     if completed.returncode != 0:
+        envelope = _error_envelope(completed.stdout)
+        if envelope:
+            raise CollectorError(f"`{_shown(argv)}` exited with {completed.returncode}: {redact(envelope)}")
         tail = completed.stderr.decode("utf-8", "replace").strip()[-STDERR_TAIL_CHARS:]
         raise CollectorError(f"`{_shown(argv)}` exited with {completed.returncode}: {redact(tail) or '(no stderr)'}")
     return completed.stdout.decode("utf-8", "replace")
+
+
+def _error_envelope(stdout: bytes) -> str:
+    """The message of a `databricks air ... -o json` error envelope on stdout, or ''.
+
+    The air commands print `{"v": 1, "error": {"code", "message", ...}}` and exit 1, with
+    nothing useful on stderr.
+    """
+    try:
+        payload = json.loads(stdout.decode("utf-8", "replace"))
+    except ValueError:
+        return ""
+    if not (is_air_envelope(payload) and payload.get("error") is not None):
+        return ""
+    try:
+        air_run_ids(payload)
+    except EnvelopeError as exc:
+        return str(exc)
+    return ""
 
 
 def run_json(argv: list[str], timeout: float) -> Any:
@@ -86,18 +110,25 @@ def unwrap_list(payload: Any, key: str, id_field: str) -> list[dict[str, Any]]:
     return payload
 
 
-def get_run_argv(list_argv: list[str], run_id: int | str) -> list[str] | None:
-    """`databricks [flags] jobs get-run ID -o json` from a configured `... jobs list-runs ...`.
+def jobs_argv(configured: list[str], words: list[str], run_id: int | str) -> list[str] | None:
+    """`databricks [flags] jobs WORDS ID -o json` derived from the configured list command.
 
-    Keeps the program and everything before `list-runs` plus the global profile/target flags
-    after it; list-only flags (--active-only, --limit) are dropped. None when the command is
-    not a `list-runs` (a custom script): then a vanished run's final state cannot be fetched.
+    The configured command is `... jobs list-runs ...` or `... [experimental] air list|get ...`:
+    the program and everything before the subcommand are kept, plus the global profile/target
+    flags after it; list-only flags (--active-only, --limit, --all-status) are dropped. None
+    when the command is neither (a custom script): then nothing can be fetched by id.
     """
-    if "list-runs" not in list_argv:
+    if "list-runs" in configured:
+        index = configured.index("list-runs")
+        head = configured[:index]
+    elif "air" in configured:
+        index = configured.index("air")
+        head = configured[: index - 1 if index and configured[index - 1] == "experimental" else index]
+        head = [*head, "jobs"]
+    else:
         return None
-    index = list_argv.index("list-runs")
-    argv = [*list_argv[:index], "get-run", str(run_id)]
-    rest = list_argv[index + 1 :]
+    argv = [*head, *words, str(run_id)]
+    rest = configured[index + 1 :]
     for position, arg in enumerate(rest):
         name = arg.split("=", 1)[0]
         if name in GLOBAL_FLAGS_WITH_VALUE:
@@ -105,6 +136,11 @@ def get_run_argv(list_argv: list[str], run_id: int | str) -> list[str] | None:
             if "=" not in arg and position + 1 < len(rest):
                 argv.append(rest[position + 1])
     return [*argv, "-o", "json"]
+
+
+def get_run_argv(list_argv: list[str], run_id: int | str) -> list[str] | None:
+    """`databricks [flags] jobs get-run ID -o json` from a configured list command (see `jobs_argv`)."""
+    return jobs_argv(list_argv, ["get-run"], run_id)
 
 
 class RunSourceClient(Protocol):
@@ -116,18 +152,46 @@ class RunSourceClient(Protocol):
 
     def list_clusters(self) -> list[dict[str, Any]] | None: ...
 
+    def get_outputs(self, task_run_ids: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]: ...
+
 
 class CliClient:
     """The operator's commands, run as configured (we never append to them)."""
 
-    def __init__(self, runs_command: str, clusters_command: str = "", timeout: float = 120) -> None:
+    def __init__(
+        self,
+        runs_command: str,
+        clusters_command: str = "",
+        timeout: float = 120,
+        settled: Callable[[list[str]], set[str]] | None = None,
+    ) -> None:
         self.runs_argv = split_command(runs_command)
         self.clusters_argv = split_command(clusters_command) if clusters_command.strip() else None
         self.timeout = timeout
+        # Run ids already stored as finished: `air list` rows that ended are not fetched again.
+        self.settled = settled
 
     def list_runs(self, start_time_from_ms: int | None = None) -> list[dict[str, Any]]:
-        # The window is the operator's (their flags); the cursor is not appended.
-        return unwrap_list(run_json(self.runs_argv, self.timeout), "runs", "run_id")
+        """The Jobs records the command prints; `air list|get` rows are fetched with `jobs get-run`.
+
+        The window is the operator's (their flags); the cursor is not appended.
+        """
+        payload = run_json(self.runs_argv, self.timeout)
+        if not is_air_envelope(payload):
+            return unwrap_list(payload, "runs", "run_id")
+        try:
+            run_ids = air_run_ids(payload)
+        except EnvelopeError as exc:
+            raise CollectorError(f"`{_shown(self.runs_argv)}` answered an error: {redact(str(exc))}") from None
+        if self.settled is not None:
+            ended = set(air_ended_ids(payload))
+            done = self.settled(sorted(ended)) if ended else set()
+            run_ids = [run_id for run_id in run_ids if run_id not in done]
+        found, problems = self.get_runs(run_ids)
+        if problems:
+            # A listed run that cannot be read now is read next pass; one problem says why.
+            raise CollectorError(f"{len(problems)} of {len(run_ids)} listed run(s) could not be read: {problems[0]}")
+        return found
 
     def get_runs(self, run_ids: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
         """Each run by id; a run that cannot be fetched is a problem line, not an error."""
@@ -142,6 +206,23 @@ class CliClient:
                 found += unwrap_list(run_json(argv, self.timeout), "runs", "run_id")
             except CollectorError as exc:
                 problems.append(f"run {run_id}: {exc}")
+        return found, problems
+
+    def get_outputs(self, task_run_ids: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """`jobs get-run-output` of each task run, by id; `{}` (no output yet) is kept as is."""
+        found: dict[str, dict[str, Any]] = {}
+        problems: list[str] = []
+        for task_run_id in task_run_ids:
+            argv = jobs_argv(self.runs_argv, ["get-run-output"], task_run_id)
+            if argv is None:
+                problems.append(f"task run {task_run_id}: the command has no `list-runs` to derive get-run-output")
+                break
+            try:
+                payload = run_json(argv, self.timeout)
+            except CollectorError as exc:
+                problems.append(f"task run {task_run_id}: {exc}")
+                continue
+            found[str(task_run_id)] = payload if isinstance(payload, dict) else {}
         return found, problems
 
     def list_clusters(self) -> list[dict[str, Any]] | None:
@@ -174,6 +255,15 @@ class SdkClient:  # pragma: no cover - databricks-sdk is not installed in this p
     def list_clusters(self) -> list[dict[str, Any]] | None:
         return [cluster.as_dict() for cluster in self.client.clusters.list()]
 
+    def get_outputs(self, task_run_ids: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        found, problems = {}, []
+        for task_run_id in task_run_ids:
+            try:
+                found[task_run_id] = self.client.jobs.get_run_output(int(task_run_id)).as_dict()
+            except Exception as exc:  # the SDK raises its own DatabricksError family
+                problems.append(f"task run {task_run_id}: {redact(str(exc))}")
+        return found, problems
+
 
 def sdk_importable() -> bool:
     """databricks-sdk is optional: find it without importing it."""
@@ -183,19 +273,36 @@ def sdk_importable() -> bool:
         return False
 
 
-def client_from_settings() -> RunSourceClient | None:
-    """The configured client: the command first, else the SDK with host + token; None when neither."""
+def client_from_settings(settled: Callable[[list[str]], set[str]] | None = None) -> RunSourceClient | None:
+    """The configured client: the command first, else the SDK with host + token; None when neither.
+
+    `settled(run_ids)` names the run ids already stored as finished (see `CliClient`).
+    """
     timeout = settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
     if settings.AIRBOARD_RUN_SOURCE_COMMAND.strip():
-        return CliClient(settings.AIRBOARD_RUN_SOURCE_COMMAND, settings.AIRBOARD_CLUSTER_SOURCE_COMMAND, timeout)
+        return CliClient(
+            settings.AIRBOARD_RUN_SOURCE_COMMAND, settings.AIRBOARD_CLUSTER_SOURCE_COMMAND, timeout, settled
+        )
     if settings.DATABRICKS_HOST and settings.DATABRICKS_TOKEN and sdk_importable():  # pragma: no cover
         return SdkClient(settings.DATABRICKS_HOST, settings.DATABRICKS_TOKEN)
     return None
 
 
-def run_node_log_command(template: str, run_id: str, attempt: int, node: int, timeout: float) -> str:
-    """A node's whole log from the operator's log command (placeholders filled per argument, no shell)."""
-    values = {"{run_id}": run_id, "{attempt}": str(attempt), "{node}": str(node)}
+def run_node_log_command(
+    template: str, run_id: str, attempt: int, node: int, timeout: float, page_token: str = ""
+) -> str:
+    """One node's log from the operator's log command (placeholders filled per argument, no shell).
+
+    `{run_id}`, `{attempt}` (from 1), `{retry}` (the same attempt from 0, as `air logs --retry`
+    and the logs endpoint's `ref.attempt_number` count), `{node}` and `{page_token}`.
+    """
+    values = {
+        "{run_id}": run_id,
+        "{attempt}": str(attempt),
+        "{retry}": str(attempt - 1),
+        "{node}": str(node),
+        "{page_token}": page_token,
+    }
     argv = []
     for arg in split_command(template):
         for placeholder, value in values.items():

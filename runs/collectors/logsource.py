@@ -32,7 +32,9 @@ from django.db.models.functions import Length
 from django.utils import timezone
 
 from runs.choices import CollectorKind, RunEventKind, RunOrigin, RunStatus
-from runs.collectors.databricks_cli import CollectorError, run_node_log_command
+from runs.collectors.air_logs import fetch_node_log, mlflow_node_log
+from runs.collectors.databricks_cli import CollectorError
+from runs.collectors.mlflow_client import MlflowSource
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, append_log_chunk, clean_log_text, node_for
 from runs.models import Attempt, LogChunk, Node, Run, RunEvent
@@ -305,13 +307,16 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
         run = attempt.run
         for index in [node.index for node in attempt.nodes.all()] or [0]:
             try:
-                text = run_node_log_command(
+                # Plain text, or the AI Runtime logs endpoint / `air logs -o json` (air_logs).
+                text = fetch_node_log(
                     template, run.external_id, attempt.number, index, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
                 )
             except CollectorError as exc:
-                failures.append(str(exc))
-                result.say(f"logs: {run.external_id} attempt {attempt.number} node {index}: {exc}")
-                continue
+                text = _mlflow_fallback(attempt, index, exc, result)
+                if text is None:
+                    failures.append(str(exc))
+                    result.say(f"logs: {run.external_id} attempt {attempt.number} node {index}: {exc}")
+                    continue
             chunks, lines = _append_new_part(run, attempt, index, text, result)
             totals.files += 1
             totals.chunks += chunks
@@ -320,6 +325,21 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
         raise CollectorError(f"every log fetch failed ({len(failures)}); first: {failures[0]}")
     result.items += totals.chunks
     result.say(totals.line("node log(s)"))
+
+
+def _mlflow_fallback(attempt: Attempt, index: int, error: CollectorError, result: CollectResult) -> str | None:
+    """The node's log from its attempt's MLflow artifacts when the command failed (air_logs), else None."""
+    uri = settings.AIRBOARD_MLFLOW_TRACKING_URI
+    if not (uri and attempt.mlflow_run_id):
+        return None
+    try:
+        text = mlflow_node_log(MlflowSource(uri), attempt.mlflow_run_id, attempt.number, index)
+    except CollectorError as exc:
+        result.say(f"logs: {attempt.run.external_id} attempt {attempt.number} node {index}: MLflow fallback: {exc}")
+        return None
+    if text is not None:
+        result.say(f"logs: {attempt.run.external_id} attempt {attempt.number} node {index}: read from MLflow ({error})")
+    return text
 
 
 def _append_new_part(run: Run, attempt: Attempt, index: int, text: str, result: CollectResult) -> tuple[int, int]:

@@ -14,7 +14,8 @@ A pass (`collect_once`, run by the `runs.collect_mlflow` task and `manage.py col
 4. Link each run to an Airboard run (see `_links`) and upsert its MlflowRun (params, tags).
 5. For linked runs, read each metric's history after its cursor (MlflowRun.metric_cursors);
    a key whose latest value is unchanged is not asked for at all. GPU system metrics become
-   GpuSample rows (unless the run has NVML samples), every other key a MetricPoint.
+   GpuSample rows (unless the run has NVML samples), every other key a MetricPoint. The node
+   part of a key (`system/<node id>/gpu_0_...`) names a node of the run: see `mlflow_nodes`.
 6. Store points and the run's new cursors in one transaction; save the collector cursor last.
 A pass killed part-way repeats at most some reads: every write is idempotent on natural keys.
 """
@@ -60,7 +61,8 @@ GPU_KEY = re.compile(
     r"^system/(?:(?P<node>[^/]+)/)?gpu_(?P<gpu>\d+)_(?P<field>utilization_percentage|memory_usage_megabytes"
     r"|memory_usage_gigabytes|memory_usage_percentage|power_usage_watts|power_usage_percentage)$"
 )
-NODE_ID = re.compile(r"^node_(\d+)$")
+# MLflow's documented node id form (`node_0`), or a bare rank: the node index itself.
+NUMBERED_NODE_ID = re.compile(r"(?:node_)?(\d{1,6})")
 
 
 class CollectorError(Exception):
@@ -77,9 +79,9 @@ class Link:
 
 @dataclass(frozen=True)
 class GpuKey:
-    """A parsed GPU system-metric key."""
+    """A parsed GPU system-metric key; `node_id` is '' when the key has no node part."""
 
-    node_index: int
+    node_id: str
     gpu_index: int
     field: str
 
@@ -232,7 +234,7 @@ def _collect_metrics(
     # NVML samples (the node agent) are finer and richer; MLflow's are the fallback only.
     has_nvml = GpuSample.objects.filter(run=run, source=TelemetrySource.NVML).exists()
     points: list[MetricPoint] = []
-    gpu_fields: dict[tuple[int, int, int], dict[str, float | None]] = {}
+    gpu_fields: dict[tuple[str, int, int], dict[str, float | None]] = {}
     new_cursors: dict[str, dict] = {}
     for key, latest in sorted(record.latest.items()):
         cursor = MetricCursor.from_json(key, cursors.get(key))
@@ -246,7 +248,7 @@ def _collect_metrics(
             points += [_metric_point(run, key, v) for v in values]
         elif not has_nvml:
             for v in values:
-                gpu_fields.setdefault((gpu.node_index, gpu.gpu_index, v.timestamp_ms), {})[gpu.field] = _finite(v.value)
+                gpu_fields.setdefault((gpu.node_id, gpu.gpu_index, v.timestamp_ms), {})[gpu.field] = _finite(v.value)
     samples = gpu_samples(run, attempt_number, gpu_fields)
     with transaction.atomic():
         stored_points = store_metric_points(points)
@@ -259,16 +261,66 @@ def _collect_metrics(
 
 
 def parse_gpu_key(key: str) -> GpuKey | None:
-    """`system/[node_N/]gpu_I_FIELD` -> (N or 0, I, FIELD); None for any other key."""
+    """`system/[<node id>/]gpu_I_FIELD` -> (node id or '', I, FIELD); None for any other key."""
     match = GPU_KEY.match(key)
     if match is None:
         return None
-    node = NODE_ID.match(match["node"] or "")
-    return GpuKey(node_index=int(node[1]) if node else 0, gpu_index=int(match["gpu"]), field=match["field"])
+    return GpuKey(node_id=match["node"] or "", gpu_index=int(match["gpu"]), field=match["field"])
+
+
+def mlflow_nodes(run: Run, attempt_number: int | None, node_ids: Iterable[str]) -> dict[str, Node]:
+    """The node of the run each MLflow node id stands for: distinct ids, distinct nodes, every pass.
+
+    1. No node part -> node 0; `node_<n>` (MLflow's documented form) or a bare `<n>` -> node n.
+    2. Any other id (`worker-a`, a hostname) is kept as the node's `host`, so the next pass finds
+       the same node: the attempt's node whose host is the id (an agent on that host, or an
+       earlier pass); else its first node without a host and without MLflow samples; else a new
+       node after the highest index in use. Ids are taken in sorted order, so a pass that sees
+       several new ids at once numbers them the same way whatever order MLflow lists them.
+    """
+    ids = sorted(set(node_ids))
+    nodes: dict[str, Node] = {}
+    named = []
+    for node_id in ids:
+        numbered = NUMBERED_NODE_ID.fullmatch(node_id) if node_id else None
+        if not node_id or numbered:
+            nodes[node_id] = node_for(run, attempt_number, int(numbered[1]) if numbered else 0)
+        else:
+            named.append(node_id)
+    if not named:
+        return nodes
+    attempts = run.attempts.all()
+    attempt = (
+        attempts.filter(number=attempt_number).first()
+        if attempt_number is not None
+        else attempts.order_by("-number").first()
+    )
+    existing = list(attempt.nodes.order_by("index")) if attempt is not None else []
+    by_host = {node.host: node for node in existing if node.host}
+    with_mlflow = set(
+        GpuSample.objects.filter(node__in=existing, source=TelemetrySource.MLFLOW)
+        .values_list("node_id", flat=True)
+        .distinct()
+    )
+    taken = {node.pk for node in nodes.values()} | with_mlflow
+    free = [node for node in existing if not node.host and node.pk not in taken]
+    next_index = max([node.index for node in existing] + [node.index for node in nodes.values()], default=-1) + 1
+    for node_id in named:
+        host = node_id[: Node._meta.get_field("host").max_length]
+        if host in by_host:
+            nodes[node_id] = by_host[host]
+        elif free:
+            node = free.pop(0)
+            Node.objects.filter(pk=node.pk).update(host=host)
+            nodes[node_id] = node
+        else:
+            nodes[node_id] = node_for(run, attempt_number, next_index, host)
+            next_index += 1
+    return nodes
 
 
 def gpu_samples(
-    run: Run, attempt_number: int | None, grouped: dict[tuple[int, int, int], dict[str, float | None]]
+    run: Run, attempt_number: int | None, grouped: dict[tuple[str, int, int], dict[str, float | None]]
 ) -> list[GpuSample]:
     """One GpuSample per (node, GPU, timestamp): MLflow logs one publish's metrics at one timestamp.
 
@@ -276,11 +328,9 @@ def gpu_samples(
     power limits are not logged; they are derived from a value and its percentage when both exist
     (the percentage is rounded to 0.1, so the derived figure is within about 0.1% of the real one).
     """
-    nodes: dict[int, Node] = {}
+    nodes = mlflow_nodes(run, attempt_number, (node_id for node_id, _gpu, _ts in grouped))
     samples: list[GpuSample] = []
-    for (node_index, gpu_index, ts_ms), fields in sorted(grouped.items()):
-        if node_index not in nodes:
-            nodes[node_index] = node_for(run, attempt_number, node_index)
+    for (node_id, gpu_index, ts_ms), fields in sorted(grouped.items()):
         used = _memory_used_bytes(fields)
         memory_pct = fields.get("memory_usage_percentage")
         watts = fields.get("power_usage_watts")
@@ -288,7 +338,7 @@ def gpu_samples(
         samples.append(
             GpuSample(
                 run=run,
-                node=nodes[node_index],
+                node=nodes[node_id],
                 gpu_index=gpu_index,
                 ts=_ts(ts_ms),
                 utilization_gpu=fields.get("utilization_percentage"),

@@ -23,9 +23,11 @@ from __future__ import annotations
 import base64
 import json
 import math
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -252,6 +254,19 @@ class MlflowSource:
                 token = getattr(page, "token", None)
                 if not token:
                     return points
+
+    # --- artifacts --------------------------------------------------------------------
+
+    def artifact_paths(self, run_id: str, path: str) -> list[str]:
+        """Paths of the files and folders directly under `path` among a run's artifacts."""
+        with self._errors(f"the artifacts of run {run_id}"):
+            return [item.path for item in self._client.list_artifacts(run_id, path)]
+
+    def artifact_text(self, run_id: str, path: str) -> str:
+        """One artifact file as text (bad bytes replaced), through a temporary download."""
+        with self._errors(f"artifact {path} of run {run_id}"), tempfile.TemporaryDirectory() as tmp:
+            local = self._client.download_artifacts(run_id, path, tmp)
+            return Path(local).read_bytes().decode("utf-8", "replace")
 
     def _store(self) -> Any:
         # MlflowClient.get_metric_history hides paging; the tracking store (MLflow's narrow,

@@ -1,9 +1,13 @@
 """The run source collector: Databricks job runs and classic clusters into Run, Attempt, Cluster.
 
 The raw records come from `databricks_cli` (the operator's CLI command, or the SDK); this
-module only maps them. Databricks retries a run as a new run whose `original_attempt_run_id`
-names the first try, so all tries share one Airboard run (external id = the original run id)
-and become its attempts, numbered `attempt_number + 1` (Databricks counts from 0).
+module only maps them, reading them with `jobs_records` (which runs are GPU work, the AI
+Runtime task's accelerators and experiment, task tries, job cluster specs). Runs without a
+GPU are not stored. A run-level retry is a new run whose `original_attempt_run_id` names the
+first try, so all tries share one Airboard run (external id = the original run id); each try
+of the run's first task (`tasks[]` entries of its `task_key`) is an attempt, numbered from 1
+(Databricks counts from 0), with the task's own window and the MLflow run `jobs
+get-run-output` names for it.
 
 Status mapping (the legacy `state` object is preferred where present: only it tells a
 timeout apart; the newer `status` object is the fallback):
@@ -35,10 +39,27 @@ from django.contrib.auth.models import Group, User
 from django.db.models import Q
 
 from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
+from runs.clusters import cluster_gpus
 from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
+from runs.collectors.jobs_records import (
+    RunKind,
+    accelerator_shape,
+    ai_runtime_compute,
+    classify,
+    cluster_ids_of,
+    experiment_of,
+    is_sweep,
+    max_retries_of,
+    mlflow_ids,
+    mlflow_run_name_of,
+    mlflow_url,
+    new_cluster_specs,
+    spec_gpus,
+    task_attempts,
+)
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, upsert_run
-from runs.models import Cluster, ClusterEvent, Run
+from runs.models import Attempt, Cluster, ClusterEvent, Run
 
 __all__ = ["CollectorError", "collect_once", "map_status"]
 
@@ -46,6 +67,8 @@ NOT_CONFIGURED = "runs: not configured (set AIRBOARD_RUN_SOURCE_COMMAND or DATAB
 # Active runs remembered between passes are capped: a source that never reports their end
 # must not grow the cursor without bound.
 MAX_TRACKED_ACTIVE = 1_000
+# `jobs get-run-output` calls a pass makes at most (one per new AI Runtime task try).
+MAX_OUTPUTS_PER_PASS = 200
 
 _LIFECYCLE_ACTIVE = {
     "QUEUED": RunStatus.QUEUED,
@@ -109,26 +132,11 @@ def map_status(record: dict[str, Any]) -> tuple[str, str]:
     return RunStatus.QUEUED, message
 
 
-def cluster_ids_of(record: dict[str, Any]) -> list[str]:
-    """Classic clusters a run (or its tasks) ran on: cluster_instance or existing_cluster_id."""
-    ids: list[str] = []
-    for item in [record, *(record.get("tasks") or [])]:
-        for candidate in ((item.get("cluster_instance") or {}).get("cluster_id"), item.get("existing_cluster_id")):
-            if candidate and candidate not in ids:
-                ids.append(candidate)
-    return ids
-
-
-def _new_cluster_node_type(record: dict[str, Any]) -> str:
-    """A job cluster's worker type, from the run's or a task's `new_cluster` spec."""
-    specs = [(record.get("cluster_spec") or {}).get("new_cluster"), record.get("new_cluster")]
-    specs += [task.get("new_cluster") for task in record.get("tasks") or []]
-    return next((spec.get("node_type_id", "") for spec in specs if spec), "")
-
-
 def is_classic(record: dict[str, Any]) -> bool:
-    """A run on a classic cluster (existing or job cluster); serverless runs name none."""
-    return bool(cluster_ids_of(record) or _new_cluster_node_type(record))
+    """A run on a classic cluster (existing or job cluster); AI Runtime runs name none."""
+    if ai_runtime_compute(record) is not None:
+        return False
+    return bool(cluster_ids_of(record) or new_cluster_specs(record))
 
 
 class TeamResolver:
@@ -199,7 +207,9 @@ def cluster_fields(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def upsert_clusters(records: list[dict[str, Any]], teams: TeamResolver, result: CollectResult) -> dict[str, Cluster]:
+def upsert_clusters(
+    records: list[dict[str, Any]], teams: TeamResolver, result: CollectResult, label: str = "clusters"
+) -> dict[str, Cluster]:
     """Upsert clusters by cluster_id and derive their lifecycle events; returns them by id.
 
     1. Resolve the team (an existing cluster keeps its own); skip with a line when none.
@@ -220,7 +230,7 @@ def upsert_clusters(records: list[dict[str, Any]], teams: TeamResolver, result: 
             team = teams(fields["creator"])
             if team is None:
                 counts["skipped"] += 1
-                result.say(f"clusters: skipped {cluster_id}: {teams.why_none(fields['creator'])}")
+                result.say(f"{label}: skipped {cluster_id}: {teams.why_none(fields['creator'])}")
                 continue
             cluster = Cluster.objects.create(cluster_id=cluster_id, team=team, **fields)
             counts["created"] += 1
@@ -243,7 +253,7 @@ def upsert_clusters(records: list[dict[str, Any]], teams: TeamResolver, result: 
         ]
         ClusterEvent.objects.bulk_create(events, ignore_conflicts=True)
     result.items += counts["created"] + counts["updated"]
-    result.say("clusters: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
+    result.say(f"{label}: " + ", ".join(f"{n} {what}" for what, n in counts.items()))
     return by_id
 
 
@@ -255,35 +265,97 @@ def external_id_of(record: dict[str, Any]) -> str:
     return str(record.get("original_attempt_run_id") or record["run_id"])
 
 
+def record_attempts(tries: list[dict[str, Any]], nodes: int = 1) -> list[dict[str, Any]]:
+    """The attempts of one run from all its records, oldest first (see the module docstring).
+
+    Each record is a run-level try (`attempt_number` on the run); inside it each entry of the
+    first task is a task-level try (`attempt_number` on the task, as `max_retries` spends
+    them). A run-level retry's task repeats the run's `attempt_number`, so the attempt number
+    is the larger of the two + 1, and a record read alone (a `get-run` of the latest try)
+    numbers its attempts as the full list does. The window and state are the
+    task's own; a task entry without a state (the CLI's list fixtures) takes the run's for its
+    newest try and counts as failed for the earlier ones (it was retried).
+    """
+    attempts: dict[int, dict[str, Any]] = {}
+    for record in sorted(tries, key=lambda r: int(r.get("attempt_number") or 0)):
+        base = int(record.get("attempt_number") or 0)
+        entries = task_attempts(record) or [record]
+        for position, entry in enumerate(entries):
+            if entry.get("state") or entry.get("status"):
+                status, message = map_status(entry)
+            elif position == len(entries) - 1:
+                status, message = map_status(record)
+            else:
+                status, message = RunStatus.FAILED, "retried"
+            start = ms_to_dt(entry.get("start_time") or record.get("start_time"))
+            end = ms_to_dt(entry.get("end_time") or record.get("end_time")) if status in RunStatus.finished() else None
+            started = start if status != RunStatus.QUEUED else None
+            number = max(base, int(entry.get("attempt_number") or 0) if entry is not record else 0) + 1
+            attempts[number] = {
+                "number": number,
+                "status": status,
+                "state_message": message,
+                "started_at": started,
+                "ended_at": end,
+                # Read by `fetch_mlflow_outputs`; `upsert_run` ignores it.
+                "task_run_id": entry.get("run_id") if entry is not record else None,
+                # Every node of the shape (the log source and the run page expect at least one).
+                "nodes": [
+                    {"index": index, "status": status, "started_at": started, "ended_at": end} for index in range(nodes)
+                ],
+            }
+    return [attempts[number] for number in sorted(attempts)]
+
+
+def workload_fields(latest: dict[str, Any], result: CollectResult | None = None) -> tuple[dict[str, Any], int]:
+    """Run fields an AI Runtime record carries, and its node count (1 for any other run)."""
+    compute = ai_runtime_compute(latest)
+    if compute is None:
+        return {}, 1
+    accelerator_type, count = compute
+    fields: dict[str, Any] = {"experiment_name": experiment_of(latest)}
+    per_node = accelerator_shape(accelerator_type)
+    if per_node is None:
+        if result is not None:
+            result.say(f"runs: {latest.get('run_id')}: accelerator type {accelerator_type!r} is not one Airboard knows")
+        return fields, 1
+    fields |= {"accelerator_type": accelerator_type, "num_accelerators": count, "gpus_per_node": per_node}
+    if (retries := max_retries_of(latest)) is not None:
+        fields["max_retries"] = retries
+    parameters = {"mlflow_run_name": mlflow_run_name_of(latest), "sweep": is_sweep(latest)}
+    fields["parameters"] = {key: value for key, value in parameters.items() if value}
+    return fields, max(count // per_node, 1)
+
+
 def run_data(
-    external_id: str, records: list[dict[str, Any]], source: str, clusters: dict[str, Cluster]
+    external_id: str,
+    records: list[dict[str, Any]],
+    source: str,
+    clusters: dict[str, Cluster],
+    outputs: dict[str, dict[str, Any]] | None = None,
+    result: CollectResult | None = None,
 ) -> tuple[dict[str, Any], Cluster | None]:
-    """The `upsert_run` payload for one run from all its tries, and the stored cluster it ran on."""
+    """The `upsert_run` payload for one run from all its tries, and the stored cluster it ran on.
+
+    `outputs` holds `jobs get-run-output` answers by task run id: each attempt's MLflow run
+    (every retry is a new MLflow run), the newest one also the run's.
+    """
     tries = sorted(records, key=lambda r: int(r.get("attempt_number") or 0))
     latest = tries[-1]
     status, message = map_status(latest)
-    attempts = []
-    for record in tries:
-        attempt_status, attempt_message = map_status(record)
-        start = ms_to_dt(record.get("start_time"))
-        end = ms_to_dt(record.get("end_time")) if attempt_status in RunStatus.finished() else None
-        started = start if attempt_status != RunStatus.QUEUED else None
-        attempts.append(
-            {
-                "number": int(record.get("attempt_number") or 0) + 1,
-                "status": attempt_status,
-                "state_message": attempt_message,
-                "started_at": started,
-                "ended_at": end,
-                # The driver: the log source and the run page expect at least one node.
-                "nodes": [{"index": 0, "status": attempt_status, "started_at": started, "ended_at": end}],
-            }
-        )
+    workload, nodes = workload_fields(latest, result)
+    attempts = record_attempts(tries, nodes)
+    mlflow: tuple[str, str] = ("", "")
+    for attempt in attempts:
+        experiment_id, mlflow_run_id = mlflow_ids((outputs or {}).get(str(attempt["task_run_id"])))
+        if mlflow_run_id:
+            attempt["mlflow_run_id"] = mlflow_run_id
+            mlflow = (experiment_id, mlflow_run_id)
     cluster = next((clusters[cid] for cid in cluster_ids_of(latest) if cid in clusters), None)
     data: dict[str, Any] = {
         "source": source,
         "external_id": external_id,
-        # The name the job gives the run; the MLflow collector may refine it later.
+        # The name the job gives the run; an AI Runtime run's experiment replaces it.
         "experiment_name": latest.get("run_name") or "",
         "creator": latest.get("creator_user_name") or "",
         "run_page_url": latest.get("run_page_url") or "",
@@ -291,14 +363,18 @@ def run_data(
         "state_message": message,
         "submitted_at": ms_to_dt(tries[0].get("start_time")),
         "started_at": next((a["started_at"] for a in attempts if a["started_at"]), None),
-        "ended_at": attempts[-1]["ended_at"],
+        "ended_at": attempts[-1]["ended_at"] if attempts else None,
         "attempts": attempts,
+        **{key: value for key, value in workload.items() if value not in (None, "", {})},
     }
+    if mlflow[1]:
+        data["mlflow_run_id"] = mlflow[1]
+        data["mlflow_url"] = mlflow_url(data["run_page_url"], *mlflow)
     if cluster is not None:
         data["instance_type"] = cluster.node_type_id
         data["region"] = cluster.region
     elif source == RunSource.CLASSIC:
-        data["instance_type"] = _new_cluster_node_type(latest)
+        data["instance_type"] = next((spec.get("node_type_id") or "" for _, spec in new_cluster_specs(latest)), "")
     return {key: value for key, value in data.items() if value not in (None, "")}, cluster
 
 
@@ -307,8 +383,11 @@ def _fingerprint(run: Run | None) -> tuple | None:
     if run is None:
         return None
     run.refresh_from_db()
-    attempts = tuple(run.attempts.values_list("number", "status", "started_at", "ended_at", "state_message"))
-    return (run.status, run.state_message, run.started_at, run.ended_at, run.cluster_id, run.instance_type, attempts)
+    attempts = tuple(
+        run.attempts.values_list("number", "status", "started_at", "ended_at", "state_message", "mlflow_run_id")
+    )
+    shape = (run.accelerator_type, run.num_accelerators, run.experiment_name, run.mlflow_run_id, run.instance_type)
+    return (run.status, run.state_message, run.started_at, run.ended_at, run.cluster_id, shape, attempts)
 
 
 def _reopen_for_retry(run: Run, data: dict[str, Any]) -> None:
@@ -324,7 +403,11 @@ def _reopen_for_retry(run: Run, data: dict[str, Any]) -> None:
 
 
 def upsert_runs(
-    records: list[dict[str, Any]], clusters: dict[str, Cluster], teams: TeamResolver, result: CollectResult
+    records: list[dict[str, Any]],
+    clusters: dict[str, Cluster],
+    teams: TeamResolver,
+    result: CollectResult,
+    outputs: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Group records into runs and upsert each; returns {external_id: latest Databricks run_id} of active runs.
 
@@ -351,7 +434,7 @@ def upsert_runs(
     for external_id, tries in groups.items():
         run = stored.get(external_id)
         source = run.source if run else (RunSource.CLASSIC if any(map(is_classic, tries)) else RunSource.SERVERLESS)
-        data, cluster = run_data(external_id, tries, source, clusters)
+        data, cluster = run_data(external_id, tries, source, clusters, outputs, result)
         team = run.team if run else teams(data.get("creator", ""))
         if team is None:
             counts["skipped"] += 1
@@ -377,6 +460,89 @@ def upsert_runs(
     return active
 
 
+def gpu_records(
+    records: list[dict[str, Any]], clusters: dict[str, Cluster], result: CollectResult
+) -> list[dict[str, Any]]:
+    """The records of GPU workloads; the rest (notebook, pipeline, CPU cluster jobs) skipped with a count.
+
+    A cluster's GPUs are known when it is stored (listed now or earlier); see
+    `jobs_records.classify` for the rule.
+    """
+    wanted = {cid for r in records for cid in cluster_ids_of(r)} - set(clusters)
+    known = clusters | {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=wanted)}
+    gpus = {cid: cluster_gpus(c) for cid, c in known.items()}
+    kept = [r for r in records if classify(r, gpus) != RunKind.NOT_GPU]
+    if skipped := len(records) - len(kept):
+        result.say(f"runs: {skipped} record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored")
+    return kept
+
+
+def job_cluster_records(records: list[dict[str, Any]], listed: set[str]) -> list[dict[str, Any]]:
+    """`clusters list`-shaped records for GPU job clusters the cluster command did not list.
+
+    A job cluster exists only for its run, so its spec in the run (`job_clusters[]`, a task's
+    `new_cluster`) is all there is to know: instance types, workers or autoscale range, zone.
+    It has no start time, so costs bill it for the run's attempts (driver + workers).
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for cluster_id, spec in new_cluster_specs(record):
+            if cluster_id and cluster_id not in listed and spec_gpus(spec):
+                name = f"job {record.get('job_id', '')} run {record.get('run_id')}"
+                found[cluster_id] = {
+                    **spec,
+                    "cluster_id": cluster_id,
+                    "cluster_name": spec.get("cluster_name") or name,
+                    "creator_user_name": record.get("creator_user_name") or "",
+                    "cluster_source": "JOB",
+                }
+    return list(found.values())
+
+
+def fetch_mlflow_outputs(
+    client: RunSourceClient, records: list[dict[str, Any]], result: CollectResult
+) -> dict[str, dict[str, Any]]:
+    """`jobs get-run-output` of each started AI Runtime task try whose MLflow run is not stored yet.
+
+    Asked: tries not stored yet, and tries stored while still active without an MLflow run
+    (the output names it once the workload starts). A try stored as finished is never asked
+    again, with or without an answer, so a long list of old runs costs nothing per pass; at
+    most MAX_OUTPUTS_PER_PASS calls a pass.
+    """
+    wanted: dict[str, tuple[str, int]] = {}
+    for record in records:
+        if ai_runtime_compute(record) is None:
+            continue
+        for attempt in record_attempts([record]):
+            if attempt["task_run_id"] and attempt["status"] != RunStatus.QUEUED:
+                wanted[str(attempt["task_run_id"])] = (external_id_of(record), attempt["number"])
+    stored = set(
+        Attempt.objects.filter(
+            run__source=RunSource.SERVERLESS,
+            run__external_id__in={ext for ext, _ in wanted.values()},
+            run__origin=RunOrigin.COLLECTOR,  # a key's twin with the same id is not the source's run
+        )
+        .filter(~Q(mlflow_run_id="") | Q(status__in=RunStatus.finished()))
+        .values_list("run__external_id", "number")
+    )
+    ask = [task for task, key in wanted.items() if key not in stored][:MAX_OUTPUTS_PER_PASS]
+    if not ask:
+        return {}
+    outputs, problems = client.get_outputs(ask)
+    result.lines += [f"runs: {problem}" for problem in problems]
+    return outputs
+
+
+def stored_finished(run_ids: list[str]) -> set[str]:
+    """Which of these Databricks run ids are stored as finished runs (nothing left to read)."""
+    # Only the collector's own runs: a key's finished twin with the same id must not stop the
+    # collector from reading the source's run.
+    rows = Run.objects.filter(
+        external_id__in=run_ids, status__in=RunStatus.finished(), origin=RunOrigin.COLLECTOR
+    ).exclude(source=RunSource.LOCAL)
+    return set(rows.values_list("external_id", flat=True))
+
+
 def collect_once(client: RunSourceClient | None = None) -> CollectResult:
     """One pass of the run source.
 
@@ -388,7 +554,7 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
     4. Upsert everything idempotently, then save the cursor: the newest start_time seen (the
        SDK path lists from there) and the runs still active.
     """
-    client = client or client_from_settings()
+    client = client or client_from_settings(settled=stored_finished)
     if client is None:
         return CollectResult(lines=[NOT_CONFIGURED])
     with track("runs", CollectorKind.RUNS, settings.AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS) as (state, result):
@@ -404,10 +570,14 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
             records += fetched
             result.lines += [f"runs: {problem}" for problem in problems]
             result.say(f"runs: fetched {len(fetched)} of {len(vanished)} run(s) no longer listed")
+        records = gpu_records(records, clusters, result)
+        if job_clusters := job_cluster_records(records, set(clusters)):
+            clusters |= upsert_clusters(job_clusters, teams, result, label="job clusters")
         # Clusters a run names but the cluster command did not list are still linked when stored.
         wanted = {cid for r in records for cid in cluster_ids_of(r)} - set(clusters)
         clusters |= {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=wanted)}
-        active = upsert_runs(records, clusters, teams, result)
+        outputs = fetch_mlflow_outputs(client, records, result)
+        active = upsert_runs(records, clusters, teams, result, outputs)
         # A run whose final state could not be fetched stays tracked: the next pass tries again.
         fetched_ids = {external_id_of(r) for r in records}
         for ext, run_id in (cursor.get("active") or {}).items():

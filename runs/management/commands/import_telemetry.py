@@ -1,14 +1,16 @@
 """`manage.py import_telemetry FILE --run RUN_ID`: import GPU telemetry a team already recorded.
 
-Reads nvidia-smi `--query-gpu` CSV, `nvidia-smi dmon` output or dcgm-exporter text (see
+Reads nvidia-smi `--query-gpu` CSV, `nvidia-smi dmon`, `dcgmi dmon` or dcgm-exporter text (see
 runs/importers.py), stores the samples on one node of the run and builds the minute rollups.
 Idempotent: importing the same file again stores nothing new.
 
 Timestamps: nvidia-smi and dmon write local time without a zone; they are read as UTC unless
-`--tz` names the zone they were written in. Files without timestamps need `--start`; untimed
-DCGM scrapes fall back to the file's modification time.
+`--tz` names the zone they were written in. Files without timestamps (dcgmi dmon, untimed DCGM
+scrapes, dmon without `-o DT`) need `--start`: a time is never guessed from the file's mtime.
+Samples outside the run's window (see runs.importers.keep_window) are not imported and counted.
 
-Exit status 1, with the reason, for an unknown run or a file with nothing usable.
+Exit status 1, with the reason, for an unknown run, a file with nothing usable (every sample
+outside the run's window included), or a file whose values are all zero (a broken exporter).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dashboard.progress import Progress
 from runs.choices import RunSource, TelemetrySource
-from runs.importers import ParsedSample, ParseResult, TelemetryFormat, detect_format, parse_telemetry
+from runs.importers import (
+    DCGM_FORMATS,
+    ParsedSample,
+    ParseResult,
+    TelemetryFormat,
+    keep_window,
+    parse_telemetry,
+    run_window,
+)
 from runs.ingest import node_for
 from runs.models import GpuSample, Run
 from runs.telemetry import store_gpu_samples
@@ -85,18 +95,16 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}", returncode=1) from None
 
-        fmt = options["format"]
-        if start is None and (fmt if fmt != TelemetryFormat.AUTO else detect_format(text)) == TelemetryFormat.DCGM:
-            # A single untimed scrape: the time the file was written is the best instant we have.
-            start = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
-            self.stdout.write(f"no timestamps in the DCGM text: using the file time {start.isoformat()}")
-        result = parse_telemetry(text, fmt=fmt, start=start, fields=fields, tz=tz)
+        result = parse_telemetry(text, fmt=options["format"], start=start, fields=fields, tz=tz)
+        if result.suspect:
+            raise CommandError(f"not imported from {path}: {result.suspect}", returncode=1)
+        keep_window(result, *run_window(run), f"run {run.external_id}'s window")
         if not result.samples:
             reasons = "; ".join(str(p) for p in result.problems[:5]) or "no samples in it"
             raise CommandError(f"nothing to import from {path}: {reasons}", returncode=1)
 
         node = node_for(run, options["attempt"], options["node"])
-        source = TelemetrySource.DCGM if result.format == TelemetryFormat.DCGM else TelemetrySource.NVIDIA_SMI
+        source = TelemetrySource.DCGM if result.format in DCGM_FORMATS else TelemetrySource.NVIDIA_SMI
         inserted = duplicates = 0
         with Progress(len(result.samples), "samples", label="storing") as bar:
             for offset in range(0, len(result.samples), STORE_CHUNK):
@@ -110,7 +118,7 @@ class Command(BaseCommand):
     def _report(
         self, result: ParseResult, inserted: int, duplicates: int, run: Run, attempt: int, node_index: int
     ) -> None:
-        skipped = len(result.problems)
+        skipped = result.problem_count
         first, last = result.first_ts, result.last_ts
         assert first is not None and last is not None  # there are samples
         self.stdout.write(

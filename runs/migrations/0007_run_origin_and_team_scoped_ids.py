@@ -14,7 +14,7 @@ def local_runs_were_pushed(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("auth", "0012_alter_user_first_name_max_length"),
-        ("runs", "0005_partition_gpusample"),
+        ("runs", "0006_failure_analysis_attempts_confidence"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0006_run_origin_and_team_scoped_ids'),
+        ('runs', '0007_run_origin_and_team_scoped_ids'),
     ]
 
     operations = [

@@ -1,0 +1,255 @@
+"""Reading Databricks Jobs run records: what a run ran, on what, and how often it tried.
+
+Pure functions over the JSON that `jobs list-runs --expand-tasks`, `jobs get-run`,
+`jobs get-run-output` and `databricks air list|get -o json` print; no database, no client.
+The shapes are the real ones (../shared/reference/databricks-ai-runtime.md, from the
+Databricks CLI's `experimental/air/cmd/joblist.go` and its acceptance fixtures).
+
+What a run is (the one documented choice for runs without a GPU):
+
+1. **AI Runtime (serverless GPU)**: the first task, unwrapped from a `for_each_task` sweep,
+   carries `ai_runtime_task` (GPUs in `deployments[0].compute`), or the older tool's
+   `gen_ai_compute_task` with a `training_script_path` or GPUs in `compute`. The CLI's own
+   list filter asks for the script path, yet `air get`'s fixture run has none and still names
+   its GPUs: a task that holds GPUs is GPU time either way.
+2. **Classic GPU**: a run on a cluster (`existing_cluster_id`, `cluster_instance`, the run's
+   or a task's `new_cluster`, or a `job_clusters[]` entry named by a task's
+   `job_cluster_key`) whose driver or worker instance type carries GPUs.
+3. **Anything else is skipped**, never stored: notebook and pipeline jobs on CPU clusters or
+   serverless CPU are not GPU workloads, and a stored run would count GPU time
+   (`num_accelerators` defaults to 1). A classic run on a cluster we cannot see (not listed,
+   no spec in the record) is kept: it may well be a GPU cluster, and its cost says what is
+   missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from runs.choices import GPUS_PER_NODE, AcceleratorType
+from runs.clusters import instance_gpus
+
+
+class RunKind:
+    """What a Jobs run record is to us (plain strings: they never reach the database)."""
+
+    AI_RUNTIME = "ai_runtime"
+    CLASSIC = "classic"
+    NOT_GPU = "not_gpu"
+
+
+def workload_task(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The task that carries the workload: the first task, or a sweep's iterated task settings.
+
+    As the CLI's `firstTask`: a `for_each_task` sweep holds the workload in
+    `for_each_task.task`; the outer task keeps the run id, window and attempts.
+    """
+    tasks = record.get("tasks") or []
+    if not tasks or not isinstance(tasks[0], dict):
+        return None
+    first = tasks[0]
+    if first.get("ai_runtime_task") or first.get("gen_ai_compute_task"):
+        return first
+    inner = (first.get("for_each_task") or {}).get("task")
+    return inner if isinstance(inner, dict) else first
+
+
+def is_sweep(record: dict[str, Any]) -> bool:
+    tasks = record.get("tasks") or []
+    return bool(tasks) and isinstance(tasks[0], dict) and bool(tasks[0].get("for_each_task"))
+
+
+def ai_runtime_compute(record: dict[str, Any]) -> tuple[str, int] | None:
+    """(accelerator type, total accelerator count) of an AI Runtime run, or None when it is not one."""
+    task = workload_task(record)
+    if task is None:
+        return None
+    current = task.get("ai_runtime_task")
+    if isinstance(current, dict):
+        deployments = current.get("deployments") or [{}]
+        compute = (deployments[0] or {}).get("compute") or {}
+        return str(compute.get("accelerator_type") or ""), int(compute.get("accelerator_count") or 0)
+    legacy = task.get("gen_ai_compute_task")
+    if isinstance(legacy, dict):
+        compute = legacy.get("compute") or {}
+        if legacy.get("training_script_path") or compute.get("gpu_type"):
+            return str(compute.get("gpu_type") or ""), int(compute.get("num_gpus") or 0)
+    return None
+
+
+def strip_user_prefix(name: str) -> str:
+    """'/Users/<user>/exp' -> 'exp', as the CLI shows an experiment; other names unchanged."""
+    if not name.startswith("/Users/"):
+        return name
+    parts = name.split("/", 3)
+    return parts[3] if len(parts) == 4 else name
+
+
+def experiment_of(record: dict[str, Any]) -> str:
+    task = workload_task(record) or {}
+    name = (task.get("ai_runtime_task") or {}).get("experiment") or (task.get("gen_ai_compute_task") or {}).get(
+        "mlflow_experiment_name"
+    )
+    return strip_user_prefix(str(name or ""))
+
+
+def mlflow_run_name_of(record: dict[str, Any]) -> str:
+    """The MLflow run display name the workload asked for (`mlflow_run`), or ''."""
+    task = workload_task(record) or {}
+    return str((task.get("ai_runtime_task") or {}).get("mlflow_run") or "")
+
+
+def accelerator_shape(accelerator_type: str) -> int | None:
+    """GPUs a node of a known shape carries; None for a type Airboard does not know."""
+    try:
+        return GPUS_PER_NODE[AcceleratorType(accelerator_type)]
+    except ValueError:
+        return None
+
+
+# --- Task attempts ------------------------------------------------------------------------
+
+
+def task_attempts(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first task's attempts in this record, oldest first.
+
+    Jobs lists each try of a task as its own entry of `tasks` (same `task_key`, its own
+    `run_id`, `attempt_number` from 0, its own window and state); a record with no tasks is
+    one attempt of itself.
+    """
+    tasks = [t for t in record.get("tasks") or [] if isinstance(t, dict)]
+    if not tasks:
+        return []
+    key = tasks[0].get("task_key")
+    same = [t for t in tasks if t.get("task_key") == key] if key is not None else tasks[:1]
+    return sorted(same, key=lambda t: int(t.get("attempt_number") or 0))
+
+
+def max_retries_of(record: dict[str, Any]) -> int | None:
+    tasks = record.get("tasks") or []
+    value = tasks[0].get("max_retries") if tasks and isinstance(tasks[0], dict) else None
+    return int(value) if isinstance(value, int) and value >= 0 else None
+
+
+def mlflow_ids(output: dict[str, Any] | None) -> tuple[str, str]:
+    """(experiment id, run id) from a `runs/get-output` answer's `ai_runtime_task_output`."""
+    found = (output or {}).get("ai_runtime_task_output") or {}
+    return str(found.get("mlflow_experiment_id") or ""), str(found.get("mlflow_run_id") or "")
+
+
+def mlflow_url(run_page_url: str, experiment_id: str, run_id: str) -> str:
+    """The workspace's MLflow page of a run, as the CLI links it ('' when any part is missing)."""
+    parts = urlsplit(run_page_url or "")
+    if not (parts.scheme and parts.netloc and experiment_id and run_id):
+        return ""
+    return f"{parts.scheme}://{parts.netloc}/ml/experiments/{experiment_id}/runs/{run_id}"
+
+
+# --- Classic clusters: existing, job clusters, per-task new clusters -----------------------
+
+
+def cluster_ids_of(record: dict[str, Any]) -> list[str]:
+    """Classic clusters a run (or its tasks) ran on: cluster_instance or existing_cluster_id."""
+    ids: list[str] = []
+    for item in [record, *(record.get("tasks") or [])]:
+        for candidate in ((item.get("cluster_instance") or {}).get("cluster_id"), item.get("existing_cluster_id")):
+            if candidate and candidate not in ids:
+                ids.append(candidate)
+    return ids
+
+
+def new_cluster_specs(record: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(cluster id or '', `new_cluster` spec) of every job cluster the run's tasks ran on.
+
+    A task names its cluster by `new_cluster` (its own) or `job_cluster_key` (an entry of the
+    run's `job_clusters[]`); the run itself may carry `cluster_spec.new_cluster` or a
+    top-level `new_cluster` (runs/submit). The cluster id is the task's `cluster_instance`
+    once the cluster exists.
+    """
+    shared = {
+        c.get("job_cluster_key"): c.get("new_cluster")
+        for c in record.get("job_clusters") or []
+        if isinstance(c, dict) and isinstance(c.get("new_cluster"), dict)
+    }
+    found: list[tuple[str, dict[str, Any]]] = []
+    for task in record.get("tasks") or []:
+        own = task.get("new_cluster")
+        spec = own if isinstance(own, dict) else shared.get(task.get("job_cluster_key"))
+        if spec:
+            found.append(((task.get("cluster_instance") or {}).get("cluster_id") or "", spec))
+    for spec in ((record.get("cluster_spec") or {}).get("new_cluster"), record.get("new_cluster")):
+        if isinstance(spec, dict):
+            found.append(((record.get("cluster_instance") or {}).get("cluster_id") or "", spec))
+    return found
+
+
+def spec_workers(spec: dict[str, Any]) -> int:
+    """Workers a spec asks for: `num_workers`, else the autoscale minimum (the least it holds)."""
+    autoscale = spec.get("autoscale") or {}
+    return int(spec.get("num_workers") or autoscale.get("min_workers") or 0)
+
+
+def spec_gpus(spec: dict[str, Any]) -> int:
+    """GPUs a cluster spec holds: the driver's plus each worker's (0 for a CPU-only cluster)."""
+    worker = instance_gpus(str(spec.get("node_type_id") or ""))
+    driver = instance_gpus(str(spec.get("driver_node_type_id") or spec.get("node_type_id") or ""))
+    return (driver.count if driver else 0) + spec_workers(spec) * (worker.count if worker else 0)
+
+
+def classify(record: dict[str, Any], known_cluster_gpus: dict[str, int]) -> str:
+    """AI_RUNTIME, CLASSIC or NOT_GPU (see the module docstring); `known_cluster_gpus` by cluster id."""
+    if ai_runtime_compute(record) is not None:
+        return RunKind.AI_RUNTIME
+    specs = new_cluster_specs(record)
+    spec_ids = {cid for cid, _ in specs if cid}
+    if any(spec_gpus(spec) for _, spec in specs):
+        return RunKind.CLASSIC
+    others = [cid for cid in cluster_ids_of(record) if cid not in spec_ids]
+    if any(known_cluster_gpus.get(cid, 1) for cid in others):
+        return RunKind.CLASSIC  # a GPU cluster, or one we cannot see (kept: see the docstring)
+    return RunKind.NOT_GPU
+
+
+# --- `databricks air` envelopes -------------------------------------------------------------
+
+
+class EnvelopeError(Exception):
+    """`databricks air ... -o json` answered an `error` object."""
+
+
+def is_air_envelope(payload: Any) -> bool:
+    return isinstance(payload, dict) and "v" in payload and ("data" in payload or "error" in payload)
+
+
+def air_run_ids(payload: dict[str, Any]) -> list[str]:
+    """Run ids in an `air list` (`data.runs[]`) or `air get` (`data`) envelope; an error raises.
+
+    The envelope's rows carry no accelerators, experiment or MLflow link (only the text table
+    does), so the caller fetches each run's Jobs record for the rest.
+    """
+    if payload.get("error") is not None:
+        error = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
+        raise EnvelopeError(f"{error.get('code') or 'ERROR'}: {error.get('message') or '(no message)'}")
+    data = payload.get("data")
+    if not isinstance(data, dict):
+        raise EnvelopeError("the envelope has no data object")
+    rows = data.get("runs") if "runs" in data else [data]
+    if not isinstance(rows, list):
+        raise EnvelopeError("data.runs is not a list")
+    ids = [str(row.get("run_id")) for row in rows if isinstance(row, dict) and str(row.get("run_id") or "").isdigit()]
+    return list(dict.fromkeys(ids))
+
+
+# `air list` statuses of runs that ended: the row's status is the result state, else the life
+# cycle state (experimental/air/cmd/format.go, statusWord).
+AIR_ENDED = {
+    "SUCCESS", "SUCCESS_WITH_FAILURES", "FAILED", "UPSTREAM_FAILED", "TIMEDOUT", "CANCELED", "UPSTREAM_CANCELED",
+    "MAXIMUM_CONCURRENT_RUNS_REACHED", "EXCLUDED", "DISABLED", "SKIPPED", "INTERNAL_ERROR", "TERMINATED",
+}  # fmt: skip
+
+
+def air_ended_ids(payload: dict[str, Any]) -> list[str]:
+    """Run ids of an `air list` envelope whose row status says the run has ended."""
+    rows = (payload.get("data") or {}).get("runs") or []
+    return [str(r.get("run_id")) for r in rows if isinstance(r, dict) and r.get("status") in AIR_ENDED]
