@@ -34,6 +34,7 @@ logger = logging.getLogger("agent")
 
 EXIT_OK = 0
 EXIT_NO_GPU = 2
+EXIT_NO_KEY = 3
 # Each ship becomes one ingest task and one bulk insert; below a few hundred rows the task's
 # fixed cost (broker round trip, transaction, rollup refresh) outweighs the insert. An 8-GPU
 # node at 1 Hz fills 500 in about a minute; a smaller node ships at the minute anyway, so its
@@ -55,6 +56,16 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
+def _agent_key(key_file: Path | None) -> str:
+    """The node's ingest key: from --key-file (kept out of the process list), else AIRBOARD_AGENT_KEY."""
+    if key_file is not None:
+        try:
+            return key_file.read_text().strip()
+        except OSError as exc:
+            raise SystemExit(f"airboard agent: cannot read --key-file: {exc.strerror or exc}") from None
+    return os.environ.get("AIRBOARD_AGENT_KEY", "").strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agent", description="Airboard GPU node agent (NVML sampler).")
     parser.add_argument("--run-id", help="Run external id for GPUs no process claims (AIRBOARD_RUN_ID wins).")
@@ -70,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--ticks", type=int, default=None, help="Stop after this many ticks (tests, smoke checks).")
     parser.add_argument("--once", action="store_true", help="One tick, ship, exit (same as --ticks 1).")
+    parser.add_argument(
+        "--key-file", type=Path, default=None, help="File holding the node's ingest API key (else AIRBOARD_AGENT_KEY)."
+    )
     parser.add_argument("--mapping", type=Path, default=None, help='JSON file {"<gpu uuid or index>": "<run id>"}.')
     parser.add_argument(
         "--buffer-dir",
@@ -158,9 +172,19 @@ def main(
         print(f"airboard agent: {exc}: nothing to sample", file=sys.stderr)
         return EXIT_NO_GPU
 
+    key = _agent_key(args.key_file)
+    if not key:
+        sampler.close()
+        print(
+            "airboard agent: no key: set AIRBOARD_AGENT_KEY (or --key-file) to an ingest API key of the node's "
+            "team (manage.py create_api_key --team T --role ingest); the server refuses batches without one",
+            file=sys.stderr,
+        )
+        return EXIT_NO_KEY
+
     stop = stop or threading.Event()
     restore = _install_signal_handlers(stop)
-    shipper = Shipper(celery_app or celery_app_from_env(), DiskBuffer(args.buffer_dir, max_bytes))
+    shipper = Shipper(celery_app or celery_app_from_env(), DiskBuffer(args.buffer_dir, max_bytes), key=key)
     agent = Agent(args, sampler, shipper, attributor)
     logger.info("sampling %d GPU(s) every %.3g s on %s node %d", len(sampler.gpus), interval, args.host, args.node)
     try:

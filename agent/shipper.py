@@ -86,10 +86,17 @@ class Shipper:
     """Sends batches through `app`, buffering on broker errors."""
 
     def __init__(
-        self, app: Celery, buffer: DiskBuffer, queue: str = QUEUE, clock: Callable[[], float] = time.monotonic
+        self,
+        app: Celery,
+        buffer: DiskBuffer,
+        queue: str = QUEUE,
+        clock: Callable[[], float] = time.monotonic,
+        key: str = "",
     ) -> None:
         self.app = app
         self.buffer = buffer
+        # The node's ingest key, added at send time only: buffered batches on disk never hold it.
+        self.key = key
         self.queue = queue
         self.sent = 0
         self._clock = clock
@@ -99,7 +106,7 @@ class Shipper:
     def send(self, payload: dict[str, Any]) -> None:
         """One send; raises a BROKER_ERRORS member when the broker does not take it."""
         # retry=False: kombu's default retry policy would block the sampling loop for seconds.
-        self.app.send_task(TASK_NAME, args=[payload], queue=self.queue, retry=False)
+        self.app.send_task(TASK_NAME, args=[{**payload, "key": self.key}], queue=self.queue, retry=False)
         self.sent += 1
 
     def ship(self, payload: dict[str, Any], force: bool = False) -> bool:

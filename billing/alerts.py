@@ -19,8 +19,6 @@ import hmac
 import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -36,11 +34,14 @@ from billing.choices import AlertKind, ChannelKind, DeliveryStatus
 from billing.models import AlertChannel, BudgetAlert, Delivery, UsagePolicy
 from billing.money import CENT
 from billing.policies import PolicyStatus
+from dashboard import outbound
 
 logger = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Airboard-Signature"
 # Error text kept per delivery: enough to read the cause, never a whole HTML error page.
 MAX_ERROR = 500
+# How a delivery error starts when the destination was refused (never retried).
+REFUSED = "refused:"
 
 
 @dataclass(frozen=True)
@@ -200,16 +201,15 @@ def webhook_request(channel: AlertChannel, notice: Notice) -> tuple[bytes, dict[
 
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
-    """POST once: (status code, error text); a network failure has no status code."""
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - http(s) only, checked by the form
+    """POST once through the outbound guard (dashboard/outbound.py): (status code, error text).
+
+    A refused destination (private, metadata, not resolving) has no status code and an error
+    starting 'refused:'; redirects are never followed.
+    """
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return response.status, ""
-    except urllib.error.HTTPError as exc:
-        return exc.code, f"HTTP {exc.code} {exc.reason}"
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return None, f"{type(exc).__name__}: {reason}"[:MAX_ERROR]
+        return outbound.post(url, body, headers, timeout)
+    except outbound.DestinationRefused as exc:
+        return None, f"{REFUSED} {exc}"
 
 
 def _retryable(code: int | None) -> bool:
@@ -228,7 +228,7 @@ def _send_webhook(channel: AlertChannel, notice: Notice, alert: BudgetAlert | No
         if code is not None and 200 <= code < 300:
             error = ""
             break
-        if not _retryable(code) or attempt == retries:
+        if error.startswith(REFUSED) or not _retryable(code) or attempt == retries:
             break
         time.sleep(backoff * 2**attempt)
     ok = code is not None and 200 <= code < 300

@@ -80,6 +80,9 @@ def _row(row: dict) -> dict[str, str]:
 def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
     """Estimated cost per group over an inclusive UTC date range, from the daily rollups."""
     end = query.to or timezone.now().date()
+    if query.from_ is None and end.toordinal() < DEFAULT_DAYS:
+        # 'to' in year 1 with no 'from': the default window would start before date.min (a 500).
+        raise CostError("to", f"'to' ({end}) leaves no room for the default {DEFAULT_DAYS}-day window; give 'from'")
     start = query.from_ or end - timedelta(days=DEFAULT_DAYS - 1)
     if start > end:
         raise CostError("to", f"'to' ({end}) is before 'from' ({start})")

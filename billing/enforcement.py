@@ -7,7 +7,8 @@ a second worker's insert conflicts and it does nothing, so a run is cancelled (o
 most once whatever the number of workers.
 
 How a run is cancelled:
-- a local run (runs/launcher.py): set `Run.cancel_requested_at`; the launcher polls it;
+- a local run (runs/launcher.py), or any run not written by the run source collector: set
+  `Run.cancel_requested_at`; the launcher (or the key's own pusher) polls it;
 - else `AIRBOARD_CANCEL_COMMAND`, a template such as `databricks air cancel {run_id}` split
   with shlex and run without a shell under a timeout ({run_id} is the source's run id);
 - else `AIRBOARD_CANCEL_WEBHOOK_URL`: a signed JSON POST (same signature as alert webhooks);
@@ -31,7 +32,7 @@ from django.utils import timezone
 from billing import alerts, policies
 from billing.choices import EnforcementKind, EnforcementOutcome, SpentAction
 from billing.models import PolicyAction, UsagePolicy
-from runs.choices import RunEventKind, RunSource
+from runs.choices import RunEventKind, RunOrigin, RunSource
 from runs.models import GpuMinute, Run, RunEvent
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,10 @@ def cancel_run(policy: UsagePolicy, run: Run, kind: str, reason: str, now: datet
 
 def _cancel(run: Run, reason: str, now: datetime) -> tuple[str, str, str]:
     """(method, outcome, output) of cancelling `run` by the first method that applies."""
-    if run.source == RunSource.LOCAL:
+    if run.source == RunSource.LOCAL or run.origin != RunOrigin.COLLECTOR:
+        # Only a run the run source collector wrote carries the source's own run id: a run a
+        # key pushed (any source) may share its id with another team's run, and a command or
+        # webhook with that id would cancel the other team's run. Its writer polls the flag.
         Run.objects.filter(pk=run.pk, cancel_requested_at__isnull=True).update(cancel_requested_at=now)
         return "local flag", EnforcementOutcome.DONE, ""
     template = settings.AIRBOARD_CANCEL_COMMAND

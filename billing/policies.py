@@ -130,9 +130,23 @@ def covered_team_ids(policy: UsagePolicy) -> list[int] | None:
     return ids or None
 
 
+def naming_problem(team: Group, name: str) -> str:
+    """Why a run of `team` may not name the policy `name` ('' when it may).
+
+    A run names only a policy that covers its own team: naming another team's policy would
+    count the run's cost against that team's budget (and its cancel action against their runs).
+    A name no policy has is allowed: the workspace may hold policies Airboard does not mirror.
+    """
+    policy = UsagePolicy.objects.prefetch_related("teams").filter(name=name).first() if name else None
+    team_ids = covered_team_ids(policy) if policy is not None else None
+    if team_ids is not None and team.pk not in team_ids:
+        return f"Policy {name} does not cover team {team.name}; use one of your team's policies."
+    return ""
+
+
 def running_runs(policy: UsagePolicy, team_ids: list[int] | None) -> list[Run]:
-    """Runs under the policy still holding GPUs."""
-    runs = Run.objects.filter(usage_policy_name=policy.name, status=RunStatus.RUNNING)
+    """Runs under the policy still holding GPUs (a run that never started accrues nothing)."""
+    runs = Run.objects.filter(usage_policy_name=policy.name, status=RunStatus.RUNNING, started_at__isnull=False)
     if team_ids is not None:
         runs = runs.filter(team_id__in=team_ids)
     return list(runs)

@@ -13,6 +13,7 @@ from django.core.validators import URLValidator, validate_email
 
 from billing.choices import ChannelKind
 from billing.models import AlertChannel, UsagePolicy
+from dashboard.outbound import destination_problem
 from runs.choices import AcceleratorType
 
 REGION_FORMAT = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
@@ -143,6 +144,12 @@ class ChannelForm(forms.ModelForm):
                 URLValidator(schemes=["http", "https"])(target)
             except ValidationError:
                 self.add_error("target", "Give the webhook's http(s) URL.")
+            else:
+                # Resolved now and again at each delivery (dashboard/outbound.py): no private,
+                # loopback, link-local or metadata destinations.
+                problem = destination_problem(target)
+                if problem:
+                    self.add_error("target", f"This URL cannot receive webhooks: {problem}.")
         if kind == ChannelKind.WEBHOOK and not data.get("secret"):
             data["secret"] = secrets.token_urlsafe(32)
         if kind != ChannelKind.WEBHOOK:

@@ -79,17 +79,26 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
         "alerts": policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")[:LOG_ROWS],
         "actions": policy.actions.select_related("run").order_by("-at", "-pk")[:LOG_ROWS],
         "can_manage": can_manage_policies(request.user),
+        "show_delivery_errors": shows_delivery_errors(request),
         "current": "policy_list",
         **extra,
     }
 
 
-def _detail_csv(policy: UsagePolicy, table: str) -> HttpResponse:
+def shows_delivery_errors(request: HttpRequest) -> bool:
+    """A delivery's network error is staff's to read: shown to a team, 'connection refused' versus
+    'timed out' would make the webhook form a scanner of the worker's network. Others see status."""
+    return bool(request.user.is_staff or request.user.is_superuser)
+
+
+def _detail_csv(policy: UsagePolicy, table: str, show_errors: bool) -> HttpResponse:
     """The policy page's logs, whole: alerts fired, deliveries (targets already redacted), actions."""
     if table == "deliveries":
+        deliveries = policy.deliveries.order_by("-at", "-pk")
         rows = [
-            (d.at, d.get_channel_kind_display(), d.target, d.get_status_display(), d.status_code, d.attempts, d.error)
-            for d in policy.deliveries.order_by("-at", "-pk")
+            (d.at, d.get_channel_kind_display(), d.target, d.get_status_display(), d.status_code, d.attempts, error)
+            for d in deliveries
+            for error in [d.error if show_errors else ""]
         ]
         header = ["at", "channel", "target", "status", "status_code", "attempts", "error"]
     elif table == "actions":
@@ -112,7 +121,7 @@ def _detail_csv(policy: UsagePolicy, table: str) -> HttpResponse:
 def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
     policy = _policy(request, pk)
     if request.GET.get("format") == "csv":
-        return _detail_csv(policy, request.GET.get("table", "alerts"))
+        return _detail_csv(policy, request.GET.get("table", "alerts"), shows_delivery_errors(request))
     ctx = _detail_ctx(request, policy, channel_form=ChannelForm() if can_manage_policies(request.user) else None)
     return render(request, "billing/policy_detail.html", ctx)
 

@@ -38,6 +38,7 @@ from django.db import models, transaction
 from billing import history
 from billing.choices import PriceKind as ListOrNegotiated
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
+from dashboard.csv_export import unescape, write_csv
 from runs.choices import AcceleratorType
 
 DEFAULT_PRICE_FILE = Path(__file__).resolve().parent / "data" / "default_prices.csv"
@@ -178,7 +179,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
     if None in raw:
         # DictReader files surplus fields under the key None.
         raise ValueError("more fields than the header has columns")
-    row: dict[str, str] = {name: (raw.get(name) or "").strip() for name in COLUMNS}
+    row: dict[str, str] = {name: unescape((raw.get(name) or "").strip()) for name in COLUMNS}
     if row["kind"] not in set(PriceKind):
         raise ValueError(f"kind {row['kind']!r} must be 'accelerator', 'egress' or 'instance'")
     if not row["effective_from"]:
@@ -414,33 +415,34 @@ def _format_price(value: Decimal) -> str:
 
 
 def export_price_csv(file: IO[str]) -> int:
-    """Write the whole price book to `file` in the load format; returns the rows written."""
-    writer = csv.writer(file, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    count = 0
+    """Write the whole price book to `file` in the load format; returns the rows written.
 
-    def write(kind: PriceKind, values: dict[str, str]) -> None:
-        nonlocal count
-        writer.writerow([kind if name == "kind" else values.get(name, "") for name in COLUMNS])
-        count += 1
+    Through the one CSV writer (dashboard/csv_export.py): a `source` note such as
+    "=HYPERLINK(...)" is written formula-escaped, and `load_price_csv` reads it back as typed.
+    """
 
-    for p in AcceleratorPrice.objects.order_by("accelerator_type", "region", "kind", "effective_from"):
-        write(PriceKind.ACCELERATOR, {
-            "accelerator_type": p.accelerator_type, "region": p.region, "price_kind": p.kind,
-            "effective_from": _format_effective_from(p.effective_from),
-            "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
-        })  # fmt: skip
-    for p in EgressPrice.objects.order_by("source_region", "destination_region", "effective_from"):
-        processing = _format_price(p.usd_per_gb_processing) if p.usd_per_gb_processing else ""
-        write(PriceKind.EGRESS, {
-            "source_region": p.source_region, "destination_region": p.destination_region,
-            "effective_from": _format_effective_from(p.effective_from), "usd_per_gb": _format_price(p.usd_per_gb),
-            "usd_per_gb_processing": processing, "source": p.source,
-        })  # fmt: skip
-    for p in InstancePrice.objects.order_by("instance_type", "region", "effective_from"):
-        write(PriceKind.INSTANCE, {
-            "instance_type": p.instance_type, "region": p.region,
-            "effective_from": _format_effective_from(p.effective_from),
-            "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
-        })  # fmt: skip
-    return count
+    def row(kind: PriceKind, values: dict[str, str]) -> list[str]:
+        return [kind if name == "kind" else values.get(name, "") for name in COLUMNS]
+
+    def rows() -> Iterator[list[str]]:
+        for p in AcceleratorPrice.objects.order_by("accelerator_type", "region", "kind", "effective_from"):
+            yield row(PriceKind.ACCELERATOR, {
+                "accelerator_type": p.accelerator_type, "region": p.region, "price_kind": p.kind,
+                "effective_from": _format_effective_from(p.effective_from),
+                "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
+            })  # fmt: skip
+        for p in EgressPrice.objects.order_by("source_region", "destination_region", "effective_from"):
+            processing = _format_price(p.usd_per_gb_processing) if p.usd_per_gb_processing else ""
+            yield row(PriceKind.EGRESS, {
+                "source_region": p.source_region, "destination_region": p.destination_region,
+                "effective_from": _format_effective_from(p.effective_from), "usd_per_gb": _format_price(p.usd_per_gb),
+                "usd_per_gb_processing": processing, "source": p.source,
+            })  # fmt: skip
+        for p in InstancePrice.objects.order_by("instance_type", "region", "effective_from"):
+            yield row(PriceKind.INSTANCE, {
+                "instance_type": p.instance_type, "region": p.region,
+                "effective_from": _format_effective_from(p.effective_from),
+                "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
+            })  # fmt: skip
+
+    return write_csv(file, COLUMNS, rows(), lineterminator="\n")

@@ -47,7 +47,7 @@ from billing.models import BilledUsage, BillingListPrice
 from billing.money import EXACT, ZERO, exact_sum
 from billing.pricebook import RowError
 from billing.run_costs import breakdowns_for_runs
-from runs.choices import RunSource
+from runs.choices import RunOrigin, RunSource
 from runs.models import Attempt, Run
 
 # Sources whose runs the provider bills; job_run_id is looked up among these.
@@ -241,7 +241,11 @@ def _runs_by_external_id(job_run_ids: Iterable[str]) -> dict[str, int]:
     found: dict[str, list[int]] = defaultdict(list)
     ids = sorted(set(job_run_ids) - {""})
     for i in range(0, len(ids), CHUNK):
-        rows = Run.objects.filter(external_id__in=ids[i : i + CHUNK], source__in=BILLED_SOURCES)
+        # Only the run source collector's runs: a job_run_id is the source's id, and a run an
+        # API key pushed with the same id (any team) must not receive another team's billing.
+        rows = Run.objects.filter(
+            external_id__in=ids[i : i + CHUNK], source__in=BILLED_SOURCES, origin=RunOrigin.COLLECTOR
+        )
         for external_id, pk in rows.values_list("external_id", "pk"):
             found[external_id].append(pk)
     return {key: pks[0] for key, pks in found.items() if len(pks) == 1}

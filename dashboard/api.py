@@ -61,7 +61,11 @@ api = NinjaAPI(
     version="1",
     description=(
         "Push runs, logs, GPU telemetry and MLflow metrics into Airboard, and read runs back. "
-        "Authenticate with `Authorization: Bearer <key>` (see `manage.py create_api_key`)."
+        "Authenticate with `Authorization: Bearer <key>` (see `manage.py create_api_key`).\n\n"
+        "Ownership: a run is its (source, external id) within one team. A key writes runs of its own "
+        "source (`local` unless the key was created with `--source`) into its own team, never changes a "
+        "run the run source collector wrote, and sees nothing of other teams: another team's run with "
+        "the same id answers exactly as an unused id would."
     ),
     urls_namespace="api",
 )

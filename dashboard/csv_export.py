@@ -13,6 +13,7 @@ import csv
 from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from typing import IO
 
 from django.http import HttpResponse
 
@@ -40,13 +41,36 @@ def cell(value: object) -> object:
     return text
 
 
+def unescape(text: str) -> str:
+    """A cell read back from one of our CSVs: the apostrophe `cell()` put before a formula goes.
+
+    Files we export are loaded again (the price book): what was written as "'=x" is read as "=x".
+    """
+    if text.startswith("'") and text[1:].startswith(FORMULA_PREFIXES):
+        return text[1:]
+    return text
+
+
+def write_csv(
+    file: IO[str], header: Sequence[str], rows: Iterable[Sequence[object]], lineterminator: str = "\r\n"
+) -> int:
+    """Write `header` then `rows` to `file`, every cell through `cell()`; returns the rows written.
+
+    The one CSV writer of the project: every download and file export goes through it.
+    """
+    writer = csv.writer(file, lineterminator=lineterminator)
+    writer.writerow([cell(h) for h in header])
+    count = 0
+    for row in rows:
+        writer.writerow([cell(v) for v in row])
+        count += 1
+    return count
+
+
 def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> HttpResponse:
     """An attachment download of `header` then `rows`, every cell through `cell()`."""
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)
     response["Content-Disposition"] = f'attachment; filename="{safe_name}"'
-    writer = csv.writer(response)
-    writer.writerow([cell(h) for h in header])
-    for row in rows:
-        writer.writerow([cell(v) for v in row])
+    write_csv(response, header, rows)
     return response

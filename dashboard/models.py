@@ -10,6 +10,8 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.utils import timezone
 
+from runs.choices import RunSource
+
 
 class ApiKeyRole(models.TextChoices):
     INGEST = "ingest", "Ingest (write runs, logs, telemetry; read)"
@@ -29,6 +31,12 @@ class ApiKey(models.Model):
 
     team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="api_keys")
     role = models.CharField(max_length=16, choices=ApiKeyRole.choices)
+    source = models.CharField(
+        max_length=16,
+        choices=RunSource.choices,
+        default=RunSource.LOCAL,
+        help_text="The run source this key writes runs under; collector sources only when granted.",
+    )
     name = models.CharField(max_length=100, blank=True)
     prefix = models.CharField(max_length=16, help_text="First characters, to tell keys apart.")
     key_hash = models.CharField(max_length=64)
@@ -46,10 +54,12 @@ class ApiKey(models.Model):
         return f"{self.prefix}… ({self.team.name}, {self.role})"
 
     @classmethod
-    def issue(cls, team: Group, role: str, name: str = "") -> tuple[ApiKey, str]:
+    def issue(cls, team: Group, role: str, name: str = "", source: str = RunSource.LOCAL) -> tuple[ApiKey, str]:
         """Create a key; returns the row and the raw key, which is never stored."""
         raw = KEY_PREFIX + secrets.token_urlsafe(32)
-        key = cls.objects.create(team=team, role=role, name=name, prefix=raw[:10], key_hash=hash_key(raw))
+        key = cls.objects.create(
+            team=team, role=role, name=name, source=source, prefix=raw[:10], key_hash=hash_key(raw)
+        )
         return key, raw
 
     @classmethod

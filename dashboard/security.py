@@ -1,4 +1,5 @@
-"""Security middleware: the Content Security Policy, and a request body cap answered with 413.
+"""Security middleware: the Content Security Policy, a request body cap answered with 413, and the
+hooks django-axes calls for the login lockout.
 
 Django's own SecurityMiddleware sends X-Content-Type-Options and Referrer-Policy, and
 XFrameOptionsMiddleware sends X-Frame-Options: DENY; Django 5.2 has no CSP, so it is here.
@@ -6,11 +7,16 @@ XFrameOptionsMiddleware sends X-Frame-Options: DENY; Django 5.2 has no CSP, so i
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+
+from dashboard import ratelimit
 
 # script-src is strict: 'self' only, no inline script, no eval. The pages pass data to scripts
 # with json_script (<script type="application/json">), which the browser never executes, so CSP
@@ -77,3 +83,47 @@ class RequestBodyLimitMiddleware:
                 return HttpResponse(json.dumps({"detail": detail}), status=413, content_type="application/json")
             return HttpResponse(detail, status=413, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+# --- Login lockout (django-axes, settings AXES_*) ---------------------------------------------
+
+
+def login_failure_limit(request: HttpRequest, credentials: dict[str, Any] | None) -> int:
+    """Failures of one (username, address) before the lock: AIRBOARD_LOGIN_FAILURES."""
+    return settings.AIRBOARD_LOGIN_FAILURES
+
+
+def login_cool_off(request: HttpRequest | None = None) -> timedelta:
+    """How long a lock lasts, counted from the last failure: AIRBOARD_LOGIN_WINDOW_SECONDS."""
+    return timedelta(seconds=settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
+
+
+def login_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str:
+    """The username as counted: trimmed and lower-cased, so 'ALICE' does not restart alice's count."""
+    raw = (credentials or {}).get("username") or request.POST.get("username", "")
+    return str(raw)[:150].strip().lower()
+
+
+def login_client_ip(request: HttpRequest) -> str | None:
+    """The address as counted: behind AIRBOARD_TRUSTED_PROXIES proxies, the one the outermost saw.
+
+    None when there is no valid address (a login made in-process): axes stores addresses in an
+    inet column on PostgreSQL, which refuses anything else.
+    """
+    address = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
+
+
+def login_locked_out(
+    request: HttpRequest, original_response: HttpResponse | None = None, credentials: dict[str, Any] | None = None
+) -> HttpResponse:
+    """The 429 a locked login gets, with Retry-After (the whole window: the lock ends by then)."""
+    seconds = settings.AIRBOARD_LOGIN_WINDOW_SECONDS
+    response = HttpResponse(
+        f"Too many failed logins; try again in {seconds} seconds.", status=429, content_type="text/plain; charset=utf-8"
+    )
+    response["Retry-After"] = str(seconds)
+    return response

@@ -45,6 +45,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "ninja",
+    # Login lockout on every login form, the admin's included (dashboard/security.py).
+    "axes",
     "dashboard",
     "runs",
     "billing",
@@ -63,6 +65,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into the 429.
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes checks every authenticate() call (our login, the admin's, any other form) before
+# the password: a locked (username, address) pair is refused without being checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -192,6 +203,9 @@ AIRBOARD_MAX_LOG_CHUNK_BYTES = env_int("AIRBOARD_MAX_LOG_CHUNK_BYTES", 1_048_576
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AIRBOARD_MAX_REQUEST_BYTES", 8 * 1_048_576, minimum=1024)
 # How far in the future a sample may be stamped before it is refused (clock skew allowance).
 AIRBOARD_MAX_FUTURE_SKEW_SECONDS = env_int("AIRBOARD_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
+# Most accelerators a run pushed through the API may claim (a plausibility limit: the cost of
+# a pushed run counts against its policy's budget, which can cancel other runs).
+AIRBOARD_MAX_PUSHED_ACCELERATORS = env_int("AIRBOARD_MAX_PUSHED_ACCELERATORS", 512, minimum=1)
 # Runs listed per page.
 AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
 # Link to the MLflow UI; `{run_id}` is replaced by the MLflow run id.
@@ -219,6 +233,19 @@ AIRBOARD_LOGIN_FAILURES = env_int("AIRBOARD_LOGIN_FAILURES", 5, minimum=1)
 # Failed logins from one client address, any username (slows password spraying).
 AIRBOARD_LOGIN_FAILURES_PER_IP = env_int("AIRBOARD_LOGIN_FAILURES_PER_IP", 50, minimum=1)
 AIRBOARD_LOGIN_WINDOW_SECONDS = env_int("AIRBOARD_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+# Failures are counted by django-axes in the database (AccessAttempt): shared by every web
+# process and machine, and kept across restarts; the limits above are read per request.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = "dashboard.security.login_failure_limit"
+AXES_COOLOFF_TIME = "dashboard.security.login_cool_off"
+AXES_USERNAME_CALLABLE = "dashboard.security.login_username"
+AXES_CLIENT_IP_CALLABLE = "dashboard.security.login_client_ip"
+AXES_LOCKOUT_CALLABLE = "dashboard.security.login_locked_out"
+AXES_RESET_ON_SUCCESS = True
+# Successful logins are not logged by axes: its access log would store every user's IP and agent.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
 # Reverse proxies in front of the web process whose X-Forwarded-For is trusted (0: use REMOTE_ADDR).
 AIRBOARD_TRUSTED_PROXIES = env_int("AIRBOARD_TRUSTED_PROXIES", 0, minimum=0)
 # A Content-Security-Policy replacing the default one (dashboard/security.py says why it is as it is).
@@ -241,6 +268,9 @@ DEFAULT_FROM_EMAIL = env_str("AIRBOARD_EMAIL_FROM", "airboard@localhost")
 # Alert and cancel webhooks: seconds per try, retries after the first try, first backoff (doubles).
 AIRBOARD_WEBHOOK_TIMEOUT_SECONDS = env_float("AIRBOARD_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 AIRBOARD_WEBHOOK_RETRIES = env_int("AIRBOARD_WEBHOOK_RETRIES", 3, minimum=0)
+# Webhooks to private, loopback and link-local addresses: refused unless the receivers live on
+# the private network (dashboard/outbound.py). Metadata host names are refused either way.
+AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
 AIRBOARD_WEBHOOK_BACKOFF_SECONDS = env_float("AIRBOARD_WEBHOOK_BACKOFF_SECONDS", 1.0, minimum=0)
 # Cancelling a run a policy stops: a command template ({run_id} = the source's run id; split
 # with shlex, run without a shell), else a webhook; local runs are flagged for their launcher.

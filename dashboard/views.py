@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,9 +18,10 @@ from django.utils import timezone
 from billing.spend import TeamMonth, team_month
 from dashboard import ratelimit
 from dashboard.csv_export import csv_response
+from dashboard.redaction import redact
 from runs import glance
 from runs.choices import RunStatus
-from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
+from runs.demo_constants import DEMO_USERNAME, demo_password, is_embedded_default
 from runs.models import CollectorState, MlflowRun, Run
 from runs.stalls import run_stalls
 
@@ -91,77 +92,86 @@ def overview(request: HttpRequest) -> HttpResponse:
         "has_teams": bool(team_ids),
         "has_runs": runs.exists(),
         "month": now,
-        "stale_collectors": [c for c in CollectorState.objects.all() if c.is_stale],
+        "stale_collectors": shown_errors(
+            (c for c in CollectorState.objects.all() if c.is_stale), request.user.is_staff or request.user.is_superuser
+        ),
         # Stalled / process-less GPUs of running runs (runs/stalls.py): one sample query per run.
         "stalls": run_stalls(active.filter(status=RunStatus.RUNNING)[:STALL_RUNS]),
     }
     return render(request, "dashboard/overview.html", ctx)
 
 
+# What a team member sees of a collector's error: its text can name any team's runs (a log
+# fetch of another team's run failed), so only staff read it; members see that and when.
+MEMBER_ERROR = "failed (the error is shown to staff)"
+
+
+def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[CollectorState]:
+    """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise."""
+    out = list(states)
+    for state in out:
+        # Redacted again on the way out: errors stored before the redactor existed are covered too.
+        state.shown_error = (redact(state.last_error) if is_staff else MEMBER_ERROR) if state.last_error else ""
+    return out
+
+
 @login_required
 def collectors(request: HttpRequest) -> HttpResponse:
     """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
     is_staff = request.user.is_staff or request.user.is_superuser
+    states = shown_errors(CollectorState.objects.all(), is_staff)
     if request.GET.get("format") == "csv":
-        header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "last_error_at",
-                  "last_error"]  # fmt: skip
-        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.last_error_at,
-                 c.last_error] for c in CollectorState.objects.all())  # fmt: skip
+        header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "refused_total",
+                  "last_error_at", "last_error"]  # fmt: skip
+        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.refused_total,
+                 c.last_error_at, c.shown_error] for c in states)  # fmt: skip
         return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {
-        "collectors": CollectorState.objects.all(),
+        "collectors": states,
         "unlinked": MlflowRun.objects.filter(run__isnull=True).order_by("-start_time")[:200] if is_staff else None,
         "unlinked_count": MlflowRun.objects.filter(run__isnull=True).count() if is_staff else 0,
     }
     return render(request, "dashboard/collectors.html", ctx)
 
 
-def _login_limits() -> tuple[ratelimit.Limit, ratelimit.Limit]:
-    window = settings.AIRBOARD_LOGIN_WINDOW_SECONDS
-    return (
-        ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES, window),
-        ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, window),
-    )
-
-
 class LoginView(auth_views.LoginView):
-    """Django's login, plus the demo credentials while (and only while) demo data exists.
+    """Django's login, plus the demo credentials while demo data exists on the embedded default.
 
-    Lockout: after AIRBOARD_LOGIN_FAILURES failed attempts for one username from one address
-    (or AIRBOARD_LOGIN_FAILURES_PER_IP for any username from one address) in the window, the
-    form answers 429 with Retry-After, without checking the password at all, until the window
-    ends. Keyed by username and address together so that a stranger cannot lock a user out
-    from elsewhere by guessing wrong on purpose.
+    Lockout: django-axes (settings AXES_*, dashboard/security.py) counts failures per username
+    and address in the database, on every login form, the admin's included; after
+    AIRBOARD_LOGIN_FAILURES in the window the form answers 429 with Retry-After, without
+    checking the password. Keyed by username and address together so that a stranger cannot
+    lock a user out from elsewhere by guessing wrong on purpose. Here, on top: at most
+    AIRBOARD_LOGIN_FAILURES_PER_IP failures from one address for any username (spraying),
+    counted in Django's cache (Redis when REDIS_URL is set).
     """
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
-        username = str(request.POST.get("username", ""))[:150].strip().lower()
-        per_user, per_ip = _login_limits()
-        for decision in (
-            ratelimit.peek("login", f"{username}|{ip}", per_user),
-            ratelimit.peek("login-ip", ip, per_ip),
-        ):
-            if not decision.allowed:
-                response = HttpResponse(
-                    f"Too many failed logins; try again in {decision.retry_after} seconds.",
-                    status=429,
-                    content_type="text/plain; charset=utf-8",
-                )
-                response["Retry-After"] = str(decision.retry_after)
-                return response
+        per_ip = ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
+        decision = ratelimit.peek("login-ip", ip, per_ip)
+        if not decision.allowed:
+            response = HttpResponse(
+                f"Too many failed logins; try again in {decision.retry_after} seconds.",
+                status=429,
+                content_type="text/plain; charset=utf-8",
+            )
+            response["Retry-After"] = str(decision.retry_after)
+            return response
         response = super().post(request, *args, **kwargs)
         if response.status_code == 200:
             # The form came back: the credentials were wrong (a success redirects).
-            ratelimit.hit("login", f"{username}|{ip}", per_user)
             ratelimit.hit("login-ip", ip, per_ip)
         return response
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        ctx["demo_login"] = Run.objects.filter(is_demo=True).exists()
-        ctx["demo_username"] = DEMO_USERNAME
-        ctx["demo_password"] = DEMO_PASSWORD
+        # Only the embedded default shows it: a team deployment (DATABASE_URL) never prints a
+        # password on a page every stranger can load, even if someone seeded the demo there.
+        ctx["demo_login"] = is_embedded_default() and Run.objects.filter(is_demo=True).exists()
+        if ctx["demo_login"]:
+            ctx["demo_username"] = DEMO_USERNAME
+            ctx["demo_password"] = demo_password()
         return ctx
 
 

@@ -2,7 +2,7 @@
 
 The payload (built by `agent.main.Agent.payload`, JSON through the broker):
 
-    {"version": 1, "host": "gpu-node-17", "node": 0, "attempt": null,
+    {"version": 1, "key": "ab_…", "host": "gpu-node-17", "node": 0, "attempt": null,
      "sent_at": "2026-11-02T09:00:10+00:00", "dropped_samples": 0,
      "samples": [{"run": "run-1", "run_source": "serverless", "gpu": 0, "gpu_uuid": "GPU-…",
                   "ts": "2026-11-02T09:00:01+00:00", "utilization_gpu": 97.0, …every
@@ -10,6 +10,13 @@ The payload (built by `agent.main.Agent.payload`, JSON through the broker):
                   "used_memory_bytes": 123, "run": "run-1"}]}],
      "events": [{"kind": "gpu_lost" | "xid", "run": "run-1", "run_source": "serverless",
                  "gpu": 3, "gpu_uuid": "GPU-…", "ts": "…", "message": "…", "details": {"xid": 79}}]}
+
+The broker is not a credential: anything that reaches it (a compromised node, a shared Redis)
+could name any run. `key` is the node's API key (ingest role, `create_api_key --team T --role
+ingest --name gpu-node-17`, given to the agent as AIRBOARD_AGENT_KEY): a payload without a
+valid one is refused whole, and rows or events naming a run outside the key's team are
+refused one by one. Both are counted on the collectors page (CollectorState "agent",
+`refused_total`) and logged without the key.
 
 Rows are checked with the API's own schema (`GpuSampleIn`: ranges, finite numbers, a known
 run). A bad row is dropped and counted, never a crash: the agent cannot fix it, and a retry
@@ -27,12 +34,15 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from pydantic import ValidationError
 
+from dashboard.models import ApiKey
 from runs import ingest
-from runs.choices import BatchKind, RunEventKind, RunSource, TelemetrySource
-from runs.models import IngestBatch, Node, Run, RunEvent
+from runs.choices import BatchKind, CollectorKind, RunEventKind, RunSource, TelemetrySource
+from runs.collectors.state import state_for
+from runs.models import CollectorState, IngestBatch, Node, Run, RunEvent
 from runs.schemas import GpuSampleIn, _aware
 
 logger = logging.getLogger(__name__)
@@ -52,6 +62,8 @@ class AgentIngestResult:
     dropped_rows: int = 0
     events: int = 0
     dropped_events: int = 0
+    # Rows and events naming another team's run, or the whole payload without a valid key.
+    refused: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -75,6 +87,15 @@ def ingest_agent_payload(payload: Any) -> AgentIngestResult:
     if envelope is None:
         logger.warning("agent batch rejected: %s", "; ".join(result.problems))
         return result
+    key = ApiKey.authenticate(payload["key"]) if isinstance(payload.get("key"), str) else None
+    if key is None or not key.can_write:
+        samples, events = payload.get("samples"), payload.get("events")
+        refused = sum(len(part) for part in (samples, events) if isinstance(part, list))
+        _count_refusals(refused, "a payload without a valid ingest key")
+        result.refused = refused
+        result.problems.append("no valid ingest key: payload refused")
+        logger.warning("agent batch from %s refused: no valid ingest key", str(payload.get("host"))[:255])
+        return result
     node_index, attempt, host = envelope
     samples = payload.get("samples") or []
     events = payload.get("events") or []
@@ -83,13 +104,20 @@ def ingest_agent_payload(payload: Any) -> AgentIngestResult:
         return result
 
     valid = _validated_samples(samples, node_index, attempt, host, result)
-    runs = _runs({(s.run_source, s.run) for s in valid} | _event_refs(events))
+    refs = {(s.run_source, s.run) for s in valid} | _event_refs(events)
+    runs = _runs(key.team, refs)
+    # Another team's run is refused (and counted); a run nobody has yet is only dropped, as before.
+    refused_refs = refs - runs.keys() - _unknown(refs)
     horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
     nodes: dict[int, Node] = {}
     by_team: dict[int, tuple[Group, list[list[Any]]]] = {}
     with transaction.atomic():
         for s in valid:
             run = runs.get((s.run_source, s.run))
+            if (s.run_source, s.run) in refused_refs:
+                result.refused += 1
+                result.problems.append(f"sample of {s.run!r}: not a run of the key's team")
+                continue
             if run is None or s.ts > horizon:
                 result.dropped_rows += 1
                 result.problems.append(
@@ -105,7 +133,9 @@ def ingest_agent_payload(payload: Any) -> AgentIngestResult:
             result.batches.append(batch)
             result.rows += len(rows)
             result.duplicates += int(duplicate)
-        _store_events(events, runs, nodes, attempt, node_index, host, horizon, result)
+        _store_events(events, runs, nodes, attempt, node_index, host, horizon, result, refused_refs)
+        if result.refused:
+            _count_refusals(result.refused, f"run(s) outside team {key.team.name}")
     # After the commit: a worker that dies here leaves the batch pending for the sweeper.
     for batch in result.batches:
         ingest.process_batch(batch.pk)
@@ -171,11 +201,29 @@ def _event_refs(events: list[Any]) -> set[tuple[str, str]]:
     }
 
 
-def _runs(refs: set[tuple[str, str]]) -> dict[tuple[str, str], Run]:
-    # The broker is the agent's credential (only our nodes reach it): any team's run is accepted.
+def _runs(team: Group, refs: set[tuple[str, str]]) -> dict[tuple[str, str], Run]:
+    """The key's team's runs among `refs`, by (source, external id): unique within a team."""
     external_ids = {ext for _, ext in refs}
-    found = Run.objects.filter(external_id__in=external_ids).select_related("team")
+    found = Run.objects.filter(team=team, external_id__in=external_ids).select_related("team")
     return {(r.source, r.external_id): r for r in found if (r.source, r.external_id) in refs}
+
+
+def _unknown(refs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Refs that name no run of any team (an agent may report before the run source sees the run)."""
+    external_ids = {ext for _, ext in refs}
+    known = set(Run.objects.filter(external_id__in=external_ids).values_list("source", "external_id"))
+    return {ref for ref in refs if ref not in known}
+
+
+def _count_refusals(count: int, why: str) -> None:
+    """Add `count` to the agent's refusals on the collectors page, with the latest reason."""
+    if count <= 0:
+        return
+    state = state_for("agent", CollectorKind.AGENT)
+    CollectorState.objects.filter(pk=state.pk).update(
+        refused_total=F("refused_total") + count, last_refusal=f"{count} refused: {why}"[:500],
+        last_refusal_at=timezone.now(),
+    )  # fmt: skip
 
 
 def _node(nodes: dict[int, Node], run: Run, attempt: int | None, node_index: int, host: str) -> Node:
@@ -193,9 +241,16 @@ def _store_events(
     host: str,
     horizon: datetime,
     result: AgentIngestResult,
+    refused_refs: set[tuple[str, str]],
 ) -> None:
     objects = []
     for i, raw in enumerate(events):
+        if isinstance(raw, dict) and (str(raw.get("run_source") or RunSource.SERVERLESS), str(raw.get("run"))) in (
+            refused_refs
+        ):
+            result.refused += 1
+            result.problems.append(f"events[{i}]: not a run of the key's team")
+            continue
         event = _event(raw, runs, horizon)
         if isinstance(event, str):
             result.dropped_events += 1

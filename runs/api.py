@@ -13,6 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest
@@ -24,11 +25,13 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
 
+from billing.policies import naming_problem
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs import ingest
-from runs.choices import BatchKind, RunSource, RunStatus, TelemetrySource
+from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
 from runs.models import Attempt, IngestBatch, Node, Run
+from runs.postmortem import CLI_CAP
 from runs.schemas import (
     BatchOut,
     ErrorOut,
@@ -118,20 +121,67 @@ def _get_run(request: HttpRequest, external_id: str, source: str | None) -> Run:
     "/runs", response={200: UpsertOut, 201: UpsertOut, **ERRORS}, auth=bearer, summary="Create or update a run"
 )
 def upsert_run(request: HttpRequest, payload: RunIn) -> Status:
-    """Upsert a run with its attempts and nodes by (source, external_id). Fields left out keep their value."""
-    team = Access(request).require_write()
-    data = payload.model_dump(exclude_unset=True) | {"source": payload.source}
+    """Upsert a run with its attempts and nodes by (source, external_id). Fields left out keep their value.
+
+    A key writes runs of its own source only (`local` unless the key was created with
+    `--source`); `source` left out is the key's. Runs are looked up within the key's team:
+    another team's run with the same id is neither seen nor changed, and the answer is the
+    one an unused id gets. A run the run source collector wrote cannot be changed by a key.
+    """
+    access = Access(request)
+    team = access.require_write()
+    source = payload.source or access.key.source
+    if source != access.key.source:
+        raise HttpError(
+            403,
+            f"This key writes runs of source {access.key.source!r} only; a key for {source!r} runs is "
+            f"created with `create_api_key --source {source}`.",
+        )
+    data = payload.model_dump(exclude_unset=True) | {"source": source}
     try:
         data = ingest.with_workload(data)
     except WorkloadError as exc:
         raise InvalidRows([{"field": "workload_yaml", "message": str(problem)} for problem in exc.problems]) from None
+    problems = pushed_run_problems(team, data)
+    if problems:
+        raise InvalidRows(problems)
     try:
-        result = ingest.upsert_run(team, data)
+        result = ingest.upsert_run(team, data, origin=RunOrigin.KEY)
+    except ingest.IngestInvalid as exc:
+        raise InvalidRows([{"field": exc.field, "message": exc.message}]) from None
     except ingest.IngestConflict as exc:
         raise HttpError(409, str(exc)) from None
     run = _with_attempts(Run.objects.filter(pk=result.run.pk)).get()
     body = {"created": result.created, "ignored": result.ignored, "run": _run_out(run, detail=True)}
     return Status(201 if result.created else 200, body)
+
+
+def pushed_run_problems(team: Group, data: dict[str, Any]) -> list[dict[str, str]]:
+    """Plausibility of a run a key pushes, whose cost counts against a policy's budget.
+
+    1. `usage_policy_name` must be a policy covering the key's team (or no policy at all).
+    2. At most AIRBOARD_MAX_PUSHED_ACCELERATORS accelerators (the shape's own rule is checked
+       by `upsert_run`).
+    3. The run and each attempt held GPUs for at most the CLI's runtime cap (14 days), from
+       start to end, or to now while running: a start in 1970 is not years of spend.
+    """
+    errors: list[dict[str, str]] = []
+    problem = naming_problem(team, data.get("usage_policy_name") or "")
+    if problem:
+        errors.append({"field": "usage_policy_name", "message": problem})
+    cap = settings.AIRBOARD_MAX_PUSHED_ACCELERATORS
+    if (data.get("num_accelerators") or 0) > cap:
+        errors.append({"field": "num_accelerators", "message": f"is more than {cap}, the most a pushed run may claim"})
+    now = timezone.now()
+    spans = [("", data)] + [(f"attempts[{i}].", a) for i, a in enumerate(data.get("attempts") or [])]
+    for prefix, item in spans:
+        start = item.get("started_at")
+        if start is not None and (item.get("ended_at") or now) - start > CLI_CAP:
+            errors.append(
+                {"field": f"{prefix}started_at", "message": f"the run would have held its GPUs longer than the "
+                 f"{CLI_CAP.days}-day runtime cap"}
+            )  # fmt: skip
+    return errors
 
 
 class RunFilter(Schema):

@@ -9,6 +9,14 @@ class RunSource(models.TextChoices):
     LOCAL = "local", "Local"
 
 
+class RunOrigin(models.TextChoices):
+    """Who wrote a run first; only that writer may change it afterwards (SECURITY.md, "Ownership")."""
+
+    COLLECTOR = "collector", "Run source collector"
+    KEY = "key", "API key"
+    OPERATOR = "operator", "Operator command (launch, demo)"
+
+
 class RunStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
-from runs.choices import BatchKind, RunSource, RunStatus, TelemetrySource
+from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.demo import EXPERIMENT_BY_SLUG, EXPERIMENTS, rng_for, training_curve
 from runs.demo_clusters import RUN_PREFIX as ADVICE_RUN_PREFIX
 from runs.demo_logs import FAILURES, LogContext, closing_lines, progress_lines
@@ -291,6 +291,8 @@ def _finish(live: _Live, now: datetime, failure: str | None, rng: random.Random)
                 }
             ],
         },
+        # The writer that owns the run (SECURITY.md, "Ownership"): the seed's runs are the run source's.
+        origin=run.origin,
     )
 
 
@@ -352,7 +354,8 @@ def _start(now: datetime, rng: random.Random) -> Run | None:
             }
         ],
     }
-    run = upsert_run(template.team, data).run
+    # Written as the run source collector writes, as the seed's runs are.
+    run = upsert_run(template.team, data, origin=RunOrigin.COLLECTOR).run
     # Demo data stays recognisable (and removable by seed_demo --reset) as the seed's runs are.
     Run.objects.filter(pk=run.pk).update(is_demo=True, user=template.user)
     logger.info("live demo: started run %s (%s, %s)", run.external_id, run.experiment_name, run.accelerator_type)

@@ -55,7 +55,7 @@ from runs.demo import (
 )
 from runs.demo import email as demo_email
 from runs.demo_clusters import remove_demo_clusters, write_demo_clusters
-from runs.demo_constants import DEMO_PASSWORD
+from runs.demo_constants import demo_password
 from runs.demo_logs import LogContext, node_log
 from runs.demo_series import PROFILES, Activity, metric_points, minute_rollups, raw_samples
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
@@ -139,7 +139,8 @@ def seed_demo(
         counts["gpu hours"] = write_hours(Run.objects.filter(is_demo=True))
         clock.phase("hours", f"{counts['gpu hours']} hour rollups from the minute rollups")
     log("Done: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f" in {time.perf_counter() - clock.start:.1f}s.")
-    log(f"Log in as alice (or admin, staff) with password {DEMO_PASSWORD!r}.")
+    # Printed here, once: the password is this workspace's own (var/demo_password).
+    log(f"Log in as alice (or admin, staff) with password {demo_password()!r}.")
     return counts
 
 
@@ -206,18 +207,18 @@ def write_plan(plan: DemoPlan, clock: PhaseClock, size: DemoSize | None = None) 
 
 
 @functools.cache
-def _password_hash(hasher: str) -> str:
+def _password_hash(hasher: str, password: str) -> str:
     """One hash for every persona (they share the password): an Argon2 hash costs ~0.4 s.
 
     Keyed by the preferred hasher, so a settings change (tests use MD5) never reuses a hash
-    the configured hashers cannot check.
+    the configured hashers cannot check, and by the password (one per workspace).
     """
-    return make_password(DEMO_PASSWORD, hasher=get_hasher(hasher))
+    return make_password(password, hasher=get_hasher(hasher))
 
 
 def _people(clock: PhaseClock) -> tuple[dict[str, Group], dict[str, User | None]]:
     """The demo teams and personas; an existing non-demo user of the same name is left alone."""
-    password = _password_hash(get_hasher().algorithm)
+    password = _password_hash(get_hasher().algorithm, demo_password())
     groups = {team.name: Group.objects.get_or_create(name=team.name)[0] for team in TEAMS}
     users: dict[str, User | None] = {}
     for username, (first, last) in PEOPLE.items():

@@ -519,6 +519,8 @@ def parse_dmon(text: str, start: datetime | None = None, tz: tzinfo | None = Non
 # --- DCGM `dcgmi dmon` ----------------------------------------------------------------------
 
 # `dcgmi dmon -e <field ids>` column short names (`dcgmi dmon -l`) -> (GpuSample field, factor).
+# The names are DCGM's own tags, set beside each field id in DCGM's dcgm_fields.cpp
+# (DcgmFieldsPopulateOneFieldWithFormatting: SMCLK, MMCLK, TMPTR, POWER, GPUTL, MCUTL, FBTTL, ...).
 # The DCGM_FI_PROF_* activities are ratios 0..1, stored as percent.
 DCGMI_FIELDS: dict[str, tuple[str, float]] = {
     "POWER": ("power_watts", 1.0),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from runs.choices import (
     AcceleratorType,
     BatchKind,
     BatchStatus,
+    RunOrigin,
     RunStatus,
     TelemetrySource,
     accelerator_count_problem,
@@ -79,49 +81,114 @@ def _user_for(creator: str) -> User | None:
     return User.objects.filter(Q(email__iexact=creator) | Q(username=creator)).order_by("pk").first()
 
 
-def upsert_run(team: Group, data: dict[str, Any]) -> UpsertResult:
+class IngestInvalid(Exception):
+    """A value the request may not carry (a NaN, an infinity); `field` names where it is."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def non_finite_paths(value: Any, prefix: str) -> list[str]:
+    """Where NaN or an infinity sits in nested JSON-like data ('parameters.lr', 'attempts[0]...').
+
+    JSON columns cannot hold them (SQLite's json check and PostgreSQL's jsonb refuse them),
+    and Python's json reads `NaN`, `Infinity` and `1e400` without complaint. Iterative, so a
+    deeply nested payload costs a loop, not the stack.
+    """
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [(prefix, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            found.append(path)
+        elif isinstance(item, dict):
+            stack += [(f"{path}.{key}" if path else str(key), sub) for key, sub in item.items()]
+        elif isinstance(item, list | tuple):
+            stack += [(f"{path}[{i}]", sub) for i, sub in enumerate(item)]
+    return sorted(found)
+
+
+def upsert_run(team: Group, data: dict[str, Any], origin: str = RunOrigin.KEY) -> UpsertResult:
     """Create or update a run (and its attempts and nodes) by (source, external_id).
 
-    1. Lock the existing row, if any; a run of another team is a conflict, never touched.
-    2. Apply only the fields the caller sent; a status that would move backwards is ignored.
-    3. Upsert attempts by number and their nodes by index, with the same status rule.
-    """
-    source, external_id = data["source"], data["external_id"]
-    ignored: list[str] = []
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(source=source, external_id=external_id).first()
-        created = run is None
-        if run is None:
-            run = Run(source=source, external_id=external_id, team=team)
-        elif run.team_id != team.pk:
-            raise IngestConflict(f"external_id {external_id!r} is already used by a run outside your team")
+    Ownership (SECURITY.md, "Ownership"): a run belongs to the team and the kind of writer
+    (`origin`) that wrote it first, and only they change it afterwards.
 
-        for name in RUN_FIELDS:
-            if name in data and data[name] is not None:
-                setattr(run, name, data[name])
-        previous_status = None if created else run.status
-        status = data.get("status")
-        if status:
-            if not created and _moves_backwards(run.status, status):
-                ignored.append(f"status: stored '{run.status}' is final, '{status}' ignored")
-            else:
-                run.status = status
-        if "gpus_per_node" not in data and run.accelerator_type:
-            run.gpus_per_node = GPUS_PER_NODE.get(AcceleratorType(run.accelerator_type), run.gpus_per_node)
-        if "creator" in data:
-            run.user = _user_for(run.creator)
-        _check_shape(run)
+    1. Refuse NaN and infinities anywhere in `data` (IngestInvalid, naming the field).
+    2. Find the run: the collector looks up its own runs by (source, external id); a key or an
+       operator looks up within `team` only, so another team's run with the same id is
+       invisible: it neither answers differently nor is touched. A run of the same team
+       written by another kind of writer is a conflict: a collector never adopts a key's run,
+       and a key never edits the collector's.
+    3. Apply only the fields the caller sent; a status that would move backwards is ignored.
+    4. Upsert attempts by number and their nodes by index, with the same status rule.
+    An IntegrityError (a concurrent create of the same run) is retried once, as an update;
+    a second one is an IngestConflict naming the run.
+    """
+    bad = non_finite_paths(data, "")
+    if bad:
+        raise IngestInvalid(bad[0], "must be a finite number (NaN and Infinity cannot be stored)")
+    for attempt in range(2):
         try:
             with transaction.atomic():
-                run.save()
+                return _upsert_run_once(team, data, origin)
         except IntegrityError:
-            # Another request created the same run between our read and write: retry as an update.
-            return upsert_run(team, data)
+            if attempt:
+                raise IngestConflict(
+                    f"run {data['external_id']!r} ({data['source']}) was written concurrently and still "
+                    "conflicts after a retry; send it again"
+                ) from None
+            logger.info("upsert of %s raced another writer; retrying once as an update", data["external_id"])
+    raise AssertionError("unreachable")  # the loop returns or raises
 
-        for attempt_data in data.get("attempts") or []:
-            ignored += _upsert_attempt(run, attempt_data)
-        if run.status != previous_status:
-            postmortem.enqueue_classification(run)  # on commit, and only for failed runs
+
+def _owned_run(team: Group, source: str, external_id: str, origin: str) -> Run | None:
+    """The run this writer may change, locked; None when it is theirs to create (step 2 above)."""
+    if origin == RunOrigin.COLLECTOR:
+        run = Run.objects.select_for_update().filter(source=source, external_id=external_id, origin=origin).first()
+        other = None if run else Run.objects.filter(team=team, source=source, external_id=external_id).first()
+    else:
+        run = Run.objects.select_for_update().filter(team=team, source=source, external_id=external_id).first()
+        other = run if run is not None and run.origin != origin else None
+    if other is not None:
+        raise IngestConflict(
+            f"run {external_id!r} ({source}) was written by the {other.get_origin_display().lower()}; "
+            f"only that writer may change it"
+        )
+    return run
+
+
+def _upsert_run_once(team: Group, data: dict[str, Any], origin: str) -> UpsertResult:
+    source, external_id = data["source"], data["external_id"]
+    ignored: list[str] = []
+    run = _owned_run(team, source, external_id, origin)
+    created = run is None
+    if run is None:
+        run = Run(source=source, external_id=external_id, team=team, origin=origin)
+
+    for name in RUN_FIELDS:
+        if name in data and data[name] is not None:
+            setattr(run, name, data[name])
+    previous_status = None if created else run.status
+    status = data.get("status")
+    if status:
+        if not created and _moves_backwards(run.status, status):
+            ignored.append(f"status: stored '{run.status}' is final, '{status}' ignored")
+        else:
+            run.status = status
+    if "gpus_per_node" not in data and run.accelerator_type:
+        run.gpus_per_node = GPUS_PER_NODE.get(AcceleratorType(run.accelerator_type), run.gpus_per_node)
+    if "creator" in data:
+        run.user = _user_for(run.creator)
+    _check_shape(run)
+    run.save()
+
+    for attempt_data in data.get("attempts") or []:
+        ignored += _upsert_attempt(run, attempt_data)
+    if run.status != previous_status:
+        postmortem.enqueue_classification(run)  # on commit, and only for failed runs
     return UpsertResult(run=run, created=created, ignored=ignored)
 
 
@@ -187,24 +254,34 @@ def node_for(run: Run, attempt_number: int | None, node_index: int, host: str = 
 def append_log_chunk(
     run: Run, attempt: int, node_index: int, seq: int, text: str, host: str = ""
 ) -> tuple[str, LogChunk]:
-    """Store one chunk; the same chunk again is 'duplicate', a different text for its seq a conflict."""
+    """Store one chunk; the same chunk again is 'duplicate', a different text for its seq a conflict.
+
+    A concurrent writer of the same (node, seq) makes the insert fail: the stored chunk is
+    then read again once (and is a duplicate or a conflict), never retried without end.
+    """
     text = clean_log_text(text)
-    with transaction.atomic():
-        node = node_for(run, attempt, node_index, host)
-        existing = LogChunk.objects.filter(node=node, seq=seq).first()
-        if existing is not None:
-            if existing.text == text:
-                return "duplicate", existing
-            raise IngestConflict(
-                f"chunk seq {seq} of attempt {attempt} node {node_index} is already stored with other text"
-            )
-        try:
-            with transaction.atomic():
-                chunk = LogChunk.objects.create(node=node, seq=seq, text=text, line_count=_count_lines(text))
-        except IntegrityError:
-            return append_log_chunk(run, attempt, node_index, seq, text, host)
-        postmortem.enqueue_classification(run)  # late logs of a failed run: classify again
-    return "stored", chunk
+    for retry in range(2):
+        with transaction.atomic():
+            node = node_for(run, attempt, node_index, host)
+            existing = LogChunk.objects.filter(node=node, seq=seq).first()
+            if existing is not None:
+                if existing.text == text:
+                    return "duplicate", existing
+                raise IngestConflict(
+                    f"chunk seq {seq} of attempt {attempt} node {node_index} is already stored with other text"
+                )
+            try:
+                with transaction.atomic():
+                    chunk = LogChunk.objects.create(node=node, seq=seq, text=text, line_count=_count_lines(text))
+            except IntegrityError:
+                if retry:
+                    raise IngestConflict(
+                        f"chunk seq {seq} of attempt {attempt} node {node_index} conflicts with a concurrent write"
+                    ) from None
+                continue
+            postmortem.enqueue_classification(run)  # late logs of a failed run: classify again
+        return "stored", chunk
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def _count_lines(text: str) -> int:
@@ -305,9 +382,13 @@ def process_batch(batch_id: int) -> StoreResult | None:
             point.ts = _ts(point.ts)
         result = store_metric_points(points)
     # Conditional update: when a redelivered task races the first, the first result stands.
+    # The rows go with it: they are stored now, and a JSON copy kept here would outlive the
+    # retention that removes the raw samples. The record (hash, counts, times) stays, so a
+    # resend is still recognised as a duplicate.
     IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.PENDING).update(
-        status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now()
-    )
+        status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now(),
+        rows={"source": body.get("source") or "", "rows": []},
+    )  # fmt: skip
     if batch.kind == BatchKind.METRICS:
         # After the batch is done: the points are what must not be lost. A derivation that
         # fails here is redone by the next batch of the same day, which re-derives that day.

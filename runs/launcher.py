@@ -50,7 +50,7 @@ from typing import IO, Any
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from runs.choices import RunEventKind, RunSource, RunStatus
+from runs.choices import RunEventKind, RunOrigin, RunSource, RunStatus
 from runs.ingest import append_log_chunk, node_for, upsert_run
 from runs.models import Run, RunEvent
 from runs.workload import Problem, Workload
@@ -305,7 +305,9 @@ class Launcher:
         previous = self._install_handlers()
         try:
             now = timezone.now()
-            self.run = upsert_run(self.team, self._run_fields(status=RunStatus.RUNNING, started_at=now)).run
+            self.run = upsert_run(
+                self.team, self._run_fields(status=RunStatus.RUNNING, started_at=now), origin=RunOrigin.OPERATOR
+            ).run
             outcome = Outcome(RunStatus.CANCELLED, None, "cancelled before the first attempt")
             tries = 1 + self.workload.max_retries
             for number in range(1, tries + 1):
@@ -445,7 +447,7 @@ class Launcher:
         assert self.run is not None
         data = {"source": RunSource.LOCAL, "external_id": self.external_id, "status": outcome.status,
                 "ended_at": timezone.now(), "state_message": outcome.message}  # fmt: skip
-        self.run = upsert_run(self.team, data).run
+        self.run = upsert_run(self.team, data, origin=RunOrigin.OPERATOR).run
 
     def _record_attempt(self, number: int, status: str, **fields: Any) -> None:
         assert self.run is not None
@@ -455,7 +457,7 @@ class Launcher:
         data: dict[str, Any] = {"source": RunSource.LOCAL, "external_id": self.external_id, "attempts": [attempt]}
         if fields.get("mlflow_run_id"):
             data["mlflow_run_id"] = fields["mlflow_run_id"]
-        self.run = upsert_run(self.team, data).run
+        self.run = upsert_run(self.team, data, origin=RunOrigin.OPERATOR).run
 
     def _event(
         self, kind: str, message: str, details: dict[str, Any] | None = None, attempt: int | None = None

@@ -17,6 +17,7 @@ from runs.choices import (
     CollectorKind,
     PostMortemStatus,
     RunEventKind,
+    RunOrigin,
     RunSource,
     RunStatus,
     TelemetrySource,
@@ -40,6 +41,12 @@ class Run(models.Model):
     source = models.CharField(max_length=16, choices=RunSource.choices, default=RunSource.SERVERLESS)
     external_id = models.CharField(max_length=200, help_text="The source's own run id.")
     team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="runs")
+    origin = models.CharField(
+        max_length=16,
+        choices=RunOrigin.choices,
+        default=RunOrigin.COLLECTOR,
+        help_text="Who wrote the run first; nobody else may change it.",
+    )
     user = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
     creator = models.CharField(max_length=254, blank=True, help_text="Who submitted it, as the source names them.")
     experiment_name = models.CharField(max_length=500, blank=True)
@@ -74,11 +81,21 @@ class Run(models.Model):
 
     class Meta:
         constraints = [
-            # Upserts from a source key on this; a resend updates, never duplicates.
+            # Upserts by a key or an operator look a run up within the writer's team: another
+            # team's run with the same id is invisible to them (no existence oracle), so ids
+            # are unique per team, not globally.
+            models.UniqueConstraint(
+                fields=["team", "source", "external_id"],
+                name="run_team_source_external_id_unique",
+                violation_error_message="Your team already has a run with this source and external id.",
+            ),
+            # The run source collector looks its runs up by (source, external id) alone: a
+            # Databricks run id names one run, the one the collector wrote first.
             models.UniqueConstraint(
                 fields=["source", "external_id"],
-                name="run_source_external_id_unique",
-                violation_error_message="A run with this source and external id already exists.",
+                condition=Q(origin=RunOrigin.COLLECTOR),
+                name="run_collector_source_external_id_unique",
+                violation_error_message="The run source already has a run with this source and external id.",
             ),
         ]
         indexes = [
@@ -432,6 +449,10 @@ class CollectorState(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     items_last_run = models.PositiveIntegerField(default=0)
     items_total = models.BigIntegerField(default=0)
+    # The agent path: rows refused because they named another team's run or had no valid key.
+    refused_total = models.BigIntegerField(default=0)
+    last_refusal = models.CharField(max_length=500, blank=True)
+    last_refusal_at = models.DateTimeField(null=True, blank=True)
     expected_interval_seconds = models.PositiveIntegerField(default=300, help_text="Stale after twice this.")
 
     class Meta:
@@ -490,7 +511,7 @@ class IngestBatch(models.Model):
     team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="ingest_batches")
     kind = models.CharField(max_length=16, choices=BatchKind.choices)
     content_hash = models.CharField(max_length=64, help_text="sha256 of the normalised rows.")
-    rows = models.JSONField(help_text="Validated rows, run and node resolved to ids.")
+    rows = models.JSONField(help_text="Validated rows, run and node resolved to ids.")  # emptied once stored
     row_count = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=BatchStatus.choices, default=BatchStatus.PENDING)
     inserted = models.PositiveIntegerField(null=True, blank=True)

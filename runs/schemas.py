@@ -104,7 +104,9 @@ class RunIn(Schema):
 
     _no_nul = field_validator("*", mode="before")(_refuse_nul)
 
-    source: RunSource = RunSource.SERVERLESS
+    source: RunSource | None = Field(
+        default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
+    )
     external_id: ExternalId
     experiment_name: str = Field(default="", max_length=500)
     creator: str = Field(default="", max_length=254)

@@ -14,14 +14,19 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runs.demo_constants import DEMO_PASSWORD, DEMO_USERNAME
+from runs.demo_constants import DEMO_PASSWORD_FILE, DEMO_USERNAME
 
 CHROMIUM = os.environ.get("AIRBOARD_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
 
 
-def main(base: str, out: Path, username: str = DEMO_USERNAME, password: str = DEMO_PASSWORD) -> None:
+# The workspace's own demo password, written by seed_demo (runs/demo_constants.py).
+VAR_DIR = Path(os.environ.get("AIRBOARD_VAR_DIR", Path(__file__).resolve().parent.parent / "var"))
+
+
+def main(base: str, out: Path, username: str = DEMO_USERNAME, password: str | None = None) -> None:
+    password = password or (VAR_DIR / DEMO_PASSWORD_FILE).read_text().strip()
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)

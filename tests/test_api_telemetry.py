@@ -53,6 +53,9 @@ def test_a_real_worker_stores_a_batch_once_and_rolls_it_up(world: World, celery_
     assert wait_for(lambda: batch_done(batch_id), timeout=60), celery_worker.log()
     assert GpuSample.objects.count() == 90 * 8
     assert set(GpuSample.objects.values_list("source", flat=True)) == {"nvml"}
+    # Stored, the batch keeps its record (hash, counts) but not a JSON copy of the samples,
+    # which would outlive the retention that removes the raw rows.
+    assert IngestBatch.objects.get(pk=batch_id).rows == {"source": "nvml", "rows": []}
 
     again = api.post("/api/v1/gpu-samples", body, content_type="application/json")
     assert again.status_code == 200

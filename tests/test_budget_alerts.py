@@ -63,6 +63,8 @@ def hook() -> Iterator[Hook]:
 
 @pytest.fixture(autouse=True)
 def _fast_webhooks(settings) -> None:
+    # The receiver is this test's server on 127.0.0.1 (tests/test_security_webhooks.py checks the guard).
+    settings.AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
     settings.AIRBOARD_WEBHOOK_BACKOFF_SECONDS = 0
     settings.AIRBOARD_WEBHOOK_RETRIES = 2
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

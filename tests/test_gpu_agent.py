@@ -45,6 +45,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The fake driver with one default GPU; tests call fake.configure(...) for more."""
     fake_pynvml.configure()
     monkeypatch.setattr(agent_nvml, "load_pynvml", lambda: fake_pynvml)
+    # A key the agent sends with each batch; tests that store batches set a real one of vision.
+    monkeypatch.setenv("AIRBOARD_AGENT_KEY", "ab_not-a-real-key")
     yield fake_pynvml
 
 
@@ -290,8 +292,9 @@ def _sample(run: str, gpu: int, ts: datetime, **values: Any) -> dict[str, Any]:
 def test_bad_rows_are_dropped_and_counted_and_a_resend_is_a_no_op(world: World) -> None:
     run = make_run(world.vision, "run-1")
     make_run(world.nlp, "run-2")
-    payload = {"version": 1, "host": "gpu-node-1", "node": 0, "attempt": None, "dropped_samples": 0,
-               "samples": [_sample("run-1", 0, NOW), _sample("run-2", 1, NOW),
+    payload = {"version": 1, "key": world.key(world.vision), "host": "gpu-node-1", "node": 0, "attempt": None,
+               "dropped_samples": 0,
+               "samples": [_sample("run-1", 0, NOW), _sample("run-2", 1, NOW),  # run-2 is nlp's: refused
                            _sample("run-1", 2, NOW, utilization_gpu=140.0),  # out of range
                            _sample("run-1", 3, NOW, power_watts=float("inf")),  # not finite
                            _sample("nope", 4, NOW), "not a row",
@@ -300,21 +303,25 @@ def test_bad_rows_are_dropped_and_counted_and_a_resend_is_a_no_op(world: World) 
                            "details": {"xid": 79}},
                           {"kind": "made-up", "run": "run-1", "ts": NOW.isoformat()}]}  # fmt: skip
     result = ingest_agent_payload(json.loads(json.dumps(payload)))
-    assert (result.rows, result.dropped_rows, result.events, result.dropped_events) == (2, 5, 1, 1)
-    assert {b.team.name for b in result.batches} == {"vision", "nlp"}  # one batch per run's team
+    assert (result.rows, result.dropped_rows, result.events, result.dropped_events) == (1, 5, 1, 1)
+    assert result.refused == 1  # the key is vision's: nlp's run-2 is refused and counted
+    assert {b.team.name for b in result.batches} == {"vision"}
     stored = GpuSample.objects.get(run=run)
     assert (stored.source, stored.gpu_index, stored.ecc_corrected) == (TelemetrySource.NVML, 0, None)
     assert stored.node.attempt.run == run and stored.node.host == "10.0.0.1"
 
     again = ingest_agent_batch(json.loads(json.dumps(payload)))
     assert again is not None and again.pk in {b.pk for b in result.batches}
-    assert GpuSample.objects.count() == 2 and RunEvent.objects.count() == 1
+    assert GpuSample.objects.count() == 1 and RunEvent.objects.count() == 1
     assert ingest_agent_batch({"version": 99}) is None and ingest_agent_batch("junk") is None  # type: ignore[arg-type]
 
 
 @pytest.mark.django_db
-def test_agent_ticks_become_samples_and_run_events(world: World, fake: Any, tmp_path: Path) -> None:
+def test_agent_ticks_become_samples_and_run_events(
+    world: World, fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = make_run(world.vision, "run-1")
+    monkeypatch.setenv("AIRBOARD_AGENT_KEY", world.key(world.vision))
     fake.configure([FakeGpu(), FakeGpu(lost_from_tick=2), FakeGpu(xids={1: [79]})])
     code, payloads = run_agent(tmp_path, "--ticks", "4", "--run-id", "run-1")
     assert code == 0
@@ -330,12 +337,16 @@ def test_agent_ticks_become_samples_and_run_events(world: World, fake: Any, tmp_
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_end_to_end_through_the_broker_and_a_real_worker(world: World, fake: Any, celery_worker, tmp_path) -> None:
+def test_end_to_end_through_the_broker_and_a_real_worker(
+    world: World, fake: Any, celery_worker, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from runs import tasks
 
     if not hasattr(tasks, "ingest_agent_batch"):
         pytest.skip("runs.tasks has no ingest_agent_batch task yet (see runs/agent_ingest.py)")
     run = make_run(world.vision, "run-e2e")
+    key = world.key(world.vision)
+    monkeypatch.setenv("AIRBOARD_AGENT_KEY", key)
     fake.configure([FakeGpu(), FakeGpu()])
     app = make_celery_app(settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS)
     assert main(["--ticks", "3", "--interval", "0.01", "--run-id", "run-e2e", "--buffer-dir", str(tmp_path / "b")],
@@ -346,7 +357,7 @@ def test_end_to_end_through_the_broker_and_a_real_worker(world: World, fake: Any
     with NvmlSampler() as sampler:
         samples = Attributor("run-e2e").attribute(sampler.sample_all(datetime.now(UTC)))
     payload = {"version": 1, "host": "gpu-node-1", "node": 0, "attempt": None, "samples": samples, "events": []}
-    shipper = Shipper(app, DiskBuffer(tmp_path / "b2"))
+    shipper = Shipper(app, DiskBuffer(tmp_path / "b2"), key=key)
     assert shipper.ship(json.loads(json.dumps(payload))) and shipper.ship(json.loads(json.dumps(payload)))
     assert wait_for(lambda: GpuSample.objects.filter(run=run).count() == 8, timeout=60), celery_worker.log()
     assert wait_for(lambda: IngestBatch.objects.filter(team=world.vision, status="done").count() == 2, timeout=30)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from runs.choices import CollectorKind
@@ -29,8 +32,29 @@ def test_collectors_page_shows_health_and_errors(world: World) -> None:
     )
     html = world.client_for(world.alice).get("/collectors/").content.decode()
     assert "mlflow" in html and "3,400" in html
-    assert "invalid token" in html
+    # A member learns that it failed; the text (it may name other teams' runs) is staff's.
+    assert "invalid token" not in html and "failed (the error is shown to staff)" in html
     assert html.count("badge-bad") == 1  # only the runs collector is stale
+    assert "invalid token" in world.client_for(world.sam).get("/collectors/").content.decode()
+
+
+def test_collector_errors_are_redacted_before_they_are_stored(world: World, settings) -> None:
+    # A run source command whose failure quotes every kind of credential the issue found shown.
+    settings.AIRBOARD_RUN_SOURCE_COMMAND = (
+        "sh -c 'echo \"GET https://svc:hunter2@ws.example.com/api?access_token=tok123 --password=pw456 "
+        "-H X-Api-Key: key789 run 1001\" >&2; exit 3'"
+    )
+    settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
+    with pytest.raises(CommandError):
+        call_command("collect", "runs", "--once", stdout=StringIO(), stderr=StringIO())
+    error = CollectorState.objects.get(name="runs").last_error
+    assert "exited with 3" in error
+    for secret in ("hunter2", "tok123", "pw456", "key789"):
+        assert secret not in error
+    staff = world.client_for(world.sam).get("/collectors/").content.decode()
+    assert "svc" not in staff and "hunter2" not in staff and "--password=***" in staff
+    member = world.client_for(world.charlie).get("/collectors/?format=csv").content.decode()
+    assert "1001" not in member
 
 
 def test_unlinked_mlflow_runs_are_listed_for_staff_only(world: World) -> None:

@@ -11,8 +11,9 @@ from django.urls import reverse
 
 from billing import rollups
 from billing.models import AcceleratorPrice
+from dashboard.management.commands.runall import seeds_demo
 from runs.choices import RunStatus
-from runs.demo_constants import DEMO_PASSWORD
+from runs.demo_constants import demo_password
 from runs.models import Run
 from tests.conftest import PASSWORD, T0, World, make_run
 
@@ -110,11 +111,38 @@ def test_nav_links(world: World) -> None:
     assert 'href="/admin/"' in world.client_for(world.sam).get(reverse("overview")).content.decode()
 
 
-def test_login_shows_the_demo_hint_only_while_demo_data_exists(world: World, client: Client) -> None:
-    assert DEMO_PASSWORD not in client.get("/login/").content.decode()
+def test_login_shows_the_demo_hint_only_while_demo_data_exists(world: World, client: Client, settings) -> None:
+    settings.DATABASE_URL = ""  # the embedded default
+    assert demo_password() not in client.get("/login/").content.decode()
     make_run(world.vision, "demo-1", is_demo=True)
     html = client.get("/login/").content.decode()
-    assert "Demo login" in html and "alice" in html and DEMO_PASSWORD in html
+    assert "Demo login" in html and "alice" in html and demo_password() in html
+
+
+def test_a_team_deployment_never_shows_a_demo_password(world: World, client: Client, settings) -> None:
+    # The reproduction: `make run` against PostgreSQL seeded the demo and its superuser,
+    # and the login page printed the password. Now it seeds only with --demo, and even then
+    # the page shows nothing.
+    settings.DATABASE_URL = "postgres://airboard@db.internal:5432/airboard"
+    assert seeds_demo(demo_flag=False, no_seed=False) is False
+    assert seeds_demo(demo_flag=True, no_seed=False) is True
+    make_run(world.vision, "demo-1", is_demo=True)
+    html = client.get("/login/").content.decode()
+    assert "Demo login" not in html and demo_password() not in html
+    settings.DATABASE_URL = ""
+    assert seeds_demo(demo_flag=False, no_seed=False) is True
+    assert seeds_demo(demo_flag=False, no_seed=True) is False
+
+
+def test_the_demo_password_is_random_per_workspace(settings, tmp_path) -> None:
+    settings.VAR_DIR = tmp_path / "a"
+    settings.VAR_DIR.mkdir()
+    first = demo_password()
+    assert first == demo_password() and len(first) >= 16 and first != "airboard-demo"
+    assert oct((settings.VAR_DIR / "demo_password").stat().st_mode & 0o777) == "0o600"
+    settings.VAR_DIR = tmp_path / "b"
+    settings.VAR_DIR.mkdir()
+    assert demo_password() != first
 
 
 def test_logging_in_with_a_password_reaches_the_overview(world: World, client: Client) -> None:

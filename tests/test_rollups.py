@@ -25,6 +25,7 @@ from billing.models import (
 from billing.money import exact_sum
 from billing.tasks import roll_up_costs
 from runs import ingest
+from runs.choices import RunOrigin
 from runs.models import Attempt, Run
 from tests.conftest import T0, World, make_run
 
@@ -238,6 +239,7 @@ def test_attempt_moved_to_another_day_leaves_its_old_day(world: World) -> None:
             world.vision,
             {"source": "serverless", "external_id": "moved",
              "attempts": [{"number": 1, "started_at": later, "ended_at": later + timedelta(hours=1)}]},
+            origin=RunOrigin.COLLECTOR,  # the run source corrects its own run
         )  # fmt: skip
         result = rollups.refresh_changed()
     assert result.days == 2  # the new day and the old one

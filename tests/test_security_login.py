@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from axes.models import AccessAttempt
 from django.core.cache import cache
 from django.test import Client
 
@@ -20,7 +21,8 @@ def _login(client: Client, username: str, password: str, ip: str = "198.51.100.1
 
 def test_five_failures_lock_the_username_for_that_address(world: World, settings) -> None:
     client = Client()
-    assert [_login(client, "alice", "wrong").status_code for _ in range(5)] == [200] * 5
+    # The fifth failure already answers 429 (django-axes locks at the failure that reaches the limit).
+    assert [_login(client, "alice", "wrong").status_code for _ in range(5)] == [200] * 4 + [429]
     locked = _login(client, "alice", PASSWORD)
     # Even the right password is not checked while locked: guessing gains nothing.
     assert locked.status_code == 429
@@ -52,3 +54,22 @@ def test_spraying_many_usernames_from_one_address_is_limited(world: World, setti
 def test_successful_logins_do_not_count(world: World) -> None:
     for _ in range(6):
         assert _login(Client(), "alice", PASSWORD).status_code == 302
+
+
+def _admin_login(client: Client, username: str, password: str, ip: str = "198.51.100.1"):
+    return client.post("/admin/login/", {"username": username, "password": password, "next": "/admin/"}, REMOTE_ADDR=ip)
+
+
+def test_the_admin_login_is_locked_too_and_the_count_is_shared(world: World) -> None:
+    # The issue's reproduction: /admin/login/ had no lockout. Failures on either form count
+    # together, in the database every web process shares (django-axes' AccessAttempt).
+    for _ in range(3):
+        assert _admin_login(Client(), "sam", "wrong").status_code == 200
+    assert _login(Client(), "sam", "wrong").status_code == 200
+    locked = _admin_login(Client(), "sam", "wrong")
+    assert locked.status_code == 429 and locked["Retry-After"]
+    assert _admin_login(Client(), "sam", PASSWORD).status_code == 429  # the right password is not checked
+    assert _login(Client(), "sam", PASSWORD).status_code == 429
+    assert AccessAttempt.objects.get(username="sam", ip_address="198.51.100.1").failures_since_start >= 5
+    # From elsewhere, sam still logs in to the admin.
+    assert _admin_login(Client(), "sam", PASSWORD, ip="192.0.2.20").status_code == 302

@@ -23,7 +23,7 @@ from billing.models import EgressRecord
 from runs.choices import GPUS_PER_NODE, AcceleratorType, Region, RunSource, RunStatus, TelemetrySource
 from runs.classify import classify_text
 from runs.demo import DEMO_EMAIL_DOMAIN, TEAMS, build_plan
-from runs.demo_constants import DEMO_PASSWORD
+from runs.demo_constants import demo_password
 from runs.demo_logs import FAILURES, LogContext, node_log
 from runs.demo_series import TrainingCurve
 from runs.demo_write import reset_demo, seed_demo
@@ -97,9 +97,9 @@ class TestSeededWorkspace:
         users = {u.username: u for u in demo_users()}
         assert len(users) == 11
         assert users["alice"].groups.count() == 1
-        assert users["alice"].check_password(DEMO_PASSWORD)
+        assert users["alice"].check_password(demo_password())
         assert users["admin"].is_staff and users["admin"].is_superuser
-        assert users["admin"].check_password(DEMO_PASSWORD)
+        assert users["admin"].check_password(demo_password())
         assert not users["bob"].is_staff
         assert all(t.members for t in TEAMS)
 

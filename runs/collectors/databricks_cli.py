@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import shlex
 import subprocess
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from dashboard.redaction import redact
 from runs.collectors.jobs_records import EnvelopeError, air_ended_ids, air_run_ids, is_air_envelope
 
 # Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
@@ -29,25 +29,9 @@ STDERR_TAIL_CHARS = 2_000
 # reaches the same workspace profile.
 GLOBAL_FLAGS_WITH_VALUE = {"-p", "--profile", "-t", "--target"}
 
-# Anything that looks like a credential in a command line or a CLI error message.
-_SECRET_PATTERNS = (
-    re.compile(r"(--token[= ]+)\S+", re.IGNORECASE),
-    re.compile(r"(Authorization[\"']?\s*[:=]\s*[\"']?(?:Bearer\s+|Basic\s+)?)[^\s\"',]+", re.IGNORECASE),
-    re.compile(r"(Bearer\s+)\S+", re.IGNORECASE),
-    re.compile(r"(DATABRICKS_TOKEN\s*=\s*)\S+"),
-    re.compile(r"()\bdapi[0-9a-zA-Z-]{8,}"),
-)
-
 
 class CollectorError(Exception):
     """The source could not be read (bad command, non-zero exit, timeout, bad JSON)."""
-
-
-def redact(text: str) -> str:
-    """Replace token values (after --token, Authorization, Bearer, dapi...) with '***'."""
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: f"{m.group(1)}***", text)
-    return text
 
 
 def split_command(template: str) -> list[str]:

@@ -17,19 +17,21 @@ and the file stopped growing).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from stat import S_ISREG
+from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.db.models import Max, Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from runs.choices import CollectorKind, RunEventKind, RunStatus
+from runs.choices import CollectorKind, RunEventKind, RunOrigin, RunStatus
 from runs.collectors.air_logs import fetch_node_log, mlflow_node_log
 from runs.collectors.databricks_cli import CollectorError
 from runs.collectors.mlflow_client import MlflowSource
@@ -111,7 +113,7 @@ class Totals:
 # --- Directory tree ---------------------------------------------------------------------------
 
 
-def _adopt_stored_prefix(node: Node | None, path: Path) -> int:
+def _adopt_stored_prefix(node: Node | None, handle: BinaryIO) -> int:
     """Bytes of the file already stored for this node (a lost cursor, a file seen anew), else 0.
 
     The stored chunks are compared with the start of the file, chunk by chunk, so a resend
@@ -120,17 +122,61 @@ def _adopt_stored_prefix(node: Node | None, path: Path) -> int:
     if node is None:
         return 0
     matched = 0
-    with path.open("rb") as handle:
-        for text in node.log_chunks.order_by("seq").values_list("text", flat=True).iterator():
-            expected = text.encode("utf-8")
-            if handle.read(len(expected)) != expected:
-                return 0
-            matched += len(expected)
+    handle.seek(0)
+    for text in node.log_chunks.order_by("seq").values_list("text", flat=True).iterator():
+        expected = text.encode("utf-8")
+        if handle.read(len(expected)) != expected:
+            return 0
+        matched += len(expected)
     return matched
 
 
+class RefusedPath(Exception):
+    """A log path that is not a plain file inside the log directory (a symlink, a hard link)."""
+
+
+def open_inside(root: Path, relative: str) -> BinaryIO:
+    """Open `root/relative` for reading without ever leaving `root`.
+
+    Whoever can write to a shared log volume can plant `<run>/1/0.log -> /etc/passwd` (or a
+    link to a directory elsewhere): each component is opened relative to its parent's file
+    descriptor with O_NOFOLLOW, so a symlink anywhere on the path fails instead of being
+    followed, even one swapped in between the walk and the read. A file with more than one
+    hard link may be another file of this machine under a second name (a hard link needs no
+    read access to its target), so it is refused too.
+    """
+    parts = relative.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise RefusedPath(f"{part}/ is a symbolic link or not a directory") from None
+                raise
+            os.close(fd)
+            fd = child
+        try:
+            file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RefusedPath("is a symbolic link") from None
+            raise
+    finally:
+        os.close(fd)
+    stat = os.fstat(file_fd)
+    problem = (
+        "is not a regular file" if not S_ISREG(stat.st_mode) else "has other hard links" if stat.st_nlink > 1 else ""
+    )
+    if problem:
+        os.close(file_fd)
+        raise RefusedPath(problem)
+    return os.fdopen(file_fd, "rb")
+
+
 def tail_file(
-    root: Path, path: Path, entry: dict[str, Any], run: Run, attempt: int, node: int, result: CollectResult
+    handle: BinaryIO, relative: str, entry: dict[str, Any], run: Run, attempt: int, node: int, result: CollectResult
 ) -> tuple[dict[str, Any], int, int]:
     """Read what was appended to one file since `entry`; returns (new entry, chunks, lines).
 
@@ -142,11 +188,10 @@ def tail_file(
        has not grown since the last pass (then nothing more will come).
     4. Store complete lines in chunks of at most CHUNK_BYTES; the caller saves the cursor.
     """
-    relative = path.relative_to(root).as_posix()
-    stat = path.stat()
+    stat = os.fstat(handle.fileno())
     if not entry:
         existing = Node.objects.filter(attempt__run=run, attempt__number=attempt, index=node).first()
-        entry = {"offset": _adopt_stored_prefix(existing, path), "seq": _next_seq(run, attempt, node)}
+        entry = {"offset": _adopt_stored_prefix(existing, handle), "seq": _next_seq(run, attempt, node)}
     offset, seq = int(entry["offset"]), int(entry["seq"])
     if ("ino" in entry and entry["ino"] != stat.st_ino) or stat.st_size < offset:
         result.say(f"logs: {relative} was truncated or rotated; reading it again from the start")
@@ -159,9 +204,8 @@ def tail_file(
         )
         offset = 0
     end = min(stat.st_size, offset + MAX_BYTES_PER_FILE_PASS)
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        data = handle.read(end - offset)
+    handle.seek(offset)
+    data = handle.read(end - offset)
     complete = data[: data.rfind(b"\n") + 1]
     finished = run.status in RunStatus.finished() and entry.get("size") == stat.st_size
     if finished or len(data) - len(complete) >= chunk_limit():
@@ -171,6 +215,18 @@ def tail_file(
     chunks, lines = _store(run, attempt, node, seq, pieces)
     new_entry = {"offset": offset + len(complete), "seq": seq + len(pieces), "ino": stat.st_ino, "size": stat.st_size}
     return new_entry, chunks, lines
+
+
+def collector_run(external_id: str) -> Run | None:
+    """The run a log directory `<external id>/` belongs to: the run source collector's own.
+
+    The directory and the command carry the source's (Databricks') run id, which names the
+    run the collector wrote; a run a key pushed with the same id (in any team, under any
+    source) is a different run and never receives these logs. Two collector runs with one
+    id (serverless and classic) cannot be told apart here: neither gets the logs.
+    """
+    found = list(Run.objects.filter(external_id=external_id, origin=RunOrigin.COLLECTOR)[:2])
+    return found[0] if len(found) == 1 else None
 
 
 def tail_directory(root: Path, state: Any, result: CollectResult) -> None:
@@ -192,16 +248,21 @@ def tail_directory(root: Path, state: Any, result: CollectResult) -> None:
             seen.add(relative)
             external_id = match["run"]
             if external_id not in runs:
-                runs[external_id] = Run.objects.filter(external_id=external_id).order_by("pk").first()
+                runs[external_id] = collector_run(external_id)
                 if runs[external_id] is None:
                     result.say(f"logs: skipped {external_id}/: no run with this external id (yet)")
             run = runs[external_id]
             if run is None:
                 continue
             try:
-                entry, chunks, lines = tail_file(
-                    root, path, files.get(relative) or {}, run, int(match["attempt"]), int(match["node"]), result
-                )
+                with open_inside(root, relative) as handle:
+                    entry, chunks, lines = tail_file(
+                        handle, relative, files.get(relative) or {}, run, int(match["attempt"]), int(match["node"]),
+                        result,
+                    )  # fmt: skip
+            except RefusedPath as exc:
+                result.say(f"logs: refused {relative}: {exc}; only plain files inside the log directory are read")
+                continue
             except IngestConflict as exc:
                 result.say(f"logs: skipped {relative}: {exc}")
                 continue
@@ -235,7 +296,10 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
     A node whose fetch fails is reported; the pass fails only when every fetch failed.
     """
     cutoff = timezone.now() - RECENTLY_ENDED
-    runs = Run.objects.filter(Q(status__in=RunStatus.active()) | Q(ended_at__gte=cutoff)).order_by("pk")
+    # Only the collector's runs: their external id is the source's run id the command expects.
+    runs = Run.objects.filter(
+        Q(status__in=RunStatus.active()) | Q(ended_at__gte=cutoff), origin=RunOrigin.COLLECTOR
+    ).order_by("pk")
     totals = Totals()
     failures: list[str] = []
     attempts = Attempt.objects.filter(run__in=runs).select_related("run").prefetch_related("nodes")

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 
-from runs.choices import CollectorKind, TelemetrySource
+from runs.choices import CollectorKind, RunOrigin, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import derive_network_egress, node_for
@@ -44,6 +46,8 @@ LIVE_STATUSES = ("RUNNING", "SCHEDULED")
 # The tag a training script sets to name its Airboard run (Run.external_id), and optionally its try.
 RUN_TAG = "airboard.run_id"
 ATTEMPT_TAG = "airboard.attempt"
+# MLflow's own system tag: who created the run (an email on Databricks).
+USER_TAG = "mlflow.user"
 # Ids per IN (...) query: under every database's bound-parameter limit.
 QUERY_CHUNK = 500
 # Start times are the training client's clock, not the server's: a run created a little late
@@ -154,6 +158,19 @@ def _newly_linkable_run_ids(experiment_ids: Sequence[str]) -> set[str]:
 # --- linking --------------------------------------------------------------------------
 
 
+def claims(run: Run, tags: dict[str, str]) -> bool:
+    """Whether `run` may receive this MLflow run's metrics (SECURITY.md, "Ownership").
+
+    A run the collector or a launcher wrote carries MLflow ids its source gave it. A run an
+    API key pushed could name any MLflow run id or catch any `airboard.run_id` tag, so it
+    claims an MLflow run only when the MLflow run's user (`mlflow.user`) is a member of its team.
+    """
+    if run.origin != RunOrigin.KEY:
+        return True
+    user = tags.get(USER_TAG, "")
+    return bool(user) and User.objects.filter(Q(email__iexact=user) | Q(username=user), groups=run.team_id).exists()
+
+
 def _links(runs: Iterable[tuple[str, dict[str, str]]]) -> dict[str, Link]:
     """Link MLflow runs to Airboard runs, in batches. First match wins:
 
@@ -161,22 +178,25 @@ def _links(runs: Iterable[tuple[str, dict[str, str]]]) -> dict[str, Link]:
     2. a Run whose mlflow_run_id is the run's id;
     3. the tag `airboard.run_id` equal to exactly one Run.external_id (with `airboard.attempt`
        naming the attempt when set). Ambiguous external ids (several sources) stay unlinked.
+    Every match must pass `claims` (the team check for runs an API key pushed).
     """
     tags_by_id = dict(runs)
     ids = list(tags_by_id)
     links: dict[str, Link] = {}
     for chunk in _chunks(ids):
         for attempt in Attempt.objects.filter(mlflow_run_id__in=chunk).select_related("run"):
-            links.setdefault(attempt.mlflow_run_id, Link(attempt.run, attempt.number))
+            if claims(attempt.run, tags_by_id[attempt.mlflow_run_id]):
+                links.setdefault(attempt.mlflow_run_id, Link(attempt.run, attempt.number))
         for run in Run.objects.filter(mlflow_run_id__in=chunk):
-            links.setdefault(run.mlflow_run_id, Link(run))
+            if claims(run, tags_by_id[run.mlflow_run_id]):
+                links.setdefault(run.mlflow_run_id, Link(run))
     by_tag = {run_id: tags[RUN_TAG] for run_id, tags in tags_by_id.items() if run_id not in links and tags.get(RUN_TAG)}
     candidates: dict[str, list[Run]] = {}
     for chunk in _chunks(sorted(set(by_tag.values()))):
         for run in Run.objects.filter(external_id__in=chunk):
             candidates.setdefault(run.external_id, []).append(run)
     for run_id, external_id in by_tag.items():
-        matches = candidates.get(external_id, [])
+        matches = [run for run in candidates.get(external_id, []) if claims(run, tags_by_id[run_id])]
         if len(matches) == 1:
             attempt = tags_by_id[run_id].get(ATTEMPT_TAG, "")
             links[run_id] = Link(matches[0], int(attempt) if attempt.isdigit() and int(attempt) > 0 else None)

@@ -38,7 +38,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
 
-from runs.choices import CollectorKind, RunSource, RunStatus
+from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
 from runs.clusters import cluster_gpus
 from runs.collectors.cluster_events import collect_events
 from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
@@ -423,8 +423,13 @@ def upsert_runs(
     for record in records:
         if record.get("run_id") is not None:
             groups[external_id_of(record)].append(record)
+    # Only the collector's own runs: one a key or a launcher wrote (even with the same id, even
+    # in the creator's team) is never adopted; `upsert_run` refuses it with a line.
     stored = {
-        run.external_id: run for run in Run.objects.filter(external_id__in=list(groups)).exclude(source=RunSource.LOCAL)
+        run.external_id: run
+        for run in Run.objects.filter(external_id__in=list(groups), origin=RunOrigin.COLLECTOR).exclude(
+            source=RunSource.LOCAL
+        )
     }
     counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     active: dict[str, int] = {}
@@ -441,7 +446,7 @@ def upsert_runs(
         if run is not None:
             _reopen_for_retry(run, data)
         try:
-            upserted = upsert_run(team, data).run
+            upserted = upsert_run(team, data, origin=RunOrigin.COLLECTOR).run
         except IngestConflict as exc:
             counts["skipped"] += 1
             result.say(f"runs: skipped {external_id}: {exc}")
@@ -516,7 +521,9 @@ def fetch_mlflow_outputs(
                 wanted[str(attempt["task_run_id"])] = (external_id_of(record), attempt["number"])
     stored = set(
         Attempt.objects.filter(
-            run__source=RunSource.SERVERLESS, run__external_id__in={ext for ext, _ in wanted.values()}
+            run__source=RunSource.SERVERLESS,
+            run__external_id__in={ext for ext, _ in wanted.values()},
+            run__origin=RunOrigin.COLLECTOR,  # a key's twin with the same id is not the source's run
         )
         .filter(~Q(mlflow_run_id="") | Q(status__in=RunStatus.finished()))
         .values_list("run__external_id", "number")
@@ -531,7 +538,11 @@ def fetch_mlflow_outputs(
 
 def stored_finished(run_ids: list[str]) -> set[str]:
     """Which of these Databricks run ids are stored as finished runs (nothing left to read)."""
-    rows = Run.objects.filter(external_id__in=run_ids, status__in=RunStatus.finished()).exclude(source=RunSource.LOCAL)
+    # Only the collector's own runs: a key's finished twin with the same id must not stop the
+    # collector from reading the source's run.
+    rows = Run.objects.filter(
+        external_id__in=run_ids, status__in=RunStatus.finished(), origin=RunOrigin.COLLECTOR
+    ).exclude(source=RunSource.LOCAL)
     return set(rows.values_list("external_id", flat=True))
 
 

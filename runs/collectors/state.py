@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from django.db.models import F
 from django.utils import timezone
 
+from dashboard.redaction import redact
 from runs.models import CollectorState
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,10 @@ def track(name: str, kind: str, expected_interval_seconds: int = 300) -> Iterato
         yield state, result
     except Exception as exc:
         CollectorState.objects.filter(pk=state.pk).update(
-            last_error=f"{type(exc).__name__}: {exc}"[:5000], last_error_at=timezone.now()
+            # Through the one redactor: a CLI's error may quote a URL with a password, a token flag
+            # or a header; what is stored is what the collectors page may show.
+            last_error=redact(f"{type(exc).__name__}: {exc}")[:5000],
+            last_error_at=timezone.now(),
         )
         raise
     CollectorState.objects.filter(pk=state.pk).update(

@@ -147,6 +147,7 @@ def test_cost_page_downloads_csv(browsing: Browsing, scene: Scene) -> None:
     assert download.suggested_filename.startswith("costs-daily-")
     rows = list(csv.reader(io.StringIO(download.path().read_text(encoding="utf-8"))))
     assert rows[0] == ["day", "team", "compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours",
-                       "idle_gpu_hours"]  # fmt: skip
+                       "idle_gpu_hours", "figure"]  # fmt: skip
+    assert all(r[8].startswith(("estimated, as of ", "lower bound")) for r in rows[1:])
     assert {r[1] for r in rows[1:]} == {"vision"}
     assert sorted(Decimal(r[2]) for r in rows[1:]) == [Decimal("12.50"), Decimal("30.25")]

@@ -1,4 +1,4 @@
-"""`manage.py runall`: migrate, seed an empty database, then run web + worker + beat together.
+"""`manage.py runall`: migrate, seed the demo (embedded default only), then run web + worker + beat together.
 
 This is what `make run` calls. One Ctrl-C stops all three; if one of them dies, the others
 are stopped too, so a half-running dashboard never lingers.
@@ -17,10 +17,22 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
 from dashboard.env import env_int, env_str
+from runs.demo_constants import is_embedded_default
 
 QUEUES = "ingest,collect,billing,alerts"
 # Experiments of runs/demo_workloads/*.yaml: their runs show the demo was launched already.
 DEMO_WORKLOAD_EXPERIMENT_PREFIX = "/Workspace/Users/demo/launcher-"
+
+
+def seeds_demo(demo_flag: bool, no_seed: bool) -> bool:
+    """Whether `runall` loads the demo: on the embedded default unless --no-seed, elsewhere only with --demo.
+
+    A team deployment (`DATABASE_URL`) that ran `make run` on its empty database would
+    otherwise get the demo's users, a superuser among them.
+    """
+    if no_seed:
+        return False
+    return demo_flag or is_embedded_default()
 
 
 class Command(BaseCommand):
@@ -28,6 +40,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-seed", action="store_true", help="Do not load the demo workspace.")
+        parser.add_argument(
+            "--demo",
+            action="store_true",
+            help="Load the demo workspace even with DATABASE_URL set (by default only the embedded SQLite gets it).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = env_str("AIRBOARD_HOST", "127.0.0.1")
@@ -40,7 +57,10 @@ class Command(BaseCommand):
         commands = get_commands()
         if "load_prices" in commands:
             call_command("load_prices", "--default")
-        if not options["no_seed"] and "seed_demo" in commands:
+        demo = seeds_demo(demo_flag=options["demo"], no_seed=options["no_seed"])
+        if not demo and not options["no_seed"]:
+            self.stdout.write("DATABASE_URL is set: no demo data (pass --demo to load it anyway).")
+        if demo and "seed_demo" in commands:
             call_command("seed_demo", "--if-empty")
             # Failed demo runs get their root cause now rather than when a worker is asked.
             call_command("classify_runs")
@@ -58,7 +78,7 @@ class Command(BaseCommand):
             "beat": [python, "-m", "celery", "-A", "dashboard", "beat", "-s", beat_schedule, "-l", "INFO"],
         }  # fmt: skip
         processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in specs.items()}
-        if not options["no_seed"]:
+        if demo:
             self._launch_demo_workloads(python)
         self._banner(host, port)
         stopping = False
@@ -112,10 +132,10 @@ class Command(BaseCommand):
         shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host  # noqa: S104
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Airboard is running at http://{shown_host}:{port}/"))
-        if Run.objects.filter(is_demo=True).exists():
-            from runs.demo_constants import DEMO_PASSWORD
-
-            self.stdout.write(f"Demo login: alice / {DEMO_PASSWORD}   (staff: admin / {DEMO_PASSWORD})")
+        if is_embedded_default() and Run.objects.filter(is_demo=True).exists():
+            self.stdout.write(
+                "Demo login: alice (staff: admin), with the password seed_demo printed (var/demo_password)"
+            )
         self.stdout.write("Press Ctrl-C to stop the web server, the worker and beat.")
         self.stdout.write("")
 

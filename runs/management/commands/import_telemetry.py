@@ -55,6 +55,7 @@ class Command(BaseCommand):
             default=RunSource.SERVERLESS,
             help="where the run comes from (external ids are unique per source)",
         )
+        parser.add_argument("--team", help="the run's team, when several teams have a run with this id")
         parser.add_argument("--node", type=int, default=0, help="node index the file was recorded on (default 0)")
         parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
         parser.add_argument(
@@ -74,11 +75,21 @@ class Command(BaseCommand):
         fields = [f.strip() for f in options["fields"].split(",") if f.strip()] if options["fields"] else None
         if options["node"] < 0 or (options["attempt"] is not None and options["attempt"] < 1):
             raise CommandError("--node counts from 0 and --attempt from 1", returncode=1)
-        run = Run.objects.filter(source=options["source_run_type"], external_id=options["run_id"]).first()
-        if run is None:
+        # External ids are unique per team (SECURITY.md, "Ownership"): two teams may each have one.
+        found = Run.objects.filter(source=options["source_run_type"], external_id=options["run_id"])
+        if options["team"]:
+            found = found.filter(team__name=options["team"])
+        runs = list(found.select_related("team")[:2])
+        if not runs:
             raise CommandError(
                 f"no {options['source_run_type']} run with external id {options['run_id']!r}", returncode=1
             )
+        if len(runs) > 1:
+            raise CommandError(
+                f"several teams have a {options['source_run_type']} run {options['run_id']!r}; name one with --team",
+                returncode=1,
+            )
+        run = runs[0]
         try:
             text = path.read_bytes().decode("utf-8", errors="replace")
         except OSError as exc:

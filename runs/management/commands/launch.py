@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.urls import reverse
 
 from runs.choices import RunSource, RunStatus
+from runs.ingest import non_finite_paths
 from runs.launcher import Launcher, admit, launch_problems, located
 from runs.models import Run
 from runs.workload import Problem, WorkloadError, parse_workload
@@ -58,8 +59,12 @@ class Command(BaseCommand):
             if user is None:
                 reasons.append(f"no user named {options['user']!r}")
         external_id = options["external_id"]
-        if external_id and Run.objects.filter(source=RunSource.LOCAL, external_id=external_id).exists():
+        if external_id and Run.objects.filter(team=team, source=RunSource.LOCAL, external_id=external_id).exists():
             reasons.append(f"a local run with external id {external_id!r} already exists")
+        # JSON columns cannot hold NaN or infinities (a YAML `.nan` parameter): refuse before the run exists.
+        reasons += [
+            f"{filename}: {path}: must be a finite number" for path in non_finite_paths(workload.run_fields(), "")
+        ]
         if team is not None and not reasons:
             reasons += [f"not admitted: {reason}" for reason in admit(workload, team)]
         if reasons:
