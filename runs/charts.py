@@ -227,8 +227,14 @@ GAP_SECONDS: dict[str, float] = {"raw": 10.0, "minute": 150.0, "hour": 2 * 3600.
 
 def with_gaps(x: list[float], columns: list[list[Any]], gap: float) -> tuple[list[float], list[list[Any]]]:
     """x and its parallel `columns` with a None row (at the midpoint) wherever two neighbours are more than
-    `gap` s apart; unchanged when there is no such silence."""
-    if len(x) < 2 or all(b - a <= gap for a, b in pairwise(x)):
+    `gap` s (and three median steps) apart; unchanged when there is no such silence."""
+    if len(x) < 2:
+        return x, columns
+    # A series sampled every 15 s (nvidia-smi -l 15, a slower agent) is not a row of gaps: a gap
+    # is also more than three of the series' own usual steps.
+    steps = sorted(b - a for a, b in pairwise(x))
+    gap = max(gap, 3 * steps[len(steps) // 2])
+    if steps[-1] <= gap:
         return x, columns
     out_x: list[float] = [x[0]]
     out = [[column[0]] for column in columns]

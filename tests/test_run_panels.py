@@ -41,6 +41,9 @@ def test_a_silence_is_a_gap_not_a_line() -> None:
     assert x == [0.0, 1.0, 2.0, 31.0, 60.0, 61.0] and y == [1.0, 2.0, 3.0, None, 4.0, 5.0]
     assert avg == [1, 2, 3, None, 4, 5]
     assert charts.with_gaps([0.0, 1.0], [[1.0, 2.0]], 10.0) == ([0.0, 1.0], [[1.0, 2.0]])
+    # Every 15 s is that series' pace, not a gap each time; a minute's silence in it is one.
+    x, (y,) = charts.with_gaps([0.0, 15.0, 30.0, 45.0, 105.0], [[1, 2, 3, 4, 5]], 10.0)
+    assert y == [1, 2, 3, 4, None, 5]
 
 
 def test_run_page_draws_a_panel_per_signal_with_the_gap_and_the_power_limit(world: World) -> None:
