@@ -27,7 +27,7 @@ from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
 from dashboard.csv_export import cell, csv_response
-from runs import charts, glance
+from runs import charts, compare, glance
 from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
@@ -228,6 +228,36 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filtered": form.is_bound and any(v for k, v in request.GET.items() if k not in ("sort", "page")),
     }
     return render(request, "runs/run_list.html", ctx)
+
+
+@login_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """Up to 10 of the user's runs side by side: metrics and utilization overlaid, config diff."""
+    try:
+        ids = compare.parse_ids(request.GET.getlist("run"))
+    except compare.CompareError as exc:
+        return render(request, "runs/compare.html", {"error": str(exc)}, status=400)
+    if not ids:
+        return render(request, "runs/compare.html", {"error": "no run picked yet: tick up to 10 in the runs table"})
+    found = {run.pk: run for run in Run.objects.for_user(request.user).select_related("team").filter(pk__in=ids)}
+    missing = [str(pk) for pk in ids if pk not in found]
+    if missing:
+        raise Http404(f"No run {', '.join(missing)} among your teams' runs.")
+    runs = glance.attach([found[pk] for pk in ids])
+    x_axis = "time" if request.GET.get("x") == "time" else "step"
+    only_differences = request.GET.get("diff") == "1"
+    rows = compare.config_rows(runs)
+    ctx = {
+        "runs": runs,
+        "x_axis": x_axis,
+        "only_differences": only_differences,
+        "rows": [row for row in rows if row.differs] if only_differences else rows,
+        "differing": sum(row.differs for row in rows),
+        "metrics": compare.metrics_overlay(runs, x_axis),
+        "utilization": compare.utilization_overlay(runs),
+        "current": "run_list",
+    }
+    return render(request, "runs/compare.html", ctx)
 
 
 def _selected_node(attempts: list[Attempt], attempt_number: str | None, node_index: str | None) -> Node | None:

@@ -109,3 +109,21 @@ def test_why_did_it_fail(browsing: Browsing, scene: Scene) -> None:
     page.wait_for_load_state("load")
     expect(page.locator("body")).to_contain_text("CUDA out of memory")
     browsing.screenshot("journey-why-failed", full_page=True)
+
+
+def test_compare_runs_picked_in_the_runs_table(browsing: Browsing, scene: Scene) -> None:
+    live_samples(scene)
+    page = browsing.page
+    browsing.login_as(scene.world.alice)
+    browsing.goto("/runs/")
+    for name in ("vision-failed-1", "vision-live-1"):
+        page.get_by_label(f"Compare {name}").check()
+    page.get_by_role("button", name="Compare selected").click()
+    page.wait_for_url(re.compile(r"/runs/compare/\?run=\d+&run=\d+"))
+    expect(page.locator("#compare-runs tbody tr")).to_have_count(2)
+    expect(page.locator("[data-figure=fig-compare-utilization] .main-svg").first).to_be_visible()
+    page.get_by_role("link", name="differences only").click()
+    page.wait_for_url(re.compile(r"diff=1"))
+    expect(page.locator("#config tbody tr.differs").first).to_be_visible()
+    assert page.locator("#config tbody tr:not(.differs)").count() == 0
+    browsing.screenshot("journey-compare", full_page=True)
