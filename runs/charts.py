@@ -336,6 +336,10 @@ def _gpu_figure(
     layout = _layout(
         f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
     )
+    # A vertical spike line at the hovered time: with charts.js's shared hover, one crosshair
+    # runs through every GPU panel of the run page.
+    layout["xaxis"] = {**layout["xaxis"], "showspikes": True, "spikemode": "across", "spikesnap": "cursor",
+                       "spikethickness": 1, "spikedash": "dot"}  # fmt: skip
     # charts.js reads this to re-query finer data (telemetry.json) when the user zooms.
     layout["meta"] = {"telemetry_field": field, "tier": tier}
     return {"data": traces, "layout": layout}
@@ -401,11 +405,13 @@ def with_limit(figure: Figure | None, limit: float | None, label: str) -> Figure
     return figure
 
 
-def panel_figures(run: Run) -> list[tuple[str, Figure | None]]:
-    """(field, figure) of each PANEL_FIELDS signal of the run; power carries its limit line."""
+def panel_figures(
+    run: Run, start: datetime | None = None, end: datetime | None = None
+) -> list[tuple[str, Figure | None]]:
+    """(field, figure) of each PANEL_FIELDS signal of the run over [start, end]; power carries its limit line."""
     out = []
     for field in PANEL_FIELDS:
-        figure = gpu_figure(field, gpu_series(run, field))
+        figure = gpu_figure(field, gpu_series(run, field, start, end))
         if field == "power_watts":
             figure = with_limit(figure, power_limit(run), "limit")
         out.append((field, figure))

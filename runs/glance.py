@@ -147,3 +147,48 @@ def coverage(run: Run, now: datetime | None = None) -> Coverage:
         last = now
     stale = run.status == "running" and (last is None or now - last > STALE_AFTER)
     return Coverage(found["nodes"] or 0, nodes, found["first"], last, run.started_at, run.ended_at or now, stale)
+
+
+# The run page's time range picker: the last N of the run's telemetry, or all of it.
+RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(days=1)}
+
+
+def time_range(run: Run, choice: str) -> tuple[datetime | None, datetime | None]:
+    """[start, end] of the picked range, ending at the run's last minute of telemetry; (None, None) for all."""
+    span = RANGES.get(choice)
+    if span is None:
+        return None, None
+    last = GpuMinute.objects.filter(run=run).aggregate(last=Max("minute"))["last"]
+    if last is None:
+        return None, None
+    end = last + timedelta(minutes=1)
+    return end - span, end
+
+
+@dataclass(frozen=True)
+class NodeSkew:
+    """One node's mean utilization over the run and how far it sits from the run's mean."""
+
+    index: int
+    host: str
+    attempt: int
+    mean_utilization: float
+    skew: float  # percentage points against the mean of all nodes
+
+
+def node_skew(run: Run) -> list[NodeSkew]:
+    """Per-node mean GPU utilization (minute rollups, sample-weighted) against the run's; [] for one node."""
+    rows = list(
+        GpuMinute.objects.filter(run=run)
+        .values("node_id", "node__index", "node__host", "node__attempt__number")
+        .annotate(util=Avg("utilization_gpu_avg"))
+        .order_by("node__attempt__number", "node__index")
+    )
+    rows = [r for r in rows if r["util"] is not None]
+    if len(rows) < 2:
+        return []
+    mean = sum(r["util"] for r in rows) / len(rows)
+    return [
+        NodeSkew(r["node__index"], r["node__host"], r["node__attempt__number"], r["util"], r["util"] - mean)
+        for r in rows
+    ]

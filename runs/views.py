@@ -278,6 +278,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     now = timezone.now()
     node = _selected_node(attempts, request.GET.get("attempt"), request.GET.get("node"))
     query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
+    picked = request.GET.get("range", "all")
+    picked = picked if picked in glance.RANGES else "all"
+    start, end = glance.time_range(run, picked)
 
     ctx = {
         "run": run,
@@ -289,9 +292,12 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "log_query": query,
         "timeline": charts.timeline_figure(attempts, now=now),
         "coverage": glance.coverage(run, now=now),
-        "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu")),
-        "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes")),
-        "panels": charts.panel_figures(run),
+        "range": picked,
+        "ranges": ["15m", "1h", "6h", "24h", "all"],
+        "node_skew": glance.node_skew(run),
+        "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu", start, end)),
+        "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes", start, end)),
+        "panels": charts.panel_figures(run, start, end),
         "metrics": charts.metrics_figure(charts.metric_points(run)),
         "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
     }

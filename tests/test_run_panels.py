@@ -58,3 +58,26 @@ def test_run_page_draws_a_panel_per_signal_with_the_gap_and_the_power_limit(worl
     for field in charts.PANEL_FIELDS:
         assert f'data-figure="fig-{field}"' in html
     assert None in charts.gpu_series(run, "utilization_gpu")[0].y
+
+
+def test_range_picker_narrows_every_panel_and_nodes_show_their_skew(world: World) -> None:
+    run = make_run(world.vision)
+    store(run, range(0, 3600, 5))  # an hour, one GPU on node 0 at 90 %
+    second = run.attempts.get().nodes.create(index=1, host="10.0.0.2")
+    store_gpu_samples(
+        [
+            GpuSample(run=run, node=second, gpu_index=0, ts=T0 + timedelta(seconds=s), utilization_gpu=70.0)
+            for s in range(0, 3600, 5)
+        ]
+    )
+    client = world.client_for(world.alice)
+    whole = client.get(reverse("run_detail", args=[run.pk]))
+    last15 = client.get(reverse("run_detail", args=[run.pk]), {"range": "15m"})
+    first_x = lambda r: min(t["x"][0] for t in r.context["utilization"]["data"])  # noqa: E731
+    assert first_x(whole).startswith("2026-11-02 09:00")
+    assert first_x(last15) >= "2026-11-02 09:44"  # the run's last 15 minutes of telemetry
+    assert dict(last15.context["panels"])["power_watts"]["data"][0]["x"][0] >= "2026-11-02 09:44"
+    assert client.get(reverse("run_detail", args=[run.pk]), {"range": "bogus"}).context["range"] == "all"
+    skew = {n.index: round(n.skew, 1) for n in whole.context["node_skew"]}
+    assert skew == {0: 10.0, 1: -10.0}
+    assert 'id="node-skew"' in whole.content.decode()

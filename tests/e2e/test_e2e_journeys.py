@@ -78,6 +78,20 @@ def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
     expect(row.locator("td.run-id")).to_be_in_viewport()
     browsing.screenshot("journey-gpu-busy-runs")
 
+    # The run page: coverage stated, a range picked, one crosshair across the GPU panels.
+    row.get_by_role("link", name="vision-live-1").click()
+    page.wait_for_load_state("load")
+    expect(page.locator("#coverage")).to_contain_text("Samples from 1 of 1 node")
+    page.locator("#range-picker").get_by_role("link", name="15m").click()
+    page.wait_for_url(re.compile(r"range=15m"))
+    chart = page.locator("[data-figure=fig-utilization] .nsewdrag").first
+    expect(chart).to_be_visible()
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    expect(page.locator("[data-figure=fig-utilization] .hoverlayer > *").first).to_be_attached()
+    expect(page.locator("[data-figure=fig-memory] .hoverlayer > *").first).to_be_attached()
+    browsing.screenshot("journey-gpu-busy-run-page")
+
 
 def test_who_is_over_budget(browsing: Browsing, scene: Scene) -> None:
     policies.admit_yaml(WORKLOAD, scene.world.vision, region="us-west-2")
