@@ -21,10 +21,10 @@ from typing import Any
 from django.db.models import FloatField, Func, Max, Min, QuerySet
 from django.utils import timezone
 
-from runs.choices import RunStatus
+from runs.choices import RunEventKind, RunStatus
 from runs.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
 from runs.importers import gpu_label
-from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run
+from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run, RunEvent
 
 Figure = dict[str, Any]
 
@@ -405,16 +405,53 @@ def with_limit(figure: Figure | None, limit: float | None, label: str) -> Figure
     return figure
 
 
+# Events drawn on the GPU panels as markers: what the agent reports about the GPUs themselves.
+MARKED_EVENTS = (RunEventKind.XID, RunEventKind.GPU_LOST, RunEventKind.ECC)
+MAX_MARKERS = 50
+
+
+def gpu_events(run: Run) -> list[tuple[datetime, str]]:
+    """(time, short label) of the run's Xid, GPU-lost and ECC events, oldest first, at most MAX_MARKERS."""
+    rows = (
+        RunEvent.objects.filter(run=run, kind__in=MARKED_EVENTS)
+        .order_by("ts")
+        .values_list("ts", "kind", "details", "gpu_index")[:MAX_MARKERS]
+    )
+    out = []
+    for ts, kind, details, gpu in rows:
+        xid = details.get("xid") if isinstance(details, dict) else None
+        label = f"Xid {xid}" if xid is not None else RunEventKind(kind).label
+        out.append((ts, label if gpu is None else f"{label} · GPU {gpu}"))
+    return out
+
+
+def with_events(figure: Figure | None, events: Sequence[tuple[datetime, str]]) -> Figure | None:
+    """The figure with a dotted vertical line and a label at each event (Xid markers)."""
+    if figure is None or not events:
+        return figure
+    layout = figure["layout"]
+    shapes, notes = list(layout.get("shapes", [])), list(layout.get("annotations", []))
+    for ts, label in events:
+        x = plotly_time(ts)
+        shapes.append({"type": "line", "xref": "x", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
+                       "line": {"dash": "dot", "width": 1.5, "color": "#b45309"}})  # fmt: skip
+        notes.append({"xref": "x", "x": x, "yref": "paper", "y": 1, "yanchor": "bottom", "text": label,
+                      "showarrow": False, "font": {"size": 10, "color": "#b45309"}})  # fmt: skip
+    layout["shapes"], layout["annotations"] = shapes, notes
+    return figure
+
+
 def panel_figures(
     run: Run, start: datetime | None = None, end: datetime | None = None
 ) -> list[tuple[str, Figure | None]]:
     """(field, figure) of each PANEL_FIELDS signal of the run over [start, end]; power carries its limit line."""
     out = []
+    events = gpu_events(run)
     for field in PANEL_FIELDS:
         figure = gpu_figure(field, gpu_series(run, field, start, end))
         if field == "power_watts":
             figure = with_limit(figure, power_limit(run), "limit")
-        out.append((field, figure))
+        out.append((field, with_events(figure, events)))
     return out
 
 

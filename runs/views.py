@@ -295,7 +295,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "range": picked,
         "ranges": ["15m", "1h", "6h", "24h", "all"],
         "node_skew": glance.node_skew(run),
-        "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu", start, end)),
+        "utilization": charts.with_events(
+            charts.utilization_figure(charts.gpu_series(run, "utilization_gpu", start, end)), charts.gpu_events(run)
+        ),
         "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes", start, end)),
         "panels": charts.panel_figures(run, start, end),
         "metrics": charts.metrics_figure(charts.metric_points(run)),

@@ -8,7 +8,8 @@ import pytest
 from django.urls import reverse
 
 from runs import charts
-from runs.models import GpuSample
+from runs.choices import RunEventKind
+from runs.models import GpuSample, RunEvent
 from runs.telemetry import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
@@ -81,3 +82,18 @@ def test_range_picker_narrows_every_panel_and_nodes_show_their_skew(world: World
     skew = {n.index: round(n.skew, 1) for n in whole.context["node_skew"]}
     assert skew == {0: 10.0, 1: -10.0}
     assert 'id="node-skew"' in whole.content.decode()
+
+
+def test_xid_events_are_marked_on_every_gpu_panel(world: World) -> None:
+    run = make_run(world.vision)
+    store(run, range(0, 600, 5))
+    node = run.attempts.get().nodes.get()
+    # The agent's event shape (runs/agent_ingest.py): kind xid, the Xid number in details.
+    RunEvent.objects.create(run=run, node=node, gpu_index=3, ts=T0 + timedelta(minutes=5), kind=RunEventKind.XID,
+                            message="Xid 79: GPU has fallen off the bus", details={"xid": 79})  # fmt: skip
+    response = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk]))
+    marked = [response.context["utilization"], *(f for _, f in response.context["panels"])]
+    for figure in marked:
+        notes = [a["text"] for a in figure["layout"].get("annotations", [])]
+        assert "Xid 79 · GPU 3" in notes
+        assert any(s["x0"] == "2026-11-02 09:05:00" and s["yref"] == "paper" for s in figure["layout"]["shapes"])
