@@ -26,6 +26,7 @@ from runs.choices import PostMortemStatus
 from runs.classify_rules import CLASSES
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, highlight, iter_lines, query_pattern
 from runs.models import FailureAnalysis, MetricPoint, Node, PostMortem, Run
+from runs.schemas import DATE_BOUNDS
 from runs.views import MAX_QUERY_LENGTH
 
 # Minutes of telemetry shown before the failure.
@@ -310,8 +311,10 @@ def postmortem_detail(request: HttpRequest, pk: int) -> HttpResponse:
 class FailureFilterForm(forms.Form):
     team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="any")
     failure_class = forms.ChoiceField(required=False, label="Class")
-    start = forms.DateField(required=False, label="From", widget=forms.DateInput({"type": "date"}))
-    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
+    start = forms.DateField(
+        required=False, label="From", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
+    )
+    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS)
 
     def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -11,9 +11,10 @@ written. Units follow NVML: percent, bytes, watts, Celsius, MHz.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from ninja import Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator, model_validator
 
@@ -26,6 +27,9 @@ RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]
 # Times outside this window are typing or clock errors, and PostgreSQL refuses some of them.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+# The same window for the date filters of pages: a filter's `day + 1` and its UTC midnight
+# overflow at 0001-01-01 and 9999-12-31 (a 500); outside it a date is a form error.
+DATE_BOUNDS = [MinValueValidator(EARLIEST.date()), MaxValueValidator((LATEST - timedelta(days=1)).date())]
 
 
 def _aware(value: datetime) -> datetime:

@@ -1,0 +1,74 @@
+"""A hostile second look at issues 14-19 as merged: each test is one finding that failed before its fix.
+
+Tried as a member of team nlp (charlie, or an ingest key of nlp) against team vision's runs,
+and as any caller sending bad input: a 500 where a clear 4xx belongs, or another team's run
+shown on a page that the user may open.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+
+from dashboard.models import ApiKeyRole
+from tests.conftest import T0, World, make_run
+
+
+def _quiet(client: Client) -> Client:
+    """Answer as a server would (a 500 page), not by raising into the test."""
+    client.raise_request_exception = False
+    return client
+
+
+# Bad input answers a 4xx, never a 500 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2024-13-01T00:00",  # well formed, no such month: parse_datetime raises ValueError
+        "0001-01-01T00:00+05:00",  # before date.min once in UTC: OverflowError in the query
+        "9999-12-31T23:59-05:00",  # after date.max once in UTC
+    ],
+)
+def test_the_run_lists_submitted_after_answers_422_for_a_time_it_cannot_use(world: World, value: str) -> None:
+    client = _quiet(world.api(world.vision, ApiKeyRole.READ))
+    response = client.get("/api/v1/runs", {"submitted_after": value})
+    assert response.status_code == 422, response.content[:200]
+    assert "submitted_after" in json.dumps(response.json()["errors"])
+
+
+@pytest.mark.parametrize("value", ["2026-11-02T08:00:00Z", "2026-11-02T08:00", "2026-11-02 08:00", "2026-11-02"])
+def test_the_run_lists_submitted_after_still_takes_the_iso_times_it_took(world: World, value: str) -> None:
+    make_run(world.vision, "new", submitted_at=T0)
+    make_run(world.vision, "old", submitted_at=T0 - timedelta(days=2))
+    response = world.api(world.vision, ApiKeyRole.READ).get("/api/v1/runs", {"submitted_after": value})
+    assert [r["external_id"] for r in response.json()["results"]] == ["new"]
+
+
+def test_the_telemetry_endpoint_answers_400_for_times_at_year_one(world: World) -> None:
+    run = make_run(world.vision, "a-1")
+    client = _quiet(world.client_for(world.alice))
+    response = client.get(f"/runs/{run.pk}/telemetry.json", {"from": "0001-01-01T00:00", "to": "0001-01-01T00:01"})
+    assert response.status_code == 400, response.content[:200]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/runs/?submitted_to=9999-12-31",
+        "/runs/?format=csv&submitted_to=9999-12-31",
+        "/runs/failures/?end=9999-12-31",
+        "/runs/failures/?format=csv&end=9999-12-31",
+        "/costs/?end=9999-12-31",
+        "/costs/?start=0001-01-01&end=9999-12-31",
+        "/costs/?format=csv&table=egress&end=9999-12-31",
+    ],
+)
+def test_date_filters_at_the_calendar_edges_are_form_errors_not_500s(world: World, url: str) -> None:
+    make_run(world.vision, "a-1")
+    response = _quiet(world.client_for(world.alice)).get(url)
+    assert response.status_code == 200, url
