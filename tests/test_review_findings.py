@@ -72,3 +72,14 @@ def test_date_filters_at_the_calendar_edges_are_form_errors_not_500s(world: Worl
     make_run(world.vision, "a-1")
     response = _quiet(world.client_for(world.alice)).get(url)
     assert response.status_code == 200, url
+
+
+def test_a_lone_surrogate_in_parameters_is_a_422_not_a_run_page_that_500s(world: World) -> None:
+    """JSON's "\\ud800" decodes to a str UTF-8 cannot encode: stored, it made the run page a 500 for good."""
+    client = _quiet(world.api(world.vision))
+    for external_id, parameters in (("s-1", {"k": "\ud800"}), ("s-2", {"\udcff": 1})):
+        body = json.dumps({"external_id": external_id, "parameters": parameters})
+        response = client.post("/api/v1/runs", body, content_type="application/json")
+        assert response.status_code == 422, response.content[:200]
+        assert response.json()["errors"][0]["field"].startswith("parameters")
+    assert not world.vision.runs.exists()
