@@ -7,12 +7,17 @@ shown on a page that the user may open.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from billing.choices import EnforcementKind, EnforcementOutcome
+from billing.models import PolicyAction, UsagePolicy
 from dashboard.models import ApiKeyRole
 from tests.conftest import T0, World, make_run
 
@@ -83,3 +88,32 @@ def test_a_lone_surrogate_in_parameters_is_a_422_not_a_run_page_that_500s(world:
         assert response.status_code == 422, response.content[:200]
         assert response.json()["errors"][0]["field"].startswith("parameters")
     assert not world.vision.runs.exists()
+
+
+# Another team's runs never show through something shared -------------------------------------
+
+
+def test_a_shared_policy_does_not_show_another_teams_runs(world: World) -> None:
+    """A budget shared by vision and nlp: nlp's members see the policy, not vision's runs it acted on."""
+    policy = UsagePolicy.objects.create(name="shared-gpu-budget", budget_usd="1000")
+    policy.teams.add(world.vision, world.nlp)
+    secret_run = make_run(world.vision, "vision-secret-run-77")
+    PolicyAction.objects.create(
+        policy=policy, run=secret_run, kind=EnforcementKind.BUDGET_CANCEL, outcome=EnforcementOutcome.DONE,
+        method="command", output_tail="cancelled vision-secret-run-77", at=timezone.now(),
+    )  # fmt: skip
+    own_run = make_run(world.nlp, "nlp-run-5")
+    PolicyAction.objects.create(
+        policy=policy, run=own_run, kind=EnforcementKind.BUDGET_CANCEL, outcome=EnforcementOutcome.DONE,
+        method="command", output_tail="cancelled nlp-run-5", at=timezone.now(),
+    )  # fmt: skip
+    charlie = world.client_for(world.charlie)
+    page = charlie.get(f"/costs/policies/{policy.pk}/").content.decode()
+    assert "nlp-run-5" in page
+    assert "vision-secret-run-77" not in page
+    text = charlie.get(f"/costs/policies/{policy.pk}/", {"format": "csv", "table": "actions"}).content.decode()
+    runs = [row["run"] for row in csv.DictReader(io.StringIO(text))]
+    assert runs == ["nlp-run-5"]
+    # vision's own members still see it.
+    alice_page = world.client_for(world.alice).get(f"/costs/policies/{policy.pk}/").content.decode()
+    assert "vision-secret-run-77" in alice_page
