@@ -11,14 +11,17 @@ import csv
 import io
 import json
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.test import Client
 from django.utils import timezone
 
 from billing.choices import EnforcementKind, EnforcementOutcome
-from billing.models import PolicyAction, UsagePolicy
+from billing.models import AcceleratorPrice, PolicyAction, UsagePolicy
 from dashboard.models import ApiKeyRole
+from runs.choices import AcceleratorType, RunStatus
+from runs.postmortem import classify_run
 from tests.conftest import T0, World, make_run
 
 
@@ -117,3 +120,25 @@ def test_a_shared_policy_does_not_show_another_teams_runs(world: World) -> None:
     # vision's own members still see it.
     alice_page = world.client_for(world.alice).get(f"/costs/policies/{policy.pk}/").content.decode()
     assert "vision-secret-run-77" in alice_page
+
+
+# One number: cents are rounded in one place (billing.money.to_cents) --------------------------
+
+
+def test_a_half_cent_shows_the_same_cents_on_the_failure_page_its_csv_and_the_post_mortem(world: World) -> None:
+    """$0.125 of failed attempts: pages round half up (money.to_cents) to $0.13; the failures CSV
+    ('0.12', f"{:.2f}" is half-even) and the drafted post-mortem ('$0.12') said otherwise."""
+    AcceleratorPrice.objects.create(
+        accelerator_type=AcceleratorType.H100_8, region="us-west-2", effective_from=T0 - timedelta(days=400),
+        usd_per_hour="0.015625", kind="list", source="test",
+    )  # fmt: skip
+    run = make_run(world.vision, "half-cent", status=RunStatus.FAILED)  # 8 accelerators x 1 h x $0.015625
+    classify_run(run)
+    alice = world.client_for(world.alice)
+    assert "$0.13" in alice.get(f"/runs/{run.pk}/failure/").content.decode()
+    assert "$0.13" in alice.get("/runs/failures/").content.decode()
+    text = alice.get("/runs/failures/", {"format": "csv"}).content.decode()
+    (row,) = csv.DictReader(io.StringIO(text))
+    assert Decimal(row["failed_cost_usd"]) in (Decimal("0.125"), Decimal("0.13"))
+    draft = alice.get(f"/runs/{run.pk}/postmortem/new/").content.decode()
+    assert "$0.13" in draft and "$0.12" not in draft
