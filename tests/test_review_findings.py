@@ -10,19 +10,25 @@ from __future__ import annotations
 import csv
 import io
 import json
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
+from mlflow import MlflowClient
+from mlflow.entities import Metric
 
 from billing.choices import EnforcementKind, EnforcementOutcome
 from billing.models import AcceleratorPrice, PolicyAction, UsagePolicy
 from dashboard.models import ApiKeyRole
-from runs.choices import AcceleratorType, RunStatus
+from runs.choices import AcceleratorType, RunOrigin, RunStatus
+from runs.models import GpuSample, MetricPoint
 from runs.postmortem import classify_run
 from tests.conftest import T0, World, make_run
+from tests.mlflow_server import MlflowServer, mlflow_server  # noqa: F401 (fixture)
 
 
 def _quiet(client: Client) -> Client:
@@ -142,3 +148,39 @@ def test_a_half_cent_shows_the_same_cents_on_the_failure_page_its_csv_and_the_po
     assert Decimal(row["failed_cost_usd"]) in (Decimal("0.125"), Decimal("0.13"))
     draft = alice.get(f"/runs/{run.pk}/postmortem/new/").content.decode()
     assert "$0.13" in draft and "$0.12" not in draft
+
+
+# A team's MLflow runs never write into another team's run ------------------------------------
+
+
+@pytest.fixture
+def experiment(mlflow_server: MlflowServer, settings) -> tuple[MlflowClient, str]:  # noqa: F811
+    """A fresh experiment on a real `mlflow server`, and the MLflow collector pointed at it."""
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    name = f"exp-{uuid.uuid4().hex[:8]}"
+    experiment_id = client.create_experiment(name)
+    settings.AIRBOARD_MLFLOW_TRACKING_URI = mlflow_server.uri
+    settings.AIRBOARD_MLFLOW_EXPERIMENTS = [name]
+    return client, experiment_id
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="left for the lead (runs/collectors/mlflow.py claims): the airboard.run_id tag path trusts any "
+    "MLflow user for a run the collector wrote; the fix decides what a run without mlflow.user may link to",
+)
+def test_another_teams_mlflow_run_tagged_with_our_run_id_writes_nothing_into_it(
+    world: World, experiment: tuple[MlflowClient, str]
+) -> None:
+    """charlie (nlp) tags an MLflow run with vision's run id and logs idle GPUs and network traffic:
+    vision's run (the run source collector's) would get his metrics, GPU samples and so its idle cost."""
+    client, experiment_id = experiment
+    vision_run = make_run(world.vision, "1001", origin=RunOrigin.COLLECTOR)
+    t0_ms = int(T0.timestamp() * 1000)
+    tags = {"airboard.run_id": "1001", "mlflow.user": "charlie@example.com"}
+    hostile = client.create_run(experiment_id, start_time=t0_ms, tags=tags).info.run_id
+    idle_gpu = [Metric("system/gpu_0_utilization_percentage", 0.0, t0_ms + i * 10_000, i) for i in range(30)]
+    client.log_batch(hostile, metrics=[*idle_gpu, Metric("loss", 99.0, t0_ms, 0)])
+    call_command("collect", "mlflow", "--once", stdout=io.StringIO())
+    assert not MetricPoint.objects.filter(run=vision_run).exists()
+    assert not GpuSample.objects.filter(run=vision_run).exists()
