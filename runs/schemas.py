@@ -72,6 +72,10 @@ def bounded(low: float, high: float) -> Any:
     return Annotated[float | None, Field(default=None, ge=low, le=high, allow_inf_nan=False)]
 
 
+# Nodes one run upsert may carry across all its attempts (the most one attempt may index).
+MAX_NODES_PER_RUN_REQUEST = 4096
+
+
 class NodeIn(Schema):
     _no_nul = field_validator("*", mode="before")(_refuse_nul)
     index: int = Field(ge=0, le=4096)
@@ -142,6 +146,11 @@ class RunIn(Schema):
         numbers = [a.number for a in self.attempts]
         if len(numbers) != len(set(numbers)):
             raise ValueError("attempt numbers must be unique")
+        # Each node is a few queries in one transaction: 10 attempts of 4,096 nodes (700 KB)
+        # held a web worker and the write lock for ~50 s. A run's attempts have far fewer.
+        nodes = sum(len(a.nodes) for a in self.attempts)
+        if nodes > MAX_NODES_PER_RUN_REQUEST:
+            raise ValueError(f"{nodes} nodes across the attempts; at most {MAX_NODES_PER_RUN_REQUEST} in one request")
         if self.accelerator_type and self.num_accelerators:
             problem = accelerator_count_problem(self.accelerator_type, self.num_accelerators)
             if problem:
