@@ -199,3 +199,18 @@ def test_a_run_upsert_with_tens_of_thousands_of_nodes_is_a_422_not_a_minute_of_a
     assert "nodes" in response.json()["errors"][0]["message"]
     assert time.monotonic() - started < 5
     assert not world.vision.runs.exists()
+
+
+def test_the_egress_csv_marks_a_flow_with_no_price_as_the_page_does(world: World) -> None:
+    """Egress to the internet without a price: the page says '(no price)', the CSV said usd 0 and nothing else."""
+    make_run(world.vision, "r2")
+    body = {"records": [{"run": "r2", "source_region": "us-west-2", "destination_region": "internet",
+                         "bytes": 5_000_000_000, "ts": (T0 + timedelta(minutes=31)).isoformat()}]}  # fmt: skip
+    assert world.api(world.vision).post("/api/v1/egress", body, content_type="application/json").status_code == 201
+    alice = world.client_for(world.alice)
+    query = {"start": "2026-11-01", "end": "2026-11-03"}
+    assert "(no price)" in alice.get("/costs/", query).content.decode()
+    text = alice.get("/costs/", {**query, "format": "csv", "table": "egress"}).content.decode()
+    (row,) = csv.DictReader(io.StringIO(text))
+    assert row["destination_region"] == "internet" and row["usd"] == "0"
+    assert row.get("unpriced") == "true", row
