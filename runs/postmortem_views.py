@@ -136,9 +136,18 @@ def _node_of(run: Run, attempt: str | None, node: str | None) -> Node | None:
     nodes = Node.objects.filter(attempt__run=run)
     if not attempt and not node:
         return nodes.order_by("-attempt__number", "index").first()
-    if not (attempt and node and attempt.isdigit() and node.isdigit()):
+    number, index = _count(attempt), _count(node)
+    if number is None or index is None:
         return None
-    return nodes.filter(attempt__number=int(attempt), index=int(node)).first()
+    return nodes.filter(attempt__number=number, index=index).first()
+
+
+def _count(value: str | None) -> int | None:
+    """A query parameter as a non-negative int, or None: ASCII digits only ('²'.isdigit() is true
+    but int() refuses it) and at most 18 of them (int() refuses 4,301; a 64-bit column, 20)."""
+    if value and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    return None
 
 
 @login_required
@@ -152,10 +161,9 @@ def log_tail(request: HttpRequest, pk: int) -> JsonResponse:
     node = _node_of(run, request.GET.get("attempt"), request.GET.get("node"))
     if node is None:
         return JsonResponse({"error": "attempt and node must name a node of this run"}, status=404)
-    after_raw = request.GET.get("after", "0")
-    if not after_raw.isdigit():
+    after = _count(request.GET.get("after", "0"))
+    if after is None:
         return JsonResponse({"error": "after must be a line number"}, status=400)
-    after = int(after_raw)
     lines = []
     last = after
     for number, raw in enumerate(iter_lines(chunk_texts(node), partial=False), start=1):

@@ -214,3 +214,18 @@ def test_the_egress_csv_marks_a_flow_with_no_price_as_the_page_does(world: World
     (row,) = csv.DictReader(io.StringIO(text))
     assert row["destination_region"] == "internet" and row["usd"] == "0"
     assert row.get("unpriced") == "true", row
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"attempt": "\u00b2", "node": "0"},  # '²'.isdigit() is true, int('²') raises
+        {"attempt": "1", "node": "0", "after": "\u00b2"},
+        {"attempt": "1", "node": "0", "after": "9" * 5000},  # int() refuses more than 4,300 digits
+    ],
+)
+def test_the_log_tail_answers_4xx_for_numbers_it_cannot_read(world: World, query: dict[str, str]) -> None:
+    run = make_run(world.vision, "a-1")
+    response = _quiet(world.client_for(world.alice)).get(f"/runs/{run.pk}/log/tail.json", query)
+    assert response.status_code in (400, 404), response.status_code
+    assert "error" in response.json()
