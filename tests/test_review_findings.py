@@ -229,3 +229,12 @@ def test_the_log_tail_answers_4xx_for_numbers_it_cannot_read(world: World, query
     response = _quiet(world.client_for(world.alice)).get(f"/runs/{run.pk}/log/tail.json", query)
     assert response.status_code in (400, 404), response.status_code
     assert "error" in response.json()
+
+
+def test_a_policy_threshold_that_only_looks_like_a_digit_is_a_form_error(world: World) -> None:
+    """'²'.isdigit() is true and int('²') raises: the policy form answered 500 to a policy admin."""
+    response = _quiet(world.client_for(world.sam)).post(
+        "/costs/policies/new/", {"name": "p", "alert_thresholds": "50, \u00b2"}
+    )
+    assert response.status_code == 200
+    assert "is not a whole percent" in response.content.decode()
