@@ -164,11 +164,6 @@ def experiment(mlflow_server: MlflowServer, settings) -> tuple[MlflowClient, str
     return client, experiment_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left for the lead (runs/collectors/mlflow.py claims): the airboard.run_id tag path trusts any "
-    "MLflow user for a run the collector wrote; the fix decides what a run without mlflow.user may link to",
-)
 def test_another_teams_mlflow_run_tagged_with_our_run_id_writes_nothing_into_it(
     world: World, experiment: tuple[MlflowClient, str]
 ) -> None:
