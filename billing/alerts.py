@@ -32,7 +32,7 @@ from django.utils import timezone
 from billing import reports
 from billing.choices import AlertKind, ChannelKind, DeliveryStatus
 from billing.models import AlertChannel, BudgetAlert, Delivery, UsagePolicy
-from billing.money import CENT
+from billing.money import to_cents
 from billing.policies import PolicyStatus
 from dashboard import outbound
 
@@ -78,7 +78,7 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def _money(value: Decimal | None) -> str | None:
-    return None if value is None else reports.decimal_str(value.quantize(CENT))
+    return None if value is None else reports.decimal_str(to_cents(value))
 
 
 def alert_notice(alert: BudgetAlert) -> Notice:
@@ -130,7 +130,7 @@ def claim_alerts(status: PolicyStatus, now: datetime) -> list[BudgetAlert]:
                 period_start=status.period_start,
                 threshold=threshold,
                 kind=kind,
-                spend_usd=status.spend.quantize(CENT),
+                spend_usd=to_cents(status.spend),
                 forecast_usd=status.forecast,
                 budget_usd=policy.budget_usd,
                 created_at=now,
@@ -145,7 +145,7 @@ def claim_alerts(status: PolicyStatus, now: datetime) -> list[BudgetAlert]:
             policy=policy, period_start=status.period_start, threshold=threshold, kind=kind, fired_at__isnull=True
         )
         # Only the caller whose UPDATE changes the row fires it; any other sees 0 rows changed.
-        if claim.update(fired_at=now, spend_usd=status.spend.quantize(CENT), forecast_usd=status.forecast) == 1:
+        if claim.update(fired_at=now, spend_usd=to_cents(status.spend), forecast_usd=status.forecast) == 1:
             won.append(
                 BudgetAlert.objects.select_related("policy").get(
                     policy=policy, period_start=status.period_start, threshold=threshold, kind=kind

@@ -13,6 +13,7 @@ from billing.choices import GroupBy
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, UsagePolicy
 from billing.pricebook import INTERNET, REGION_RE
 from runs.choices import AcceleratorType, Region
+from runs.schemas import DATE_BOUNDS
 
 # The stacked spend chart can be split by these (the tables cover the rest).
 CHART_GROUPS = [
@@ -27,8 +28,10 @@ MAX_DAYS = 3660
 class CostFilterForm(forms.Form):
     """Cost page filters: a date range (UTC days, inclusive), team, accelerator, region, policy, grouping."""
 
-    start = forms.DateField(required=False, label="From", widget=forms.DateInput({"type": "date"}))
-    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
+    start = forms.DateField(
+        required=False, label="From", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
+    )
+    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS)
     team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="all my teams")
     accelerator = forms.ChoiceField(required=False, choices=[("", "any"), *AcceleratorType.choices])
     region = forms.ChoiceField(required=False, choices=[("", "any"), *Region.choices])

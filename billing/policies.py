@@ -39,8 +39,10 @@ from billing.money import (
     Figure,
     estimate,
     exact_sum,
+    format_usd,
     linear_forecast,
     price_in_force,
+    to_cents,
     utc,
     utc_midnight,
 )
@@ -254,7 +256,7 @@ class Decision:
         return "allow" if self.allowed else "deny"
 
     def as_dict(self) -> dict[str, Any]:
-        money = lambda v: None if v is None else reports.decimal_str(v.quantize(CENT))  # noqa: E731
+        money = lambda v: None if v is None else reports.decimal_str(to_cents(v))  # noqa: E731
         return {
             "decision": self.decision,
             "violations": [{"rule": v.rule, "message": v.message} for v in self.violations],
@@ -422,7 +424,7 @@ def admit(workload: Workload, team: Group, *, region: str | None = None, now: da
             decision.violations.append(
                 Violation(
                     "budget",
-                    f"Policy {name} has spent ${spend.quantize(CENT)} "
+                    f"Policy {name} has spent {format_usd(spend)} "
                     f"of its ${policy.budget_usd} budget for the period that "
                     f"ends {period_bounds(policy, now.date())[1]}; wait for the next period or ask "
                     f"a policy admin to raise the budget.",

@@ -44,7 +44,8 @@ class ThresholdsField(CommaListField):
     def clean(self, value: Any) -> list[int]:
         out = set()
         for part in super().clean(value):
-            if not part.isdigit() or not 1 <= int(part) <= MAX_THRESHOLD:
+            # isascii: '²'.isdigit() is true but int('²') raises.
+            if not (part.isascii() and part.isdigit() and len(part) <= 6) or not 1 <= int(part) <= MAX_THRESHOLD:
                 raise ValidationError(f"{part!r} is not a whole percent from 1 to {MAX_THRESHOLD}.")
             out.add(int(part))
         return sorted(out)

@@ -46,13 +46,15 @@ class PolicySplit:
     admissions: list[Admission]
 
 
-def policy_runs(policy: UsagePolicy, now: datetime) -> list[Run]:
-    """Runs under the policy (its name, its teams) that held GPUs in its current period."""
+def policy_runs(policy: UsagePolicy, now: datetime, team_ids: list[int] | None = None) -> list[Run]:
+    """Runs under the policy (its name, its teams) that held GPUs in its current period; of `team_ids` when given."""
     start, end = period_bounds(policy, now.date())
     runs = Run.objects.filter(usage_policy_name=policy.name, submitted_at__lt=utc_midnight(end)).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gte=utc_midnight(start))
     )
-    team_ids = covered_team_ids(policy)
+    covered = covered_team_ids(policy)
+    if covered is not None:
+        runs = runs.filter(team_id__in=covered)
     if team_ids is not None:
         runs = runs.filter(team_id__in=team_ids)
     return list(runs.select_related("team", "user").order_by("-submitted_at")[:RUN_SCAN])
@@ -72,12 +74,22 @@ def run_violations(policy: UsagePolicy, run: Run) -> list[Violation]:
     return found
 
 
-def split(policy: UsagePolicy, now: datetime | None = None) -> PolicySplit:
+def split(policy: UsagePolicy, now: datetime | None = None, team_ids: list[int] | None = None) -> PolicySplit:
+    """The policy's split for a viewer of `team_ids` (None: every team, for admins and staff).
+
+    A policy shared by several teams shows each member only their teams' users, experiments,
+    runs and admissions, as its action log does (policy_views.visible_actions).
+    """
     now = utc(now or timezone.now())
     start, end = period_bounds(policy, now.date())
     rows = policy_rows(policy, start, now.date())
     extra = [row for row in policy_accrual(policy, now) if start <= row["day"] < end]
-    runs = policy_runs(policy, now)
+    admissions = policy.admissions.select_related("team")
+    if team_ids is not None:
+        rows = rows.filter(team_id__in=team_ids)
+        extra = [row for row in extra if row["team_id"] in team_ids]
+        admissions = admissions.filter(team_id__in=team_ids)
+    runs = policy_runs(policy, now, team_ids)
     costs = run_costs(runs, now=now)
     by_run = sorted(((run, costs[run.pk]) for run in runs), key=lambda pair: -pair[1].estimate.usd)
     breaking = [(run, found) for run in runs if (found := run_violations(policy, run))]
@@ -86,5 +98,5 @@ def split(policy: UsagePolicy, now: datetime | None = None) -> PolicySplit:
         by_experiment=reports.sum_by(rows, ["experiment_name"], extra)[:TOP],
         by_run=by_run[:TOP],
         breaking=breaking[:TOP],
-        admissions=list(policy.admissions.select_related("team").order_by("-at", "-pk")[:ADMISSIONS]),
+        admissions=list(admissions.order_by("-at", "-pk")[:ADMISSIONS]),
     )

@@ -17,9 +17,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from billing import policies, policy_split
-from billing.models import AlertChannel, UsagePolicy
+from billing.models import AlertChannel, PolicyAction, UsagePolicy
 from billing.policy_forms import ChannelForm, PolicyForm, can_manage_policies
 from dashboard.csv_export import csv_response
+from runs.models import Run
 
 # Rows of the delivery, alert and action logs on a policy page.
 LOG_ROWS = 50
@@ -73,16 +74,31 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
         "policy": policy,
         "status": status,
         "figure": policies.burn_down_figure(status),
-        "split": policy_split.split(policy, now=status.now),
+        "split": policy_split.split(policy, now=status.now, team_ids=viewer_team_ids(request)),
         "channels": policy.channels.order_by("pk"),
         "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
         "alerts": policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")[:LOG_ROWS],
-        "actions": policy.actions.select_related("run").order_by("-at", "-pk")[:LOG_ROWS],
+        "actions": visible_actions(request, policy)[:LOG_ROWS],
         "can_manage": can_manage_policies(request.user),
         "show_delivery_errors": shows_delivery_errors(request),
         "current": "policy_list",
         **extra,
     }
+
+
+def viewer_team_ids(request: HttpRequest) -> list[int] | None:
+    """The teams whose part of a policy the user sees: every team (None) for staff and policy admins."""
+    user = request.user
+    if user.is_staff or user.is_superuser or can_manage_policies(user):
+        return None
+    return list(user.groups.values_list("pk", flat=True))
+
+
+def visible_actions(request: HttpRequest, policy: UsagePolicy) -> QuerySet[PolicyAction]:
+    """What enforcement did to the runs the user may see: a policy shared by several teams
+    must not show one team's run ids (and cancel output) to the others."""
+    runs = Run.objects.for_user(request.user)
+    return policy.actions.filter(run__in=runs).select_related("run").order_by("-at", "-pk")
 
 
 def shows_delivery_errors(request: HttpRequest) -> bool:
@@ -91,7 +107,7 @@ def shows_delivery_errors(request: HttpRequest) -> bool:
     return bool(request.user.is_staff or request.user.is_superuser)
 
 
-def _detail_csv(policy: UsagePolicy, table: str, show_errors: bool) -> HttpResponse:
+def _detail_csv(request: HttpRequest, policy: UsagePolicy, table: str, show_errors: bool) -> HttpResponse:
     """The policy page's logs, whole: alerts fired, deliveries (targets already redacted), actions."""
     if table == "deliveries":
         deliveries = policy.deliveries.order_by("-at", "-pk")
@@ -104,7 +120,7 @@ def _detail_csv(policy: UsagePolicy, table: str, show_errors: bool) -> HttpRespo
     elif table == "actions":
         rows = [
             (a.at, a.run.external_id, a.get_kind_display(), a.get_outcome_display(), a.method, a.output_tail)
-            for a in policy.actions.select_related("run").order_by("-at", "-pk")
+            for a in visible_actions(request, policy)
         ]
         header = ["at", "run", "action", "outcome", "via", "output"]
     else:
@@ -121,7 +137,7 @@ def _detail_csv(policy: UsagePolicy, table: str, show_errors: bool) -> HttpRespo
 def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
     policy = _policy(request, pk)
     if request.GET.get("format") == "csv":
-        return _detail_csv(policy, request.GET.get("table", "alerts"), shows_delivery_errors(request))
+        return _detail_csv(request, policy, request.GET.get("table", "alerts"), shows_delivery_errors(request))
     ctx = _detail_ctx(request, policy, channel_form=ChannelForm() if can_manage_policies(request.user) else None)
     return render(request, "billing/policy_detail.html", ctx)
 

@@ -97,7 +97,8 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
             return csv_response(f"costs-idle-{stamp}.csv", ["experiment_name", "idle_usd", "idle_gpu_hours"],
                                 ([r["key"], r["idle_usd"], r["idle_gpu_hours"]] for r in idle))  # fmt: skip
         if table == "egress":
-            header = ["source_region", "destination_region", "bytes", "estimated_bytes", "usd"]
+            # `unpriced`: the page's "(no price)"; a 0 alone would read as free.
+            header = ["source_region", "destination_region", "bytes", "estimated_bytes", "usd", "unpriced"]
             return csv_response(f"costs-egress-{stamp}.csv", header, ([f[name] for name in header] for f in flows))
         if table == "daily":
             ordered = sorted(daily, key=lambda r: r["day"])

@@ -32,11 +32,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import Decimal, localcontext
 
 from django.db.models import Avg, Count, Q, QuerySet
 from django.utils import timezone
 
+from billing.money import to_cents
 from billing.run_costs import breakdowns_for_runs
 from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, accelerator_count_problem
 from runs.clusters import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
@@ -273,7 +274,7 @@ def low_util_multi_gpu(run: Run, evidence: Evidence) -> Finding | None:
     why = f"Mean GPU utilization was {mean:.0f}% over {run.num_accelerators} GPUs"
     cost = evidence.run_cost.get(run.pk)
     if cost is not None and fewer < run.num_accelerators:
-        was = cost.quantize(Decimal("0.01"))
+        was = to_cents(cost)
         gpus = f"{fewer} GPU{'s' if fewer != 1 else ''}"
         why += f"; on {gpus} it would have cost about ${scaled(cost, fewer, run.num_accelerators)} instead of ${was}"
     return _run_finding(
@@ -288,10 +289,10 @@ def fewer_gpus(current: int, mean_util: float) -> int:
 
 
 def scaled(cost: Decimal, fewer: int, current: int) -> Decimal:
-    """cost x fewer / current, half-even to cents (an estimate, shown, never added up)."""
+    """cost x fewer / current to the cent as every page rounds (money.to_cents); shown, never added up."""
     with localcontext() as ctx:
-        ctx.prec, ctx.rounding = 60, ROUND_HALF_EVEN
-        return (cost * fewer / current).quantize(Decimal("0.01"))
+        ctx.prec = 60
+        return to_cents(cost * fewer / current)
 
 
 def runtime_cap(run: Run) -> timedelta:

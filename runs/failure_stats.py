@@ -156,12 +156,11 @@ def stacked_figure(rows: list[WeekRow]) -> dict | None:
 
 
 def stats_csv(rows: list[WeekRow]) -> str:
-    """The week rows as CSV (week, team, class, title, failures, failed attempts' cost in USD)."""
+    """The week rows as CSV (week, team, class, title, failures, failed attempts' cost in USD, exact as
+    every export writes it: a rounding here disagreed with the page's cents)."""
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["week", "team", "class", "title", "failed_runs", "failed_cost_usd"])
     for r in rows:
-        writer.writerow(
-            [cell(v) for v in (r.week.isoformat(), r.team, r.class_id, r.title, r.failures, f"{r.cost:.2f}")]
-        )
+        writer.writerow([cell(v) for v in (r.week.isoformat(), r.team, r.class_id, r.title, r.failures, r.cost)])
     return out.getvalue()

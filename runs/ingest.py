@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -90,24 +91,48 @@ class IngestInvalid(Exception):
         self.message = message
 
 
+def _items(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """Every (path, item) of nested JSON-like data, mapping keys included as items of their own path.
+
+    Iterative, so a deeply nested payload costs a loop, not the stack.
+    """
+    stack: list[tuple[str, Any]] = [(prefix, value)]
+    while stack:
+        path, item = stack.pop()
+        yield path, item
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                sub_path = f"{path}.{key}" if path else str(key)
+                yield sub_path, key
+                stack.append((sub_path, sub))
+        elif isinstance(item, list | tuple):
+            stack += [(f"{path}[{i}]", sub) for i, sub in enumerate(item)]
+
+
 def non_finite_paths(value: Any, prefix: str) -> list[str]:
     """Where NaN or an infinity sits in nested JSON-like data ('parameters.lr', 'attempts[0]...').
 
     JSON columns cannot hold them (SQLite's json check and PostgreSQL's jsonb refuse them),
-    and Python's json reads `NaN`, `Infinity` and `1e400` without complaint. Iterative, so a
-    deeply nested payload costs a loop, not the stack.
+    and Python's json reads `NaN`, `Infinity` and `1e400` without complaint.
     """
-    found: list[str] = []
-    stack: list[tuple[str, Any]] = [(prefix, value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            found.append(path)
-        elif isinstance(item, dict):
-            stack += [(f"{path}.{key}" if path else str(key), sub) for key, sub in item.items()]
-        elif isinstance(item, list | tuple):
-            stack += [(f"{path}[{i}]", sub) for i, sub in enumerate(item)]
-    return sorted(found)
+    return sorted(path for path, item in _items(value, prefix) if isinstance(item, float) and not math.isfinite(item))
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def unencodable_paths(value: Any, prefix: str) -> list[str]:
+    """Where a string (a key or a value) holds a lone surrogate: JSON's "\\ud800" decodes to one.
+
+    UTF-8 cannot encode it, so once stored every page showing it answered 500 (PostgreSQL's
+    jsonb refuses it, with a misleading 422).
+    """
+    return sorted(path for path, item in _items(value, prefix) if isinstance(item, str) and _unencodable(item))
 
 
 def upsert_run(team: Group, data: dict[str, Any], origin: str = RunOrigin.KEY) -> UpsertResult:
@@ -130,6 +155,9 @@ def upsert_run(team: Group, data: dict[str, Any], origin: str = RunOrigin.KEY) -
     bad = non_finite_paths(data, "")
     if bad:
         raise IngestInvalid(bad[0], "must be a finite number (NaN and Infinity cannot be stored)")
+    unencodable = unencodable_paths(data, "")
+    if unencodable:
+        raise IngestInvalid(unencodable[0], "contains a lone surrogate (\\ud800-\\udfff), which is not text")
     for attempt in range(2):
         try:
             with transaction.atomic():

@@ -30,6 +30,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from billing.money import format_usd
 from runs.choices import RunEventKind, RunStatus
 from runs.classify import Classification, classify_lines, match_rule, scan_text
 from runs.classify_rules import CLASSES, EXCEPTION, EXIT_CODE_CLASSES, ROOT, SYMPTOM, TRACEBACK
@@ -650,7 +651,7 @@ def draft_body(
     for when, what in sorted(events, key=lambda e: e[0]):
         parts.append(f"| {_when(when)} | {what.replace('|', '/')} |")
     parts += ["", "## Cost of the failed attempts", ""]
-    parts.append(f"${failed_cost:,.2f}" if failed_cost is not None else "No cost estimate (no price for this run).")
+    parts.append(format_usd(failed_cost) if failed_cost is not None else "No cost estimate (no price for this run).")
     parts += ["", "## Telemetry before the failure", ""]
     snapshot = telemetry_snapshot(run, analysis.attempt_number if analysis else None,
                                   analysis.failed_at if analysis else run.ended_at)  # fmt: skip

@@ -26,6 +26,7 @@ from runs.choices import PostMortemStatus
 from runs.classify_rules import CLASSES
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, highlight, iter_lines, query_pattern
 from runs.models import FailureAnalysis, MetricPoint, Node, PostMortem, Run
+from runs.schemas import DATE_BOUNDS
 from runs.views import MAX_QUERY_LENGTH
 
 # Minutes of telemetry shown before the failure.
@@ -135,9 +136,18 @@ def _node_of(run: Run, attempt: str | None, node: str | None) -> Node | None:
     nodes = Node.objects.filter(attempt__run=run)
     if not attempt and not node:
         return nodes.order_by("-attempt__number", "index").first()
-    if not (attempt and node and attempt.isdigit() and node.isdigit()):
+    number, index = _count(attempt), _count(node)
+    if number is None or index is None:
         return None
-    return nodes.filter(attempt__number=int(attempt), index=int(node)).first()
+    return nodes.filter(attempt__number=number, index=index).first()
+
+
+def _count(value: str | None) -> int | None:
+    """A query parameter as a non-negative int, or None: ASCII digits only ('²'.isdigit() is true
+    but int() refuses it) and at most 18 of them (int() refuses 4,301; a 64-bit column, 20)."""
+    if value and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    return None
 
 
 @login_required
@@ -151,10 +161,9 @@ def log_tail(request: HttpRequest, pk: int) -> JsonResponse:
     node = _node_of(run, request.GET.get("attempt"), request.GET.get("node"))
     if node is None:
         return JsonResponse({"error": "attempt and node must name a node of this run"}, status=404)
-    after_raw = request.GET.get("after", "0")
-    if not after_raw.isdigit():
+    after = _count(request.GET.get("after", "0"))
+    if after is None:
         return JsonResponse({"error": "after must be a line number"}, status=400)
-    after = int(after_raw)
     lines = []
     last = after
     for number, raw in enumerate(iter_lines(chunk_texts(node), partial=False), start=1):
@@ -310,8 +319,10 @@ def postmortem_detail(request: HttpRequest, pk: int) -> HttpResponse:
 class FailureFilterForm(forms.Form):
     team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="any")
     failure_class = forms.ChoiceField(required=False, label="Class")
-    start = forms.DateField(required=False, label="From", widget=forms.DateInput({"type": "date"}))
-    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
+    start = forms.DateField(
+        required=False, label="From", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
+    )
+    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS)
 
     def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

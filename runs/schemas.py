@@ -11,9 +11,10 @@ written. Units follow NVML: percent, bytes, watts, Celsius, MHz.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from ninja import Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator, model_validator
 
@@ -26,6 +27,9 @@ RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]
 # Times outside this window are typing or clock errors, and PostgreSQL refuses some of them.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+# The same window for the date filters of pages: a filter's `day + 1` and its UTC midnight
+# overflow at 0001-01-01 and 9999-12-31 (a 500); outside it a date is a form error.
+DATE_BOUNDS = [MinValueValidator(EARLIEST.date()), MaxValueValidator((LATEST - timedelta(days=1)).date())]
 
 
 def _aware(value: datetime) -> datetime:
@@ -66,6 +70,10 @@ def bounded(low: float, high: float) -> Any:
     # allow_inf_nan=False: pydantic-core refuses NaN and infinities itself, not a Python
     # validator called for every value of every row (11 fields x 10,000 rows a batch).
     return Annotated[float | None, Field(default=None, ge=low, le=high, allow_inf_nan=False)]
+
+
+# Nodes one run upsert may carry across all its attempts (the most one attempt may index).
+MAX_NODES_PER_RUN_REQUEST = 4096
 
 
 class NodeIn(Schema):
@@ -138,6 +146,11 @@ class RunIn(Schema):
         numbers = [a.number for a in self.attempts]
         if len(numbers) != len(set(numbers)):
             raise ValueError("attempt numbers must be unique")
+        # Each node is a few queries in one transaction: 10 attempts of 4,096 nodes (700 KB)
+        # held a web worker and the write lock for ~50 s. A run's attempts have far fewer.
+        nodes = sum(len(a.nodes) for a in self.attempts)
+        if nodes > MAX_NODES_PER_RUN_REQUEST:
+            raise ValueError(f"{nodes} nodes across the attempts; at most {MAX_NODES_PER_RUN_REQUEST} in one request")
         if self.accelerator_type and self.num_accelerators:
             problem = accelerator_count_problem(self.accelerator_type, self.num_accelerators)
             if problem:

@@ -32,6 +32,7 @@ from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run, RunEvent
+from runs.schemas import DATE_BOUNDS, EARLIEST, LATEST
 
 # Sort keys the run list accepts (a leading "-" reverses), mapped to the ORM field. Anything
 # else in ?sort= is ignored: no user-chosen column names reach order_by().
@@ -68,8 +69,12 @@ class RunFilterForm(forms.Form):
     accelerator = forms.ChoiceField(required=False, choices=_blank(AcceleratorType))
     region = forms.ChoiceField(required=False, choices=_blank(Region))
     experiment = forms.CharField(required=False, max_length=MAX_QUERY_LENGTH, label="Experiment contains")
-    submitted_from = forms.DateField(required=False, label="Submitted from", widget=forms.DateInput({"type": "date"}))
-    submitted_to = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
+    submitted_from = forms.DateField(
+        required=False, label="Submitted from", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
+    )
+    submitted_to = forms.DateField(
+        required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
+    )
 
     def __init__(self, *args: object, user: User, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -371,7 +376,11 @@ def _instant(value: str | None) -> datetime | None:
     parsed = parse_datetime(value.replace(" ", "T").replace("Z", "+00:00"))
     if parsed is None:
         raise ValueError(value)
-    return parsed if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)
+    parsed = parsed if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)
+    # The API's window for times: at year 1 or 9999 the chart's bucket arithmetic overflows.
+    if not EARLIEST <= parsed < LATEST:
+        raise ValueError(value)
+    return parsed
 
 
 @login_required

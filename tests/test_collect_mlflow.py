@@ -22,6 +22,9 @@ from tests.conftest import T0, World, make_run, start_worker, stop_worker, wait_
 from tests.mlflow_server import MlflowServer, free_port, mlflow_server  # noqa: F401 (fixture)
 
 T0_MS = int(T0.timestamp() * 1000)
+# A tag link holds only for an MLflow run logged by a member of the run's team (SECURITY.md);
+# MLflow's fluent API sets mlflow.user itself, the bare client here does not.
+ALICE = "alice@example.com"
 # A queue of its own, so a session-wide worker elsewhere in the suite never takes the task.
 QUEUE = "collect-mlflow-test"
 
@@ -92,7 +95,7 @@ def test_a_pass_stores_links_and_converts_then_reads_only_new_points(
     GpuSample.objects.create(run=nvml_run, node=nvml_node, gpu_index=0, ts=T0, source=TelemetrySource.NVML)
 
     # Linked by tag; `airboard.attempt` names the try (else the latest attempt is assumed).
-    tags = {"airboard.run_id": "ext-tagged", "airboard.attempt": "1"}
+    tags = {"airboard.run_id": "ext-tagged", "airboard.attempt": "1", "mlflow.user": ALICE}
     tagged = client.create_run(experiment_id, start_time=T0_MS, tags=tags).info.run_id
     client.log_batch(
         tagged,
@@ -189,7 +192,9 @@ def test_a_point_logged_with_an_older_timestamp_forces_one_full_read(
 ) -> None:
     client, experiment_id, _ = experiment
     run = make_run(world.vision, "ext-late-point")
-    mlflow_run_id = client.create_run(experiment_id, tags={"airboard.run_id": "ext-late-point"}).info.run_id
+    mlflow_run_id = client.create_run(
+        experiment_id, tags={"airboard.run_id": "ext-late-point", "mlflow.user": ALICE}
+    ).info.run_id
     client.log_batch(mlflow_run_id, metrics=series("loss", range(3)))
     collect()
     # Step 3 stamped before all the others: it sorts first in the history, so the resume
@@ -210,7 +215,9 @@ def test_named_node_ids_are_distinct_nodes_and_keep_them_across_passes(
     """`system/<node id>/...` with ids other than node_<n> (MLFLOW_SYSTEM_METRICS_NODE_ID=worker-a)."""
     client, experiment_id, _ = experiment
     run = make_run(world.vision, "ext-multi")  # its node 0 is the agent's host 10.0.0.1
-    mlflow_run_id = client.create_run(experiment_id, tags={"airboard.run_id": "ext-multi"}).info.run_id
+    mlflow_run_id = client.create_run(
+        experiment_id, tags={"airboard.run_id": "ext-multi", "mlflow.user": ALICE}
+    ).info.run_id
     client.log_batch(
         mlflow_run_id,
         metrics=[
@@ -275,7 +282,9 @@ def test_the_collector_runs_in_a_real_worker(
 
     client, experiment_id, name = experiment
     run = make_run(world.vision, "ext-worker")
-    mlflow_run_id = client.create_run(experiment_id, tags={"airboard.run_id": "ext-worker"}).info.run_id
+    mlflow_run_id = client.create_run(
+        experiment_id, tags={"airboard.run_id": "ext-worker", "mlflow.user": ALICE}
+    ).info.run_id
     client.log_batch(mlflow_run_id, metrics=[*series("loss", range(6)), *system_metrics(T0_MS, 0, gpu=0)])
 
     worker = start_worker(

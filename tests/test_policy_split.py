@@ -101,3 +101,17 @@ def test_costs_page_filters_by_policy(world: World, policy: UsagePolicy) -> None
     # A policy the user cannot see, or none by that name, is named as the filter's error.
     assert unknown.status_code == 200 and "Usage policy" in unknown.content.decode()
     assert unknown.context["form"].errors["policy"]
+
+
+def test_a_shared_policy_shows_each_member_only_their_teams_part(world: World, policy: UsagePolicy) -> None:
+    policy.teams.add(world.nlp)
+    make_run(world.nlp, "nlp-secret", creator="charlie@example.com", usage_policy_name=policy.name)
+    rollups.recompute_days([T0.date()], now=NOW)
+    with time_machine.travel(NOW, tick=False):
+        policies.admit_yaml(WORKLOAD.format(num=8), world.nlp, region="us-west-2")
+        policies.admit_yaml(WORKLOAD.format(num=16), world.vision, region="us-west-2")  # denied: vision's own
+        alice = world.client_for(world.alice).get(reverse("policy_detail", args=[policy.pk])).content.decode()
+        charlie = world.client_for(world.charlie).get(reverse("policy_detail", args=[policy.pk])).content.decode()
+    assert "nlp-secret" not in alice and "charlie@example.com" not in alice and "denied" in alice
+    assert "nlp-secret" in charlie and "run-b1" not in charlie and "bob@example.com" not in charlie
+    assert "denied" not in charlie and "allowed" in charlie  # nlp's own admission, not vision's

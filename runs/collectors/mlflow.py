@@ -158,14 +158,16 @@ def _newly_linkable_run_ids(experiment_ids: Sequence[str]) -> set[str]:
 # --- linking --------------------------------------------------------------------------
 
 
-def claims(run: Run, tags: dict[str, str]) -> bool:
+def claims(run: Run, tags: dict[str, str], *, by_tag: bool = False) -> bool:
     """Whether `run` may receive this MLflow run's metrics (SECURITY.md, "Ownership").
 
-    A run the collector or a launcher wrote carries MLflow ids its source gave it. A run an
-    API key pushed could name any MLflow run id or catch any `airboard.run_id` tag, so it
-    claims an MLflow run only when the MLflow run's user (`mlflow.user`) is a member of its team.
+    A run the collector or a launcher wrote carries MLflow ids its source gave it: a link by
+    that id needs nothing more. Anything else is a claim the MLflow run makes about itself (an
+    `airboard.run_id` tag anyone can set) or an id an API key pushed, so it holds only when the
+    MLflow run's user (`mlflow.user`) is a member of the run's team; a run without one links
+    to nothing that way.
     """
-    if run.origin != RunOrigin.KEY:
+    if run.origin != RunOrigin.KEY and not by_tag:
         return True
     user = tags.get(USER_TAG, "")
     return bool(user) and User.objects.filter(Q(email__iexact=user) | Q(username=user), groups=run.team_id).exists()
@@ -178,7 +180,7 @@ def _links(runs: Iterable[tuple[str, dict[str, str]]]) -> dict[str, Link]:
     2. a Run whose mlflow_run_id is the run's id;
     3. the tag `airboard.run_id` equal to exactly one Run.external_id (with `airboard.attempt`
        naming the attempt when set). Ambiguous external ids (several sources) stay unlinked.
-    Every match must pass `claims` (the team check for runs an API key pushed).
+    Every match must pass `claims`: the team check for runs an API key pushed and for every tag link.
     """
     tags_by_id = dict(runs)
     ids = list(tags_by_id)
@@ -196,7 +198,7 @@ def _links(runs: Iterable[tuple[str, dict[str, str]]]) -> dict[str, Link]:
         for run in Run.objects.filter(external_id__in=chunk):
             candidates.setdefault(run.external_id, []).append(run)
     for run_id, external_id in by_tag.items():
-        matches = [run for run in candidates.get(external_id, []) if claims(run, tags_by_id[run_id])]
+        matches = [run for run in candidates.get(external_id, []) if claims(run, tags_by_id[run_id], by_tag=True)]
         if len(matches) == 1:
             attempt = tags_by_id[run_id].get(ATTEMPT_TAG, "")
             links[run_id] = Link(matches[0], int(attempt) if attempt.isdigit() and int(attempt) > 0 else None)
