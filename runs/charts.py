@@ -220,9 +220,11 @@ def _collect(
 
 
 # A silence longer than this between two points of a tier is a gap in the data: the chart
-# breaks the line there (a None point) instead of drawing a straight line across it. Raw
-# samples come every second, so 10 s is a lost batch; rollups every minute or hour.
-GAP_SECONDS: dict[str, float] = {"raw": 10.0, "minute": 150.0, "hour": 2 * 3600.0 + 60}
+# breaks the line there (a None point) instead of drawing a straight line across it. The agent
+# ships at least once a minute, so raw samples a minute apart are a lost batch or a stopped
+# agent (a shorter hole may still be in flight: the live page appends after its last point);
+# rollups come every minute or hour.
+GAP_SECONDS: dict[str, float] = {"raw": 60.0, "minute": 150.0, "hour": 2 * 3600.0 + 60}
 
 
 def with_gaps(x: list[float], columns: list[list[Any]], gap: float) -> tuple[list[float], list[list[Any]]]:
