@@ -9,10 +9,12 @@ import pytest
 from django.db.models import Max
 from django.utils import timezone
 
+from dashboard.schedule import BEAT_SCHEDULE
 from runs import demo_live
 from runs.choices import BatchStatus, RunStatus
 from runs.demo_write import seed_demo
 from runs.models import GpuMinute, GpuSample, IngestBatch, LogChunk, MetricPoint, Run
+from runs.tasks import collect_live_demo
 from tests.conftest import World, make_run, wait_for
 
 
@@ -100,3 +102,9 @@ def test_nothing_moves_outside_a_demo_workspace(world: World, settings) -> None:
     assert not demo_live.is_live() and demo_live.tick().runs == 0
     settings.AIRBOARD_DEMO_LIVE = True
     assert demo_live.is_live()
+
+
+def test_beat_runs_the_live_demo_each_minute() -> None:
+    entry = BEAT_SCHEDULE["collect-live-demo"]
+    assert entry["task"] == collect_live_demo.name == "runs.collect_live_demo"
+    assert str(entry["schedule"]) == "<crontab: * * * * * (m/h/dM/MY/d)>"
