@@ -305,8 +305,14 @@ def process_batch(batch_id: int) -> StoreResult | None:
             point.ts = _ts(point.ts)
         result = store_metric_points(points)
     # Conditional update: when a redelivered task races the first, the first result stands.
+    # The rows go once stored (they live on in the telemetry tables); the content hash stays,
+    # so a re-sent batch is still recognised as a duplicate.
     IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.PENDING).update(
-        status=BatchStatus.DONE, inserted=result.inserted, duplicates=result.duplicates, processed_at=timezone.now()
+        status=BatchStatus.DONE,
+        inserted=result.inserted,
+        duplicates=result.duplicates,
+        processed_at=timezone.now(),
+        rows={"source": body.get("source", ""), "rows": []},
     )
     if batch.kind == BatchKind.METRICS:
         # After the batch is done: the points are what must not be lost. A derivation that

@@ -25,8 +25,9 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.costs import _accelerator_prices, _compute_key
+from runs import blocks
 from runs.choices import RunStatus, StallKind
-from runs.models import GpuSample, Run
+from runs.models import Node, Run
 
 BUSY_UTILIZATION = 90.0
 SM_IDLE = 10.0
@@ -114,17 +115,14 @@ def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
        is FRESH and the streak lasts MIN_STALL or more.
     """
     now = now or timezone.now()
-    rows = (
-        GpuSample.objects.filter(run=run, ts__gte=now - LOOKBACK, ts__lte=now)
-        .order_by("node_id", "gpu_index", "ts")
-        .values_list(
-            "node__index", "node_id", "gpu_index", "ts", "utilization_gpu", "sm_active", "power_watts",
-            "power_limit_watts", "processes",
-        )
-    )  # fmt: skip
+    # Both parts of the raw tier (runs/blocks.py): the last hour is mostly compacted minutes.
+    rows = blocks.raw_rows(
+        run.pk, now - LOOKBACK, now, ["utilization_gpu", "sm_active", "power_watts", "power_limit_watts", "processes"]
+    )
+    node_indexes = dict(Node.objects.filter(pk__in={row[0] for row in rows}).values_list("pk", "index"))
     per_gpu: dict[tuple[int, int, int], list[tuple]] = {}
-    for node_index, node_id, gpu, ts, util, sm, power, limit, processes in rows.iterator(chunk_size=2000):
-        per_gpu.setdefault((node_id, node_index, gpu), []).append((ts, util, sm, power, limit, processes))
+    for node_id, gpu, ts, util, sm, power, limit, processes in rows:
+        per_gpu.setdefault((node_id, node_indexes[node_id], gpu), []).append((ts, util, sm, power, limit, processes))
     found = []
     for (_, node_index, gpu), samples in per_gpu.items():
         if now - samples[-1][0] > FRESH:

@@ -5,10 +5,15 @@ so a resent row conflicts and is skipped, whichever worker writes it and however
 
 GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
 
-    tier        table        kept for                               written by
-    raw         GpuSample    AIRBOARD_TELEMETRY_RAW_DAYS (14)       store_gpu_samples
-    minute      GpuMinute    as long as the run                     refresh_minutes (from raw)
-    hour        GpuHour      as long as the run                     refresh_hours (from minutes)
+    tier        table           kept for                            written by
+    raw, hot    GpuSample       AIRBOARD_TELEMETRY_COMPACT_AFTER     store_gpu_samples
+                                _MINUTES (10)
+    raw, cold   GpuSampleBlock  AIRBOARD_TELEMETRY_RAW_DAYS (14)     blocks.compact_samples (from hot)
+    minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (90)  refresh_minutes (from hot raw)
+    hour        GpuHour         as long as the run                   refresh_hours (from minutes)
+
+The raw tier's two parts are described in runs/blocks.py: a batch that reaches into a
+compacted minute reopens it first, so a minute's rollup is always rebuilt from hot rows only.
 
 Each rollup row is recomputed from the tier below for exactly the keys a batch touched, so an
 out-of-order or duplicate sample can never double-count: the rollup is a pure function of the
@@ -22,10 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, When
 from django.db.models.functions import NullIf, TruncHour, TruncMinute
+from django.utils import timezone
 
+from runs import blocks
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 
 # Rows per INSERT statement: 1,000 x 22 columns stays under PostgreSQL's 65,535 bind
@@ -50,6 +58,7 @@ _PROCESSES = INSERT_COLUMNS.index("processes")
 # PostgreSQL: the per-transaction table a batch is COPYed into before the conflict-ignoring insert.
 STAGING_TABLE = "airboard_gpusample_staging"
 
+ONE_MINUTE = timedelta(minutes=1)
 SeriesKey = tuple[int, int, int]  # (run_id, node_id, gpu_index)
 BucketKey = tuple[int, int, int, datetime]  # (run_id, node_id, gpu_index, minute or hour start)
 
@@ -101,7 +110,15 @@ def store_sample_rows(rows: Sequence[Sequence[Any]]) -> StoreResult:
     for row in rows:
         unique.setdefault((row[0], row[1], row[2], row[_TS]), row)
     prepared = [_adapt(row) for row in unique.values()]
+    # Minutes old enough to have been compacted (with a margin for a pass running meanwhile).
+    reopen_before = blocks.compact_cutoff() + 2 * ONE_MINUTE
+    late = {(r, n, g, _minute(ts)) for r, n, g, ts in unique if ts < reopen_before}
     with transaction.atomic():
+        reopened = blocks.reopen_minutes(late) if late else []
+        if reopened:
+            # Back to hot rows first, so the natural key refuses a re-sent sample of the minute
+            # and its rollup is rebuilt from all of its samples.
+            _insert([_adapt(row) for row in reopened])
         if connection.vendor == "postgresql":
             new_keys = _insert_postgresql(prepared)
             inserted = len(new_keys)
@@ -122,6 +139,14 @@ def _adapt(row: Sequence[Any]) -> list[Any]:
     if out[_PROCESSES] is not None:
         out[_PROCESSES] = GpuSample._meta.get_field("processes").get_db_prep_value(out[_PROCESSES], connection)
     return out
+
+
+def _insert(rows: list[list[Any]]) -> None:
+    """Insert adapted rows, skipping stored keys, on either backend."""
+    if connection.vendor == "postgresql":
+        _insert_postgresql(rows)
+    else:
+        _insert_sqlite(rows)
 
 
 def _insert_postgresql(rows: list[list[Any]]) -> list[BucketKey]:
@@ -306,5 +331,10 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
 
 
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
-    """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups."""
-    return _rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour")
+    """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups.
+
+    Hours that start before the minute-retention cutoff are left as they are: their minutes are
+    (partly) pruned, and an hour rebuilt from what is left would lose the rest.
+    """
+    floor = timezone.now() - timedelta(days=settings.AIRBOARD_TELEMETRY_MINUTE_DAYS)
+    return _rebuild(GpuMinute, GpuHour, [k for k in keys if k[3] >= floor], timedelta(hours=1), "minute", "hour")

@@ -1,0 +1,326 @@
+"""The compacted raw tier: one GpuSampleBlock per (run, node, GPU, minute, source).
+
+The raw tier has a hot part and a cold part, as TimescaleDB's compressed chunks do:
+
+    part   table           holds                                      written by
+    hot    GpuSample       the last AIRBOARD_TELEMETRY_COMPACT_AFTER   store_sample_rows (runs/telemetry.py)
+                           _MINUTES, one row per sample
+    cold   GpuSampleBlock  everything older, one row per GPU-minute    compact_samples (beat, every minute)
+
+A block's `data` holds the minute's samples column by column: the microsecond offsets into the
+minute, then each value field as one pcodec chunk (pcodec finds the integer steps, the constant
+and the slowly moving series that GPU counters are, losslessly), a null mask where an integer
+field has gaps, and the process lists as zlib-compressed JSON. A field no sample reported costs
+one byte; a float field's None is NaN (stored values are always finite: the API refuses
+infinities and NaN, the importers and MLflow store them as None).
+
+Invariants that keep ingest idempotent and the rollups exact:
+- A (series, minute) is either compacted or open. `store_sample_rows` reopens a compacted
+  minute a late batch touches (`reopen_minutes`: the block goes back to GpuSample rows) before
+  inserting, so the natural key still refuses a re-sent sample and the minute rollup is rebuilt
+  from every sample of that minute.
+- A sample that lands while compaction is folding its minute stays a GpuSample row beside the
+  block; readers read both parts (`raw_rows`), and the next pass merges it into the block
+  (the sample already in the block wins, as the natural key would have it).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import orjson
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Min, Q
+from django.utils import timezone
+from pcodec import ChunkConfig, standalone
+
+from runs.models import GpuSample, GpuSampleBlock
+
+logger = logging.getLogger(__name__)
+
+# The value fields a block stores, in order (GpuSample's, between `ts` and `processes`).
+FLOAT_FIELDS = frozenset(
+    f.name for f in GpuSample._meta.concrete_fields if f.get_internal_type() == "FloatField"
+)  # fmt: skip
+INT_FIELDS = frozenset(
+    f.name for f in GpuSample._meta.concrete_fields if f.get_internal_type() == "BigIntegerField"
+)  # fmt: skip
+VALUE_FIELDS = tuple(f.name for f in GpuSample._meta.concrete_fields if f.name in FLOAT_FIELDS | INT_FIELDS)
+# Row shape of `block_rows` and GpuSample inserts (runs/telemetry.INSERT_COLUMNS order).
+ROW_COLUMNS = ("run_id", "node_id", "gpu_index", "ts", *VALUE_FIELDS, "processes", "source")
+
+FORMAT_VERSION = 1
+# Field tags in `data`.
+ALL_NULL, FLOATS, INTS, INTS_WITH_NULLS = 0, 1, 2, 3
+NO_PROCESSES, PROCESSES = 0, 1
+# Minutes one compaction pass folds at most: a pass stays short; the next one continues.
+MINUTES_PER_PASS = 30
+PCODEC = ChunkConfig()
+ONE_MINUTE = timedelta(minutes=1)
+
+
+def _chunk(values: np.ndarray) -> bytes:
+    data = standalone.simple_compress(np.ascontiguousarray(values), PCODEC)
+    return struct.pack("<I", len(data)) + data
+
+
+def encode_block(offsets_us: Sequence[int], columns: dict[str, Sequence[Any]], processes: Sequence[Any]) -> bytes:
+    """One minute of one GPU as bytes: offsets (microseconds into the minute), each value field, the process lists.
+
+    Samples must come in offset order. Lossless for every value GpuSample can hold (floats are
+    kept as float64 bits; integers as int64), None included.
+    """
+    count = len(offsets_us)
+    out = [struct.pack("<BH", FORMAT_VERSION, count), _chunk(np.asarray(offsets_us, dtype=np.int64))]
+    for name in VALUE_FIELDS:
+        values = columns[name]
+        present = [v is not None for v in values]
+        if not any(present):
+            out.append(bytes([ALL_NULL]))
+        elif name in FLOAT_FIELDS:
+            floats = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            out.append(bytes([FLOATS]) + _chunk(floats))
+        elif all(present):
+            out.append(bytes([INTS]) + _chunk(np.array(values, dtype=np.int64)))
+        else:
+            mask = np.packbits(np.array(present, dtype=bool)).tobytes()
+            ints = np.array([0 if v is None else v for v in values], dtype=np.int64)
+            out.append(bytes([INTS_WITH_NULLS]) + _chunk(ints) + mask)
+    if any(p is not None for p in processes):
+        packed = zlib.compress(orjson.dumps(list(processes)))
+        out.append(bytes([PROCESSES]) + struct.pack("<I", len(packed)) + packed)
+    else:
+        out.append(bytes([NO_PROCESSES]))
+    return b"".join(out)
+
+
+@dataclass(frozen=True)
+class DecodedBlock:
+    offsets_us: list[int]
+    columns: dict[str, list[Any]]
+    processes: list[Any]
+
+
+def _read_chunk(data: memoryview, at: int) -> tuple[np.ndarray, int]:
+    (length,) = struct.unpack_from("<I", data, at)
+    at += 4
+    return standalone.simple_decompress(bytes(data[at : at + length])), at + length
+
+
+def decode_block(data: bytes | memoryview) -> DecodedBlock:
+    """The inverse of `encode_block`."""
+    view = memoryview(data)
+    version, count = struct.unpack_from("<BH", view, 0)
+    if version != FORMAT_VERSION:
+        raise ValueError(f"GpuSampleBlock data version {version}, expected {FORMAT_VERSION}")
+    offsets, at = _read_chunk(view, 3)
+    columns: dict[str, list[Any]] = {}
+    for name in VALUE_FIELDS:
+        tag = view[at]
+        at += 1
+        if tag == ALL_NULL:
+            columns[name] = [None] * count
+        elif tag == FLOATS:
+            values, at = _read_chunk(view, at)
+            columns[name] = [None if v != v else v for v in values.tolist()]  # NaN != NaN
+        else:
+            values, at = _read_chunk(view, at)
+            ints = values.tolist()
+            if tag == INTS_WITH_NULLS:
+                mask_len = (count + 7) // 8
+                present = np.unpackbits(np.frombuffer(view[at : at + mask_len], dtype=np.uint8))[:count]
+                at += mask_len
+                ints = [v if p else None for v, p in zip(ints, present.tolist(), strict=True)]
+            columns[name] = ints
+    if view[at] == PROCESSES:
+        (length,) = struct.unpack_from("<I", view, at + 1)
+        processes = orjson.loads(zlib.decompress(bytes(view[at + 5 : at + 5 + length])))
+    else:
+        processes = [None] * count
+    return DecodedBlock(offsets_us=offsets.tolist(), columns=columns, processes=processes)
+
+
+def block_rows(block: GpuSampleBlock) -> list[list[Any]]:
+    """A block's samples as ROW_COLUMNS rows (aware `ts`), in time order."""
+    decoded = decode_block(block.data)
+    rows = []
+    for i, offset in enumerate(decoded.offsets_us):
+        ts = block.minute + timedelta(microseconds=offset)
+        values = [decoded.columns[name][i] for name in VALUE_FIELDS]
+        rows.append([block.run_id, block.node_id, block.gpu_index, ts, *values, decoded.processes[i], block.source])
+    return rows
+
+
+def _encode_rows(minute: datetime, rows: Sequence[Sequence[Any]]) -> bytes:
+    """ROW_COLUMNS rows of one block, sorted by ts, as `encode_block` bytes."""
+    offsets = [(row[3] - minute) // timedelta(microseconds=1) for row in rows]
+    columns = {name: [row[4 + i] for row in rows] for i, name in enumerate(VALUE_FIELDS)}
+    return encode_block(offsets, columns, [row[-2] for row in rows])
+
+
+def _minute(ts: datetime) -> datetime:
+    return ts.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def compact_cutoff(now: datetime | None = None) -> datetime:
+    """Minutes that start before this instant are compacted (it is itself a minute start)."""
+    now = now or timezone.now()
+    return _minute(now - timedelta(minutes=settings.AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES))
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    minutes: int
+    samples: int
+    blocks: int
+
+
+def compact_samples(now: datetime | None = None, max_minutes: int = MINUTES_PER_PASS) -> CompactResult:
+    """Fold the hot rows of closed minutes into blocks, one minute per transaction, oldest first.
+
+    1. The oldest hot row before the cutoff names the minute to fold.
+    2. In one transaction: read that minute's rows (`gpusample_ts_idx` range), lock the blocks
+       already there for the same (series, minute) keys (rows that landed beside a block),
+       merge (the block's sample wins over a row at the same instant), upsert the blocks and
+       delete exactly the rows read.
+    3. Repeat for at most `max_minutes` minutes; the next pass continues.
+    Idempotent and safe beside ingest: a row that arrives for the minute after step 2 read it
+    stays a row and is merged next pass.
+    """
+    cutoff = compact_cutoff(now)
+    minutes = samples = blocks = 0
+    while minutes < max_minutes:
+        oldest = GpuSample.objects.filter(ts__lt=cutoff).order_by("ts").values_list("ts", flat=True).first()
+        if oldest is None:
+            break
+        minute = _minute(oldest)
+        folded, written = _compact_minute(minute)
+        minutes += 1
+        samples += folded
+        blocks += written
+    return CompactResult(minutes=minutes, samples=samples, blocks=blocks)
+
+
+def _compact_minute(minute: datetime) -> tuple[int, int]:
+    end = minute + ONE_MINUTE
+    with transaction.atomic():
+        hot = list(GpuSample.objects.filter(ts__gte=minute, ts__lt=end).values_list("id", *ROW_COLUMNS))
+        groups: dict[tuple, dict[datetime, list[Any]]] = {}
+        for row in hot:
+            key = (row[1], row[2], row[3], row[-1])  # run, node, gpu, source
+            groups.setdefault(key, {}).setdefault(row[4], list(row[1:]))
+        existing = GpuSampleBlock.objects.select_for_update().filter(
+            minute=minute, run_id__in={k[0] for k in groups}, node_id__in={k[1] for k in groups}
+        )
+        for block in existing:
+            key = (block.run_id, block.node_id, block.gpu_index, block.source)
+            if key in groups:
+                # The block's samples win: they were stored first.
+                groups[key].update({row[3]: row for row in block_rows(block)})
+        new_blocks = []
+        for (run_id, node_id, gpu, source), by_ts in groups.items():
+            rows = [by_ts[ts] for ts in sorted(by_ts)]
+            new_blocks.append(
+                GpuSampleBlock(
+                    run_id=run_id,
+                    node_id=node_id,
+                    gpu_index=gpu,
+                    minute=minute,
+                    source=source,
+                    samples=len(rows),
+                    data=_encode_rows(minute, rows),
+                )
+            )
+        GpuSampleBlock.objects.bulk_create(
+            new_blocks,
+            update_conflicts=True,
+            unique_fields=["run", "node", "gpu_index", "minute", "source"],
+            update_fields=["samples", "data"],
+            batch_size=500,
+        )
+        ids = [row[0] for row in hot]
+        for start in range(0, len(ids), 10_000):
+            GpuSample.objects.filter(ts__gte=minute, ts__lt=end, id__in=ids[start : start + 10_000]).delete()
+    return len(hot), len(new_blocks)
+
+
+def reopen_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> list[list[Any]]:
+    """Take the blocks of these (run, node, GPU, minute) keys back out of the cold part.
+
+    Called by the store path, inside its transaction, for the keys of a batch that are old
+    enough to have been compacted. Returns the blocks' samples as ROW_COLUMNS rows (for the
+    caller to insert as hot rows) and deletes the blocks; the next compaction pass folds the
+    minute again, with the late samples in it.
+    """
+    wanted = set(keys)
+    if not wanted:
+        return []
+    q = Q()
+    for minute in {k[3] for k in wanted}:
+        q |= Q(minute=minute, run_id__in={k[0] for k in wanted if k[3] == minute})
+    rows: list[list[Any]] = []
+    taken = []
+    for block in GpuSampleBlock.objects.select_for_update().filter(q):
+        if (block.run_id, block.node_id, block.gpu_index, block.minute) in wanted:
+            rows.extend(block_rows(block))
+            taken.append(block.pk)
+    if taken:
+        GpuSampleBlock.objects.filter(pk__in=taken).delete()
+    return rows
+
+
+def raw_rows(
+    run_id: int, start: datetime, end: datetime, fields: Sequence[str], gpu_index: int | None = None
+) -> list[tuple]:
+    """(node_id, gpu_index, ts, *fields) of one run's raw samples in [start, end], both parts, in series and time order.
+
+    `fields` are GpuSample value fields or "processes". Where a late row sits beside a block
+    at the same instant, the block's sample is the stored one and the row is skipped.
+    """
+    hot = GpuSample.objects.filter(run_id=run_id, ts__gte=start, ts__lte=end)
+    cold = GpuSampleBlock.objects.filter(run_id=run_id, minute__gte=_minute(start), minute__lte=end)
+    if gpu_index is not None:
+        hot = hot.filter(gpu_index=gpu_index)
+        cold = cold.filter(gpu_index=gpu_index)
+    merged: dict[tuple[int, int, datetime], tuple] = {}
+    for block in cold.only("run_id", "node_id", "gpu_index", "minute", "source", "data"):
+        decoded = decode_block(block.data)
+        for i, offset in enumerate(decoded.offsets_us):
+            ts = block.minute + timedelta(microseconds=offset)
+            if start <= ts <= end:
+                values = tuple(decoded.processes[i] if f == "processes" else decoded.columns[f][i] for f in fields)
+                merged.setdefault((block.node_id, block.gpu_index, ts), values)
+    for node_id, gpu, ts, *values in hot.values_list("node_id", "gpu_index", "ts", *fields):
+        merged.setdefault((node_id, gpu, ts), tuple(values))
+    return [(*key, *values) for key, values in sorted(merged.items())]
+
+
+def raw_extent(run_id: int) -> tuple[datetime, datetime] | None:
+    """First and last instant of a run's raw samples, both parts (a block's minute bounds it)."""
+    hot = GpuSample.objects.filter(run_id=run_id).aggregate(first=Min("ts"), last=Max("ts"))
+    cold = GpuSampleBlock.objects.filter(run_id=run_id).aggregate(first=Min("minute"), last=Max("minute"))
+    firsts = [t for t in (hot["first"], cold["first"]) if t is not None]
+    lasts = [t for t in (hot["last"], cold["last"] and cold["last"] + timedelta(seconds=59)) if t is not None]
+    if not firsts:
+        return None
+    return min(firsts), max(lasts)
+
+
+def has_samples(**filters: Any) -> bool:
+    """Whether any raw sample matches `filters` (fields both models share: run, node, source...), in either part."""
+    return GpuSample.objects.filter(**filters).exists() or GpuSampleBlock.objects.filter(**filters).exists()
+
+
+def node_ids_with(**filters: Any) -> set[int]:
+    """Node ids that have raw samples matching `filters`, in either part."""
+    hot = GpuSample.objects.filter(**filters).values_list("node_id", flat=True).distinct()
+    cold = GpuSampleBlock.objects.filter(**filters).values_list("node_id", flat=True).distinct()
+    return set(hot) | set(cold)
