@@ -187,7 +187,7 @@ def main() -> None:
     print(f"compaction: {folded:,} samples in {compact_s:.1f} s = {folded / compact_s:,.0f}/s; rows left hot: "
           f"{GpuSample.objects.count():,}")  # fmt: skip
     print(f"raw, old layout (one row a sample): {old / 1e6:,.1f} MB for {rows_hot:,} rows = {per_old:.1f} B/sample")
-    print(f"raw, new layout (one block a GPU-minute): {new / 1e6:,.1f} MB in {block_count:,} blocks = "
+    print(f"raw, new layout (one block a node-minute): {new / 1e6:,.1f} MB in {block_count:,} blocks = "
           f"{per_new:.1f} B/sample ({new / block_count:,.0f} B/block; {per_old / per_new:.1f}x smaller)")  # fmt: skip
     print(f"minute tier: {minutes:,} rows, {minute_bytes / minutes:.0f} B/row = {minute_bytes / stored:.2f} B/sample")
     print(f"hour tier: {hours:,} rows, {hour_bytes / hours:.0f} B/row = {hour_bytes / stored:.2f} B/sample")

@@ -1,21 +1,24 @@
-"""The compacted raw tier: one GpuSampleBlock per (run, node, GPU, minute, source).
+"""The compacted raw tier: one GpuSampleBlock per (run, node, minute, source), all GPUs of the node.
 
 The raw tier has a hot part and a cold part, as TimescaleDB's compressed chunks do:
 
     part   table           holds                                      written by
     hot    GpuSample       the last AIRBOARD_TELEMETRY_COMPACT_AFTER   store_sample_rows (runs/telemetry.py)
                            _MINUTES, one row per sample
-    cold   GpuSampleBlock  everything older, one row per GPU-minute    compact_samples (beat, every minute)
+    cold   GpuSampleBlock  everything older, one row per node-minute   compact_samples (beat, every minute)
 
-A block's `data` holds the minute's samples column by column: the microsecond offsets into the
-minute, then each value field as one pcodec chunk (pcodec finds the integer steps, the constant
-and the slowly moving series that GPU counters are, losslessly), a null mask where an integer
-field has gaps, and the process lists as zlib-compressed JSON. A field no sample reported costs
-one byte; a float field's None is NaN (stored values are always finite: the API refuses
-infinities and NaN, the importers and MLflow store them as None).
+A block's `data` holds the minute's samples of every GPU of the node, ordered by (GPU, time),
+column by column: the GPU indexes, the microsecond offsets into the minute, then each value
+field as one pcodec chunk (pcodec finds the integer steps, the quantised and the slowly moving
+series that GPU counters are, losslessly), a null mask where an integer field has gaps, and the
+process lists as zlib-compressed JSON. A field no sample reported costs one byte, a constant
+one nine; a float field's None is NaN (stored values are always finite: the API refuses
+infinities and NaN, the importers and MLflow store them as None). One block per node rather
+than per GPU: pcodec's per-chunk header (~28 bytes a column) and the row's own overhead and
+index entries are shared by the node's 8 GPUs, which measured ~10 bytes a sample less.
 
 Invariants that keep ingest idempotent and the rollups exact:
-- A (series, minute) is either compacted or open. `store_sample_rows` reopens a compacted
+- A (run, node, minute) is either compacted or open. `store_sample_rows` reopens a compacted
   minute a late batch touches (`reopen_minutes`: the block goes back to GpuSample rows) before
   inserting, so the natural key still refuses a re-sent sample and the minute rollup is rebuilt
   from every sample of that minute.
@@ -27,6 +30,7 @@ Invariants that keep ingest idempotent and the rollups exact:
 from __future__ import annotations
 
 import logging
+import math
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -59,7 +63,7 @@ ROW_COLUMNS = ("run_id", "node_id", "gpu_index", "ts", *VALUE_FIELDS, "processes
 
 FORMAT_VERSION = 1
 # Field tags in `data`.
-ALL_NULL, FLOATS, INTS, INTS_WITH_NULLS = 0, 1, 2, 3
+ALL_NULL, FLOATS, INTS, INTS_WITH_NULLS, CONSTANT_FLOAT, CONSTANT_INT = 0, 1, 2, 3, 4, 5
 NO_PROCESSES, PROCESSES = 0, 1
 # Minutes one compaction pass folds at most: a pass stays short; the next one continues.
 MINUTES_PER_PASS = 30
@@ -67,24 +71,49 @@ PCODEC = ChunkConfig()
 ONE_MINUTE = timedelta(minutes=1)
 
 
+def _constant(values: Sequence[Any]) -> bool:
+    """Every value the same, type and bits included (0.0 and -0.0 differ, 1 and 1.0 too)."""
+    first = values[0]
+    if first is None:
+        return False
+    same = all(v == first and type(v) is type(first) for v in values)
+    if same and first == 0 and isinstance(first, float):
+        return all(math.copysign(1.0, v) == math.copysign(1.0, first) for v in values)
+    return same
+
+
 def _chunk(values: np.ndarray) -> bytes:
     data = standalone.simple_compress(np.ascontiguousarray(values), PCODEC)
     return struct.pack("<I", len(data)) + data
 
 
-def encode_block(offsets_us: Sequence[int], columns: dict[str, Sequence[Any]], processes: Sequence[Any]) -> bytes:
-    """One minute of one GPU as bytes: offsets (microseconds into the minute), each value field, the process lists.
+def encode_block(
+    gpus: Sequence[int], offsets_us: Sequence[int], columns: dict[str, Sequence[Any]], processes: Sequence[Any]
+) -> bytes:
+    """One node-minute as bytes: GPU indexes, offsets (microseconds into the minute), value fields, process lists.
 
-    Samples must come in offset order. Lossless for every value GpuSample can hold (floats are
-    kept as float64 bits; integers as int64), None included.
+    Samples should come in (GPU, offset) order (the columns compress best so). Lossless for
+    every value GpuSample can hold (floats are kept as float64 bits; integers as int64), None
+    included.
     """
     count = len(offsets_us)
-    out = [struct.pack("<BH", FORMAT_VERSION, count), _chunk(np.asarray(offsets_us, dtype=np.int64))]
+    out = [
+        struct.pack("<BH", FORMAT_VERSION, count),
+        _chunk(np.asarray(gpus, dtype=np.int64)),
+        _chunk(np.asarray(offsets_us, dtype=np.int64)),
+    ]
     for name in VALUE_FIELDS:
         values = columns[name]
         present = [v is not None for v in values]
+        first = values[0]
         if not any(present):
             out.append(bytes([ALL_NULL]))
+        elif _constant(values):
+            # Memory total, power limit, ECC counters: one value for the minute.
+            if name in FLOAT_FIELDS:
+                out.append(bytes([CONSTANT_FLOAT]) + struct.pack("<d", first))
+            else:
+                out.append(bytes([CONSTANT_INT]) + struct.pack("<q", first))
         elif name in FLOAT_FIELDS:
             floats = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
             out.append(bytes([FLOATS]) + _chunk(floats))
@@ -104,6 +133,7 @@ def encode_block(offsets_us: Sequence[int], columns: dict[str, Sequence[Any]], p
 
 @dataclass(frozen=True)
 class DecodedBlock:
+    gpus: list[int]
     offsets_us: list[int]
     columns: dict[str, list[Any]]
     processes: list[Any]
@@ -121,13 +151,18 @@ def decode_block(data: bytes | memoryview) -> DecodedBlock:
     version, count = struct.unpack_from("<BH", view, 0)
     if version != FORMAT_VERSION:
         raise ValueError(f"GpuSampleBlock data version {version}, expected {FORMAT_VERSION}")
-    offsets, at = _read_chunk(view, 3)
+    gpus, at = _read_chunk(view, 3)
+    offsets, at = _read_chunk(view, at)
     columns: dict[str, list[Any]] = {}
     for name in VALUE_FIELDS:
         tag = view[at]
         at += 1
         if tag == ALL_NULL:
             columns[name] = [None] * count
+        elif tag in (CONSTANT_FLOAT, CONSTANT_INT):
+            (value,) = struct.unpack_from("<d" if tag == CONSTANT_FLOAT else "<q", view, at)
+            at += 8
+            columns[name] = [value] * count
         elif tag == FLOATS:
             values, at = _read_chunk(view, at)
             columns[name] = [None if v != v else v for v in values.tolist()]  # NaN != NaN
@@ -145,25 +180,25 @@ def decode_block(data: bytes | memoryview) -> DecodedBlock:
         processes = orjson.loads(zlib.decompress(bytes(view[at + 5 : at + 5 + length])))
     else:
         processes = [None] * count
-    return DecodedBlock(offsets_us=offsets.tolist(), columns=columns, processes=processes)
+    return DecodedBlock(gpus=gpus.tolist(), offsets_us=offsets.tolist(), columns=columns, processes=processes)
 
 
 def block_rows(block: GpuSampleBlock) -> list[list[Any]]:
     """A block's samples as ROW_COLUMNS rows (aware `ts`), in time order."""
     decoded = decode_block(block.data)
     rows = []
-    for i, offset in enumerate(decoded.offsets_us):
+    for i, (gpu, offset) in enumerate(zip(decoded.gpus, decoded.offsets_us, strict=True)):
         ts = block.minute + timedelta(microseconds=offset)
         values = [decoded.columns[name][i] for name in VALUE_FIELDS]
-        rows.append([block.run_id, block.node_id, block.gpu_index, ts, *values, decoded.processes[i], block.source])
+        rows.append([block.run_id, block.node_id, gpu, ts, *values, decoded.processes[i], block.source])
     return rows
 
 
 def _encode_rows(minute: datetime, rows: Sequence[Sequence[Any]]) -> bytes:
-    """ROW_COLUMNS rows of one block, sorted by ts, as `encode_block` bytes."""
+    """ROW_COLUMNS rows of one block, sorted by (GPU, ts), as `encode_block` bytes."""
     offsets = [(row[3] - minute) // timedelta(microseconds=1) for row in rows]
     columns = {name: [row[4 + i] for row in rows] for i, name in enumerate(VALUE_FIELDS)}
-    return encode_block(offsets, columns, [row[-2] for row in rows])
+    return encode_block([row[2] for row in rows], offsets, columns, [row[-2] for row in rows])
 
 
 def _minute(ts: datetime) -> datetime:
@@ -213,26 +248,25 @@ def _compact_minute(minute: datetime) -> tuple[int, int]:
     end = minute + ONE_MINUTE
     with transaction.atomic():
         hot = list(GpuSample.objects.filter(ts__gte=minute, ts__lt=end).values_list("id", *ROW_COLUMNS))
-        groups: dict[tuple, dict[datetime, list[Any]]] = {}
+        groups: dict[tuple, dict[tuple[int, datetime], list[Any]]] = {}
         for row in hot:
-            key = (row[1], row[2], row[3], row[-1])  # run, node, gpu, source
-            groups.setdefault(key, {}).setdefault(row[4], list(row[1:]))
+            key = (row[1], row[2], row[-1])  # run, node, source
+            groups.setdefault(key, {}).setdefault((row[3], row[4]), list(row[1:]))  # (gpu, ts)
         existing = GpuSampleBlock.objects.select_for_update().filter(
             minute=minute, run_id__in={k[0] for k in groups}, node_id__in={k[1] for k in groups}
         )
         for block in existing:
-            key = (block.run_id, block.node_id, block.gpu_index, block.source)
+            key = (block.run_id, block.node_id, block.source)
             if key in groups:
                 # The block's samples win: they were stored first.
-                groups[key].update({row[3]: row for row in block_rows(block)})
+                groups[key].update({(row[2], row[3]): row for row in block_rows(block)})
         new_blocks = []
-        for (run_id, node_id, gpu, source), by_ts in groups.items():
-            rows = [by_ts[ts] for ts in sorted(by_ts)]
+        for (run_id, node_id, source), by_key in groups.items():
+            rows = [by_key[key] for key in sorted(by_key)]
             new_blocks.append(
                 GpuSampleBlock(
                     run_id=run_id,
                     node_id=node_id,
-                    gpu_index=gpu,
                     minute=minute,
                     source=source,
                     samples=len(rows),
@@ -242,7 +276,7 @@ def _compact_minute(minute: datetime) -> tuple[int, int]:
         GpuSampleBlock.objects.bulk_create(
             new_blocks,
             update_conflicts=True,
-            unique_fields=["run", "node", "gpu_index", "minute", "source"],
+            unique_fields=["run", "node", "minute", "source"],
             update_fields=["samples", "data"],
             batch_size=500,
         )
@@ -253,7 +287,7 @@ def _compact_minute(minute: datetime) -> tuple[int, int]:
 
 
 def reopen_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> list[list[Any]]:
-    """Take the blocks of these (run, node, GPU, minute) keys back out of the cold part.
+    """Take the blocks holding these (run, node, GPU, minute) keys back out of the cold part.
 
     Called by the store path, inside its transaction, for the keys of a batch that are old
     enough to have been compacted. Returns the blocks' samples as ROW_COLUMNS rows (for the
@@ -266,10 +300,12 @@ def reopen_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> list[list[
     q = Q()
     for minute in {k[3] for k in wanted}:
         q |= Q(minute=minute, run_id__in={k[0] for k in wanted if k[3] == minute})
+    nodes = {(k[0], k[1], k[3]) for k in wanted}
     rows: list[list[Any]] = []
     taken = []
     for block in GpuSampleBlock.objects.select_for_update().filter(q):
-        if (block.run_id, block.node_id, block.gpu_index, block.minute) in wanted:
+        # The whole node-minute reopens, its other GPUs too: a block is one node's minute.
+        if (block.run_id, block.node_id, block.minute) in nodes:
             rows.extend(block_rows(block))
             taken.append(block.pk)
     if taken:
@@ -289,15 +325,14 @@ def raw_rows(
     cold = GpuSampleBlock.objects.filter(run_id=run_id, minute__gte=_minute(start), minute__lte=end)
     if gpu_index is not None:
         hot = hot.filter(gpu_index=gpu_index)
-        cold = cold.filter(gpu_index=gpu_index)
     merged: dict[tuple[int, int, datetime], tuple] = {}
-    for block in cold.only("run_id", "node_id", "gpu_index", "minute", "source", "data"):
+    for block in cold.only("run_id", "node_id", "minute", "source", "data"):
         decoded = decode_block(block.data)
-        for i, offset in enumerate(decoded.offsets_us):
+        for i, (gpu, offset) in enumerate(zip(decoded.gpus, decoded.offsets_us, strict=True)):
             ts = block.minute + timedelta(microseconds=offset)
-            if start <= ts <= end:
+            if start <= ts <= end and (gpu_index is None or gpu == gpu_index):
                 values = tuple(decoded.processes[i] if f == "processes" else decoded.columns[f][i] for f in fields)
-                merged.setdefault((block.node_id, block.gpu_index, ts), values)
+                merged.setdefault((block.node_id, gpu, ts), values)
     for node_id, gpu, ts, *values in hot.values_list("node_id", "gpu_index", "ts", *fields):
         merged.setdefault((node_id, gpu, ts), tuple(values))
     return [(*key, *values) for key, values in sorted(merged.items())]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -45,19 +46,23 @@ def _columns(samples: list[GpuSample]) -> list[tuple]:
 
 def test_encode_decode_is_lossless_with_gaps_sub_second_stamps_and_processes() -> None:
     count = 45
-    offsets = sorted(random.Random(3).sample(range(60_000_000), count))  # microseconds, irregular
+    gpus = [0] * 20 + [1] * 25
+    rng = random.Random(3)
+    offsets = sorted(rng.sample(range(60_000_000), 20)) + sorted(rng.sample(range(60_000_000), 25))  # irregular
     columns: dict[str, list] = {name: [None] * count for name in blocks.VALUE_FIELDS}
     columns["utilization_gpu"] = [float(i % 7) if i % 5 else None for i in range(count)]
     columns["power_watts"] = [312.456 + i / 1000 for i in range(count)]
     columns["memory_used_bytes"] = [2**40 + i if i % 3 else None for i in range(count)]  # ints with gaps
-    columns["throttle_reasons"] = [4] * count
+    columns["throttle_reasons"] = [4] * count  # constant
+    columns["power_limit_watts"] = [0.0] * 44 + [-0.0]  # not constant: the sign of zero is kept
     processes = [[{"pid": 7, "used_memory_bytes": 1024, "run": "r-1"}] if i == 2 else None for i in range(count)]
     processes[3] = []  # a sample whose GPU ran no process is not one that was not asked
 
-    decoded = decode_block(encode_block(offsets, columns, processes))
+    decoded = decode_block(encode_block(gpus, offsets, columns, processes))
 
-    assert decoded.offsets_us == offsets
+    assert (decoded.gpus, decoded.offsets_us) == (gpus, offsets)
     assert decoded.columns == columns
+    assert [math.copysign(1.0, v) for v in decoded.columns["power_limit_watts"]][-2:] == [1.0, -1.0]
     assert decoded.processes == processes
 
 
@@ -77,8 +82,8 @@ def test_compaction_folds_closed_minutes_and_charts_the_same(world: World, setti
 
     result = compact_samples(now=LATER)
 
-    assert (result.minutes, result.samples, result.blocks) == (5, 600, 10)
-    assert GpuSample.objects.count() == 0 and GpuSampleBlock.objects.count() == 10
+    assert (result.minutes, result.samples, result.blocks) == (5, 600, 5)  # one block a node-minute
+    assert GpuSample.objects.count() == 0 and GpuSampleBlock.objects.count() == 5
     after = charts.gpu_series(run, "utilization_gpu", T0, end)
     assert [(s.name, s.x, s.y, s.tier) for s in after] == [(s.name, s.x, s.y, s.tier) for s in before]
     assert max(after[0].y) == 100.0
@@ -95,22 +100,28 @@ def test_compaction_folds_closed_minutes_and_charts_the_same(world: World, setti
 def test_a_late_sample_reopens_its_minute_and_a_resent_one_is_a_duplicate(world: World) -> None:
     run = make_run(world.vision)
     node = Node.objects.get(attempt__run=run)
-    store_gpu_samples([_sample(run, node, 0, s, 40.0) for s in range(0, 120, 2)])  # even seconds
+    store_gpu_samples([_sample(run, node, g, s, 40.0 + g) for g in (0, 1) for s in range(0, 120, 2)])  # even seconds
     compact_samples(now=LATER)
     assert GpuSample.objects.count() == 0
+    other_gpu = GpuMinute.objects.filter(gpu_index=1).order_by("minute").values()
+    other_before = list(other_gpu)
 
     resent = store_gpu_samples([_sample(run, node, 0, 10, 99.0)])
     assert (resent.inserted, resent.duplicates) == (0, 1)
     late = store_gpu_samples([_sample(run, node, 0, 11, 99.0), _sample(run, node, 0, 12, 99.0)])
     assert (late.inserted, late.duplicates) == (1, 1)
 
-    minute = GpuMinute.objects.get(run=run, minute=T0)
+    minute = GpuMinute.objects.get(run=run, gpu_index=0, minute=T0)
     assert (minute.samples, minute.utilization_gpu_max) == (31, 99.0)  # rebuilt from the whole minute
-    assert GpuHour.objects.get(run=run).samples == 61
+    assert GpuHour.objects.get(run=run, gpu_index=0).samples == 61
     compact_samples(now=LATER)
-    assert GpuSampleBlock.objects.get(minute=T0).samples == 31
-    values = [row[3] for row in blocks.raw_rows(run.pk, T0, T0 + timedelta(seconds=59), ["utilization_gpu"])]
+    # The node-minute went back whole and came back whole: the other GPU lost nothing.
+    assert GpuSampleBlock.objects.get(minute=T0).samples == 31 + 30
+    assert list(other_gpu) == other_before
+    first_minute = T0 + timedelta(seconds=59)
+    values = [row[3] for row in blocks.raw_rows(run.pk, T0, first_minute, ["utilization_gpu"], gpu_index=0)]
     assert values.count(99.0) == 1 and len(values) == 31
+    assert len(blocks.raw_rows(run.pk, T0, first_minute, ["utilization_gpu"], gpu_index=1)) == 30
 
 
 def test_a_row_that_landed_beside_a_block_is_merged_and_the_block_wins(world: World) -> None:
