@@ -8,8 +8,9 @@ request goes through Django's full stack in process (middleware, authentication,
 parsing, validation, run and node lookup, the IngestBatch insert, the task sent to the broker),
 just no socket, so the figure is the web process's own work per sample.
 
-`--compare REV` exports REV's tree (`git archive`) into a temporary directory and runs this
-same script there first, so "before" and "after" are measured in one run on one machine.
+`--compare REV` exports REV's tree (`git archive`) into a temporary directory and measures it
+and this tree alternately, `--rounds` times each, every time in a fresh process and database,
+so "before" and "after" are measured in one run on one machine under the same load.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import cProfile
 import json
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -86,44 +87,54 @@ def measure(root: Path, batches: int, size: int, profile: bool) -> dict[str, flo
     return {"samples": batches * size, "seconds": elapsed, "per_second": batches * size / elapsed}
 
 
+def _side(tree: Path, var: Path, args: argparse.Namespace) -> dict[str, float]:
+    """One measurement in a fresh process importing `tree`, with its own database under `var`."""
+    env = {**os.environ, "AIRBOARD_VAR_DIR": str(var)}
+    done = subprocess.run(
+        [sys.executable, __file__, "--root", str(tree), "--json", "--batches", str(args.batches),
+         "--batch", str(args.batch)],
+        env=env, cwd=tree, capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode:
+        sys.exit(f"measuring {tree} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--batch", type=int, default=10_000, help="samples a request")
-    parser.add_argument("--compare", default="", help="a git revision to measure first, e.g. main")
+    parser.add_argument("--compare", default="", help="a git revision to measure beside this tree, e.g. main")
+    parser.add_argument("--rounds", type=int, default=3, help="with --compare: alternate before/after this often")
     parser.add_argument("--root", default="", help=argparse.SUPPRESS)  # the tree to import (set by --compare)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile the timed requests (to stderr)")
     args = parser.parse_args()
-    if args.compare:
-        with tempfile.TemporaryDirectory() as tmp:
-            tree, var = Path(tmp) / "tree", Path(tmp) / "var"
-            tree.mkdir()
-            archive = subprocess.run(["git", "-C", str(HERE), "archive", args.compare], check=True, capture_output=True)
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-            env = {**os.environ, "AIRBOARD_VAR_DIR": str(var)}
-            before_out: Any = subprocess.run(
-                [sys.executable, __file__, "--root", str(tree), "--json", "--batches", str(args.batches),
-                 "--batch", str(args.batch)],
-                env=env, cwd=tree, capture_output=True, text=True,
-            )  # fmt: skip
-            if before_out.returncode:
-                sys.exit(f"measuring {args.compare} failed:\n{before_out.stderr[-3000:]}")
-        before_out = before_out.stdout
-        before = json.loads(before_out.strip().splitlines()[-1])
-    if not args.json and "AIRBOARD_VAR_DIR" not in os.environ and "DATABASE_URL" not in os.environ:
-        os.environ["AIRBOARD_VAR_DIR"] = tempfile.mkdtemp(prefix="bench-accept-")
-    after = measure(Path(args.root) if args.root else HERE, args.batches, args.batch, args.profile)
-    if args.json:
-        print(json.dumps(after))
+    if args.json or not args.compare:
+        if not args.json and "AIRBOARD_VAR_DIR" not in os.environ and "DATABASE_URL" not in os.environ:
+            os.environ["AIRBOARD_VAR_DIR"] = tempfile.mkdtemp(prefix="bench-accept-")
+        result = measure(Path(args.root) if args.root else HERE, args.batches, args.batch, args.profile)
+        print(json.dumps(result) if args.json else f"{result['per_second']:,.0f} samples/s ({result['seconds']:.1f} s)")
         return
-    print(f"load average {os.getloadavg()}")
-    if args.compare:
-        print(f"before ({args.compare}): {before['per_second']:,.0f} samples/s ({before['seconds']:.1f} s)")
-    print(f"after (this tree): {after['per_second']:,.0f} samples/s ({after['seconds']:.1f} s)")
-    if args.compare:
-        ratio = after["per_second"] / before["per_second"]
-        print(f"speed-up {ratio:.2f}x: target >= 2x {'MET' if ratio >= 2 else 'NOT MET'}")
+    # Before and after alternate, each in a fresh process and database, so a change in the
+    # machine's load during the run falls on both sides; the medians are compared.
+    before: list[float] = []
+    after: list[float] = []
+    print(f"load average at the start {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(HERE), "archive", args.compare], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        for round_ in range(args.rounds):
+            before.append(_side(tree, Path(tmp) / f"before-{round_}", args)["per_second"])
+            after.append(_side(HERE, Path(tmp) / f"after-{round_}", args)["per_second"])
+            print(f"  round {round_ + 1}: before {before[-1]:,.0f}/s, after {after[-1]:,.0f}/s", flush=True)
+    print(f"load average at the end {os.getloadavg()}")
+    b, a = statistics.median(before), statistics.median(after)
+    print(f"before ({args.compare}): {b:,.0f} samples/s (median of {args.rounds})")
+    print(f"after (this tree): {a:,.0f} samples/s (median of {args.rounds})")
+    print(f"speed-up {a / b:.2f}x: target >= 2x {'MET' if a / b >= 2 else 'NOT MET'}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
     raw, hot    GpuSample       AIRBOARD_TELEMETRY_COMPACT_AFTER     store_gpu_samples
                                 _MINUTES (10)
     raw, cold   GpuSampleBlock  AIRBOARD_TELEMETRY_RAW_DAYS (14)     blocks.compact_samples (from hot)
-    minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (90)  refresh_minutes (from hot raw)
+    minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (30)  refresh_minutes (from hot raw)
     hour        GpuHour         as long as the run                   refresh_hours (from minutes)
 
 The raw tier's two parts are described in runs/blocks.py: a batch that reaches into a
