@@ -106,35 +106,43 @@ def _trailing_streak(samples: list[tuple[datetime, bool]]) -> tuple[datetime, da
     return start, samples[-1][0]
 
 
-def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
-    """The stalled GPUs of one run now, both kinds.
+STALL_FIELDS = ["utilization_gpu", "sm_active", "power_watts", "power_limit_watts", "processes"]
 
-    1. Read the run's raw samples of the last LOOKBACK, per (node, GPU) in time order.
+
+def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
+    """The stalled GPUs of one run now, both kinds (see `stalls_of_runs`)."""
+    return stalls_of_runs([run], now).get(run.pk, [])
+
+
+def stalls_of_runs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, list[GpuStall]]:
+    """The stalled GPUs of each run now, both kinds, in three queries whatever the number of runs.
+
+    1. Read the runs' raw samples of the last LOOKBACK, both parts of the raw tier
+       (runs/blocks.py: the last hour is mostly compacted minutes), per (node, GPU) in time order.
     2. Per GPU, mark each sample hung (the signature) and process-less (processes == []).
     3. For each kind, the trailing streak up to the latest sample; keep it when that sample
        is FRESH and the streak lasts MIN_STALL or more.
     """
     now = now or timezone.now()
-    # Both parts of the raw tier (runs/blocks.py): the last hour is mostly compacted minutes.
-    rows = blocks.raw_rows(
-        run.pk, now - LOOKBACK, now, ["utilization_gpu", "sm_active", "power_watts", "power_limit_watts", "processes"]
-    )
-    node_indexes = dict(Node.objects.filter(pk__in={row[0] for row in rows}).values_list("pk", "index"))
-    per_gpu: dict[tuple[int, int, int], list[tuple]] = {}
-    for node_id, gpu, ts, util, sm, power, limit, processes in rows:
-        per_gpu.setdefault((node_id, node_indexes[node_id], gpu), []).append((ts, util, sm, power, limit, processes))
-    found = []
-    for (_, node_index, gpu), samples in per_gpu.items():
-        if now - samples[-1][0] > FRESH:
-            continue
-        checks = {
-            StallKind.HUNG: [(s[0], is_hung(s[1], s[2], s[3], s[4])) for s in samples],
-            StallKind.NO_PROCESS: [(s[0], s[5] == []) for s in samples],
-        }
-        for kind, marks in checks.items():
-            streak = _trailing_streak(marks)
-            if streak and streak[1] - streak[0] >= MIN_STALL:
-                found.append(GpuStall(kind, node_index, gpu, streak[0], streak[1]))
+    by_run = blocks.raw_rows_of_runs([run.pk for run in runs], now - LOOKBACK, now, STALL_FIELDS)
+    node_ids = {row[0] for rows in by_run.values() for row in rows}
+    node_indexes = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "index")) if node_ids else {}
+    found: dict[int, list[GpuStall]] = {}
+    for run_id, rows in by_run.items():
+        per_gpu: dict[tuple[int, int, int], list[tuple]] = {}
+        for node_id, gpu, ts, *values in rows:
+            per_gpu.setdefault((node_id, node_indexes[node_id], gpu), []).append((ts, *values))
+        for (_, node_index, gpu), samples in per_gpu.items():
+            if now - samples[-1][0] > FRESH:
+                continue
+            checks = {
+                StallKind.HUNG: [(s[0], is_hung(s[1], s[2], s[3], s[4])) for s in samples],
+                StallKind.NO_PROCESS: [(s[0], s[5] == []) for s in samples],
+            }
+            for kind, marks in checks.items():
+                streak = _trailing_streak(marks)
+                if streak and streak[1] - streak[0] >= MIN_STALL:
+                    found.setdefault(run_id, []).append(GpuStall(kind, node_index, gpu, streak[0], streak[1]))
     return found
 
 
@@ -148,8 +156,9 @@ def run_stalls(runs: Iterable[Run], now: datetime | None = None) -> list[RunStal
     keys = {key for r in running if (key := _compute_key(r.accelerator_type, r.region))}
     prices = _accelerator_prices(keys)
     result = []
+    stalls_by_run = stalls_of_runs(running, now)
     for run in running:
-        stalls = gpu_stalls(run, now)
+        stalls = stalls_by_run.get(run.pk, [])
         periods = [p for p in prices.get(_compute_key(run.accelerator_type, run.region), []) if p.effective_from <= now]
         price = periods[-1].usd_per_hour if periods else None
         for kind in StallKind:

@@ -58,7 +58,11 @@ def test_encode_decode_is_lossless_with_gaps_sub_second_stamps_and_processes() -
     processes = [[{"pid": 7, "used_memory_bytes": 1024, "run": "r-1"}] if i == 2 else None for i in range(count)]
     processes[3] = []  # a sample whose GPU ran no process is not one that was not asked
 
-    decoded = decode_block(encode_block(gpus, offsets, columns, processes))
+    data = encode_block(gpus, offsets, columns, processes)
+    decoded = decode_block(data)
+    some = decode_block(data, fields=["memory_used_bytes"])  # the others are skipped, not decompressed
+    assert some.columns["memory_used_bytes"] == columns["memory_used_bytes"]
+    assert some.columns["power_watts"] == [None] * count and some.processes == [None] * count
 
     assert (decoded.gpus, decoded.offsets_us) == (gpus, offsets)
     assert decoded.columns == columns
