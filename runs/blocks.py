@@ -42,7 +42,7 @@ import numpy as np
 import orjson
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Min, Q
+from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 from pcodec import ChunkConfig, standalone
 
@@ -356,15 +356,28 @@ def raw_rows_of_runs(
     return out
 
 
+def time_span(rows: QuerySet, field: str) -> tuple[datetime, datetime] | None:
+    """MIN and MAX of `field` over one run's rows, or None when there are none.
+
+    Grouped by run on purpose: a plain MIN/MAX lets PostgreSQL walk the table's time index
+    from one end looking for the run's first row, which for a run with no rows there (an old
+    run whose minutes were pruned) reads the whole index: 3.4 s at 100,000 runs. Grouped, it
+    reads the run's own rows through the natural key, which leads with the run.
+    """
+    grouped = rows.order_by().values("run_id").annotate(first=Min(field), last=Max(field)).values_list("first", "last")
+    return next(iter(grouped), None)
+
+
 def raw_extent(run_id: int) -> tuple[datetime, datetime] | None:
     """First and last instant of a run's raw samples, both parts (a block's minute bounds it)."""
-    hot = GpuSample.objects.filter(run_id=run_id).aggregate(first=Min("ts"), last=Max("ts"))
-    cold = GpuSampleBlock.objects.filter(run_id=run_id).aggregate(first=Min("minute"), last=Max("minute"))
-    firsts = [t for t in (hot["first"], cold["first"]) if t is not None]
-    lasts = [t for t in (hot["last"], cold["last"] and cold["last"] + timedelta(seconds=59)) if t is not None]
-    if not firsts:
+    hot = time_span(GpuSample.objects.filter(run_id=run_id), "ts")
+    cold = time_span(GpuSampleBlock.objects.filter(run_id=run_id), "minute")
+    if cold is not None:
+        cold = (cold[0], cold[1] + timedelta(seconds=59))
+    spans = [span for span in (hot, cold) if span is not None]
+    if not spans:
         return None
-    return min(firsts), max(lasts)
+    return min(span[0] for span in spans), max(span[1] for span in spans)
 
 
 def has_samples(**filters: Any) -> bool:

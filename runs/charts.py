@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
 
-from django.db.models import FloatField, Func, Max, Min
+from django.db.models import FloatField, Func
 from django.utils import timezone
 
 from runs import blocks
@@ -145,8 +145,11 @@ def gpu_series(
         start, end = start or extent[0], end or extent[1]
     names = _series_names(run)
     tier = choose_tier(start, end, RAW_POINTS_PER_SERIES)
-    # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes.
-    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw"]}.get(tier, ["raw", "minute"])
+    # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes;
+    # minutes pruned (AIRBOARD_TELEMETRY_MINUTE_DAYS) -> hours.
+    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
+        tier, ["raw", "minute", "hour"]
+    )
     for candidate in order:
         series = _collect(_tier_rows(run, field, candidate, start, end), names, candidate, max_points)
         if series:
@@ -155,10 +158,14 @@ def gpu_series(
 
 
 def _extent(run: Run) -> tuple[datetime, datetime] | None:
-    """First and last instant of a run's GPU telemetry: from the minute rollups, else raw samples."""
-    minutes = GpuMinute.objects.filter(run=run).aggregate(first=Min("minute"), last=Max("minute"))
-    if minutes["first"] is not None:
-        return minutes["first"], minutes["last"] + timedelta(seconds=59)
+    """First and last instant of a run's GPU telemetry: from the minute rollups, else the hours
+    (minutes past AIRBOARD_TELEMETRY_MINUTE_DAYS are pruned), else raw samples."""
+    minutes = blocks.time_span(GpuMinute.objects.filter(run=run), "minute")
+    if minutes is not None:
+        return minutes[0], minutes[1] + timedelta(seconds=59)
+    hours = blocks.time_span(GpuHour.objects.filter(run=run), "hour")
+    if hours is not None:
+        return hours[0], hours[1] + timedelta(minutes=59, seconds=59)
     return blocks.raw_extent(run.pk)
 
 

@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, When
 from django.db.models.functions import NullIf, TruncHour, TruncMinute
-from django.utils import timezone
 
 from runs import blocks
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
@@ -315,6 +313,12 @@ def _rebuild(
                     **values,
                 )
             )
+    if target is GpuHour and rows:
+        # An hour never loses samples: ingest only adds them, so a rebuild that finds fewer
+        # than the stored row holds is one whose minutes were pruned
+        # (AIRBOARD_TELEMETRY_MINUTE_DAYS), and the stored hour is the better record.
+        stored = _stored_samples(rows)
+        rows = [r for r in rows if r.samples >= stored.get((r.run_id, r.node_id, r.gpu_index, r.hour), 0)]
     target.objects.bulk_create(
         rows,
         update_conflicts=True,
@@ -333,8 +337,18 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
     """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups.
 
-    Hours that start before the minute-retention cutoff are left as they are: their minutes are
-    (partly) pruned, and an hour rebuilt from what is left would lose the rest.
+    An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`).
     """
-    floor = timezone.now() - timedelta(days=settings.AIRBOARD_TELEMETRY_MINUTE_DAYS)
-    return _rebuild(GpuMinute, GpuHour, [k for k in keys if k[3] >= floor], timedelta(hours=1), "minute", "hour")
+    return _rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour")
+
+
+def _stored_samples(rows: Sequence[GpuHour]) -> dict[BucketKey, int]:
+    """The `samples` of the stored GpuHour rows at the keys of `rows`, one query per span group."""
+    keys = {(r.run_id, r.node_id, r.gpu_index, r.hour) for r in rows}
+    stored: dict[BucketKey, int] = {}
+    for q in _span_filters(keys, timedelta(hours=1), "hour"):
+        for run_id, node_id, gpu, hour, samples in GpuHour.objects.filter(q).values_list(
+            "run_id", "node_id", "gpu_index", "hour", "samples"
+        ):
+            stored[(run_id, node_id, gpu, hour)] = samples
+    return stored

@@ -173,6 +173,9 @@ def test_retention_drops_old_blocks_and_minutes_and_keeps_hours(world: World, se
     assert (gone.blocks_deleted, gone.minutes_deleted) == (91, 120)
     assert not GpuSampleBlock.objects.exists() and not GpuMinute.objects.exists()
     assert list(GpuHour.objects.values()) == hours
+    # The run still charts, from its hours, with no range given (its extent comes from them).
+    series = charts.gpu_series(run, "utilization_gpu")
+    assert series and {s.tier for s in series} == {"hour"} and len(series[0].x) == 2
     # A sample for a pruned hour does not rebuild that hour from what little is left.
     store_gpu_samples([_sample(run, node, 0, 3, 99.0)])
     assert list(GpuHour.objects.values()) == hours
