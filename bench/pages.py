@@ -142,6 +142,7 @@ def main() -> None:
     parser.add_argument("--minute-days", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--only", default="", help="time only the pages whose URL contains this")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("bench/pages.py needs DATABASE_URL=postgres://...")
@@ -175,6 +176,7 @@ def main() -> None:
     ]  # fmt: skip
     print(f"{runs.count():,} runs, {GpuHour.objects.count():,} hour and {GpuMinute.objects.count():,} minute rollups")
     print(f"load average {os.getloadavg()}")
+    pages = [url for url in pages if args.only in url]
     met = 0
     for url in pages:
         median, queries, status = time_page(client, url, args.repeat)
