@@ -67,6 +67,8 @@ ALL_NULL, FLOATS, INTS, INTS_WITH_NULLS, CONSTANT_FLOAT, CONSTANT_INT = 0, 1, 2,
 NO_PROCESSES, PROCESSES = 0, 1
 # Minutes one compaction pass folds at most: a pass stays short; the next one continues.
 MINUTES_PER_PASS = 30
+# Minutes OR-ed into one query when a late batch reopens them (see reopen_minutes).
+MINUTES_PER_QUERY = 200
 PCODEC = ChunkConfig()
 ONE_MINUTE = timedelta(minutes=1)
 
@@ -307,17 +309,23 @@ def reopen_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> list[list[
     wanted = set(keys)
     if not wanted:
         return []
-    q = Q()
-    for minute in {k[3] for k in wanted}:
-        q |= Q(minute=minute, run_id__in={k[0] for k in wanted if k[3] == minute})
     nodes = {(k[0], k[1], k[3]) for k in wanted}
+    runs_by_minute: dict[datetime, set[int]] = {}
+    for run_id, _, _, minute in wanted:
+        runs_by_minute.setdefault(minute, set()).add(run_id)
+    minutes = sorted(runs_by_minute)
     rows: list[list[Any]] = []
     taken = []
-    for block in GpuSampleBlock.objects.select_for_update().filter(q):
-        # The whole node-minute reopens, its other GPUs too: a block is one node's minute.
-        if (block.run_id, block.node_id, block.minute) in nodes:
-            rows.extend(block_rows(block))
-            taken.append(block.pk)
+    # At most MINUTES_PER_QUERY OR-ed terms a query: SQLite caps an expression's depth at 1,000.
+    for start in range(0, len(minutes), MINUTES_PER_QUERY):
+        q = Q()
+        for minute in minutes[start : start + MINUTES_PER_QUERY]:
+            q |= Q(minute=minute, run_id__in=runs_by_minute[minute])
+        for block in GpuSampleBlock.objects.select_for_update().filter(q):
+            # The whole node-minute reopens, its other GPUs too: a block is one node's minute.
+            if (block.run_id, block.node_id, block.minute) in nodes:
+                rows.extend(block_rows(block))
+                taken.append(block.pk)
     if taken:
         GpuSampleBlock.objects.filter(pk__in=taken).delete()
     return rows

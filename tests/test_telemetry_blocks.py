@@ -215,3 +215,18 @@ def test_a_stored_batch_drops_its_rows_and_a_resend_is_still_a_duplicate(world: 
     assert (stored.status, stored.inserted, stored.rows) == (BatchStatus.DONE, 5, {"source": "nvml", "rows": []})
     assert ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, rows, "nvml") == (stored, True)
     assert GpuSample.objects.filter(run=run, source="nvml").count() == 5
+
+
+def test_a_late_batch_spanning_many_compacted_minutes_reopens_them_all(world: World) -> None:
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    # 1,500 minutes: more OR-ed terms than SQLite's expression depth allows in one query.
+    store_gpu_samples([_sample(run, node, 0, m * 60, 40.0) for m in range(1500)])
+    compact_samples(now=T0 + timedelta(days=3), max_minutes=2000)
+    assert GpuSampleBlock.objects.count() == 1500
+
+    late = store_gpu_samples([_sample(run, node, 0, m * 60 + 30, 60.0) for m in range(1500)])
+
+    assert (late.inserted, late.duplicates) == (1500, 0)
+    assert not GpuSampleBlock.objects.exists() and GpuSample.objects.count() == 3000
+    assert set(GpuMinute.objects.values_list("samples", flat=True)) == {2}
