@@ -61,6 +61,12 @@ BEAT_SCHEDULE = {
         "task": "runs.maintain_telemetry_partitions",
         "schedule": crontab(minute="41"),
     },
+    # Raw samples of closed minutes folded into one compressed block per GPU-minute
+    # (runs/blocks.py); each pass folds at most 30 minutes, so a backlog drains over passes.
+    "compact-telemetry": {
+        "task": "runs.compact_telemetry",
+        "schedule": crontab(minute="*"),
+    },
     "prune-telemetry": {
         "task": "runs.prune_telemetry",
         "schedule": crontab(hour="3", minute="17"),

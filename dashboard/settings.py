@@ -183,6 +183,8 @@ CELERY_TASK_ROUTES = {
     "runs.prune_*": {"queue": "collect"},
     # Partition DDL waits on locks (bounded by lock_timeout): never in front of ingest.
     "runs.maintain_*": {"queue": "collect"},
+    # Compaction folds whole minutes; off the ingest queue, so ingest latency never waits on it.
+    "runs.compact_*": {"queue": "collect"},
     "runs.classify_*": {"queue": "collect"},
     "billing.*": {"queue": "billing"},
     "alerts.*": {"queue": "alerts"},
@@ -334,6 +336,12 @@ if not REDIS_URL:
 AIRBOARD_DEMO_LIVE = env_bool("AIRBOARD_DEMO_LIVE", True)
 AIRBOARD_DEMO_LIVE_RUNNING = env_int("AIRBOARD_DEMO_LIVE_RUNNING", 10, minimum=0)
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
+# Raw samples older than this many minutes are compacted into one GpuSampleBlock per GPU-minute
+# (runs/blocks.py); a sample arriving later for a compacted minute reopens that minute.
+AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES", 10, minimum=2)
+# Days minute rollups are kept; older minutes live on in the hour rollups (runs/retention.py).
+# 30 by default: at 1,000 GPUs a day of minutes is ~0.55 GB (README, Scaling out, on paper).
+AIRBOARD_TELEMETRY_MINUTE_DAYS = env_int("AIRBOARD_TELEMETRY_MINUTE_DAYS", 30, minimum=1)
 # PostgreSQL (runs/partitions.py): daily partitions of the raw samples are made this many days
 # ahead, so a day's samples never start in the DEFAULT partition while the beat runs.
 AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD = env_int("AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD", 7, minimum=1)

@@ -18,9 +18,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby, pairwise
 from typing import Any
 
-from django.db.models import FloatField, Func, Max, Min, QuerySet
+from django.db.models import FloatField, Func, Max
 from django.utils import timezone
 
+from runs import blocks
 from runs.choices import RunEventKind, RunStatus
 from runs.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
 from runs.importers import gpu_label
@@ -144,8 +145,11 @@ def gpu_series(
         start, end = start or extent[0], end or extent[1]
     names = _series_names(run)
     tier = choose_tier(start, end, RAW_POINTS_PER_SERIES)
-    # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes.
-    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw"]}.get(tier, ["raw", "minute"])
+    # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes;
+    # minutes pruned (AIRBOARD_TELEMETRY_MINUTE_DAYS) -> hours.
+    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
+        tier, ["raw", "minute", "hour"]
+    )
     for candidate in order:
         series = _collect(_tier_rows(run, field, candidate, start, end), names, candidate, max_points)
         if series:
@@ -154,24 +158,23 @@ def gpu_series(
 
 
 def _extent(run: Run) -> tuple[datetime, datetime] | None:
-    """First and last instant of a run's GPU telemetry: from the minute rollups, else raw samples."""
-    minutes = GpuMinute.objects.filter(run=run).aggregate(first=Min("minute"), last=Max("minute"))
-    if minutes["first"] is not None:
-        return minutes["first"], minutes["last"] + timedelta(seconds=59)
-    raw = GpuSample.objects.filter(run=run).aggregate(first=Min("ts"), last=Max("ts"))
-    if raw["first"] is None:
-        return None
-    return raw["first"], raw["last"]
+    """First and last instant of a run's GPU telemetry: from the minute rollups, else the hours
+    (minutes past AIRBOARD_TELEMETRY_MINUTE_DAYS are pruned), else raw samples."""
+    minutes = blocks.time_span(GpuMinute.objects.filter(run=run), "minute")
+    if minutes is not None:
+        return minutes[0], minutes[1] + timedelta(seconds=59)
+    hours = blocks.time_span(GpuHour.objects.filter(run=run), "hour")
+    if hours is not None:
+        return hours[0], hours[1] + timedelta(minutes=59, seconds=59)
+    return blocks.raw_extent(run.pk)
 
 
-def _tier_rows(run: Run, field: str, tier: Tier, start: datetime, end: datetime) -> QuerySet:
+def _tier_rows(run: Run, field: str, tier: Tier, start: datetime, end: datetime) -> Iterable[tuple]:
     """(node_id, gpu, epoch seconds, value, low, avg) rows of one tier in [start, end], in series and time order."""
     if tier == "raw":
-        return (
-            GpuSample.objects.filter(run=run, ts__gte=start, ts__lte=end)
-            .order_by("node_id", "gpu_index", "ts")
-            .values_list("node_id", "gpu_index", EpochSeconds("ts"), field)
-        )
+        # Both parts of the raw tier: hot rows and compacted minutes (runs/blocks.py).
+        rows = blocks.raw_rows(run.pk, start, end, [field])
+        return [(node, gpu, ts.timestamp(), value) for node, gpu, ts, value in rows]
     model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
     # A bucket that starts before `start` still overlaps it: widen the lower bound by one row.
     lower = start - tier_step(tier)
@@ -183,7 +186,7 @@ def _tier_rows(run: Run, field: str, tier: Tier, start: datetime, end: datetime)
 
 
 def _collect(
-    rows: QuerySet, names: dict[int, tuple[int, int, str]], tier: Tier, max_points: int = MAX_POINTS
+    rows: Iterable[tuple], names: dict[int, tuple[int, int, str]], tier: Tier, max_points: int = MAX_POINTS
 ) -> list[GpuSeries]:
     """Group (node_id, gpu, epoch, value[, low, avg]) rows into downsampled series, in attempt, node, GPU order."""
     keyed: list[tuple[tuple[int, int, int], GpuSeries]] = []

@@ -33,13 +33,14 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
+from runs import blocks
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.demo import EXPERIMENT_BY_SLUG, EXPERIMENTS, rng_for, training_curve
 from runs.demo_clusters import RUN_PREFIX as ADVICE_RUN_PREFIX
 from runs.demo_logs import FAILURES, LogContext, closing_lines, progress_lines
 from runs.demo_series import PROFILES, Activity, TrainingCurve, metric_points, raw_samples
 from runs.ingest import SAMPLE_VALUE_COLUMNS, append_log_chunk, enqueue_batch, record_batch, upsert_run
-from runs.models import Attempt, GpuSample, LogChunk, MetricPoint, Node, Run
+from runs.models import Attempt, LogChunk, MetricPoint, Node, Run
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,9 @@ def _push_samples(live: _Live, now: datetime, queue: str | None) -> int:
     profile = PROFILES.get(run.accelerator_type)
     if profile is None:
         return 0
-    last = GpuSample.objects.filter(run=run).aggregate(ts=Max("ts"))["ts"]
+    # Both parts of the raw tier: a minute already compacted into a block counts as sent.
+    extent = blocks.raw_extent(run.pk)
+    last = extent[1] if extent else None
     window_start = max(last + timedelta(seconds=1) if last else live.attempt.started_at, now - CATCH_UP)
     if window_start >= now:
         return 0

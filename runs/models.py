@@ -251,6 +251,37 @@ class GpuSample(models.Model):
         return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.ts.isoformat()}"
 
 
+class GpuSampleBlock(models.Model):
+    """One minute of one node's raw samples, every GPU, compacted: the cold part of the raw tier.
+
+    GpuSample rows are the hot part (the last AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES); the
+    compaction pass (runs/blocks.py) folds each older (run, node, minute, source) into one row
+    here whose `data` holds the second-by-second values, column by column, compressed with
+    pcodec: a GPU sample costs tens of bytes here instead of the ~260 of a row and its indexes.
+    """
+
+    # No index of its own: the natural key below leads with the run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_sample_blocks", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_sample_blocks")
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+    source = models.CharField(max_length=16, choices=TelemetrySource.choices, default=TelemetrySource.API)
+    samples = models.PositiveIntegerField(help_text="Samples in `data`, all GPUs.")
+    data = models.BinaryField(help_text="runs.blocks.encode_block: GPUs, offsets and columns, pcodec-compressed.")
+
+    class Meta:
+        constraints = [
+            # Compaction upserts on it; run first, so a chart reads one run's blocks in time order.
+            models.UniqueConstraint(fields=["run", "node", "minute", "source"], name="gpusampleblock_natural_key"),
+        ]
+        indexes = [
+            # SQLite retention deletes blocks before the cutoff (PostgreSQL drops partitions).
+            models.Index(fields=["minute"], name="gpusampleblock_minute_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}@{self.minute.isoformat()} x{self.samples}"
+
+
 # Fields of GpuSample folded into the per-minute rollup as min / avg / max.
 ROLLUP_FIELDS = (
     "utilization_gpu",

@@ -1,4 +1,8 @@
-"""PostgreSQL: the daily partitions of the raw GPU sample table; on SQLite every call is a no-op.
+"""PostgreSQL: the daily partitions of the raw GPU sample tables; on SQLite every call is a no-op.
+
+Two tables are partitioned the same way, by UTC day: `runs_gpusample` (hot rows, on `ts`) and
+`runs_gpusampleblock` (compacted minutes, on `minute`, migration 0007, which has no legacy
+partition). Every function takes the table as a `PartitionedTable`; the default is the first.
 
 Migration 0005 made `runs_gpusample` a table partitioned by range of `ts`: the pre-partitioning
 rows sit in `runs_gpusample_legacy` (MINVALUE up to the midnight after the migration), one
@@ -31,7 +35,7 @@ from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
-from runs.models import GpuSample
+from runs.models import GpuSample, GpuSampleBlock
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +47,27 @@ LOCK_TIMEOUT = "5s"
 # pg_advisory_xact_lock key: serialises partition changes across workers and a doubled beat.
 ADVISORY_LOCK_KEY = 0x6770_5061  # "gpPa"
 _BOUND = re.compile(r"FOR VALUES FROM \((?P<start>[^)]*)\) TO \((?P<end>[^)]*)\)")
+
+
+@dataclass(frozen=True)
+class PartitionedTable:
+    """A table partitioned by UTC day on `column`, with a DEFAULT partition."""
+
+    model: type
+    column: str
+
+    @property
+    def name(self) -> str:
+        return self.model._meta.db_table
+
+    @property
+    def default(self) -> str:
+        return f"{self.name}_default"
+
+
+RAW = PartitionedTable(GpuSample, "ts")
+BLOCKS = PartitionedTable(GpuSampleBlock, "minute")
+ALL_TABLES = (RAW, BLOCKS)
 
 
 @dataclass(frozen=True)
@@ -67,8 +92,8 @@ def day_start(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def partition_name(day: datetime) -> str:
-    return f"{TABLE}_p{day:%Y%m%d}"
+def partition_name(day: datetime, table: PartitionedTable = RAW) -> str:
+    return f"{table.name}_p{day:%Y%m%d}"
 
 
 def _bound(text: str) -> datetime | None:
@@ -84,7 +109,7 @@ def _literal(moment: datetime) -> str:
     return f"'{moment.astimezone(UTC).isoformat()}'::timestamptz"
 
 
-def list_partitions() -> list[Partition]:
+def list_partitions(table: PartitionedTable = RAW) -> list[Partition]:
     """The range partitions of the raw table, oldest first (the DEFAULT partition is not one)."""
     if not supported():
         return []
@@ -92,7 +117,7 @@ def list_partitions() -> list[Partition]:
         cursor.execute(
             "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
             "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
-            [TABLE],
+            [table.name],
         )
         rows = cursor.fetchall()
     partitions = []
@@ -110,7 +135,9 @@ def _lock_for_ddl(cursor, lock_timeout: str | None = None) -> None:
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
 
 
-def ensure_partitions(now: datetime | None = None, days_ahead: int | None = None) -> list[str]:
+def ensure_partitions(
+    now: datetime | None = None, days_ahead: int | None = None, table: PartitionedTable = RAW
+) -> list[str]:
     """Create the missing daily partitions from the retention cutoff's day to `days_ahead` days on.
 
     1. The days wanted: every UTC day from the one holding the raw-retention cutoff (its later
@@ -127,19 +154,19 @@ def ensure_partitions(now: datetime | None = None, days_ahead: int | None = None
     ahead = settings.AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD if days_ahead is None else days_ahead
     first = day_start(now - timedelta(days=settings.AIRBOARD_TELEMETRY_RAW_DAYS))
     last = day_start(now) + timedelta(days=ahead)
-    existing = list_partitions()
+    existing = list_partitions(table)
     created = []
     day = first
     while day <= last:
         if not any(p.overlaps(day, day + ONE_DAY) for p in existing):
-            name = _create_day(day)
+            name = _create_day(day, table)
             if name:
                 created.append(name)
         day += ONE_DAY
     return created
 
 
-def _create_day(day: datetime) -> str | None:
+def _create_day(day: datetime, table: PartitionedTable = RAW) -> str | None:
     """Create and attach the partition for one UTC day, moving in any of its rows DEFAULT holds.
 
     1. Take the advisory lock and look again: another worker may have just made it.
@@ -151,30 +178,35 @@ def _create_day(day: datetime) -> str | None:
        foreign keys, which is cheap on an empty or nearly empty table.
     Returns the name, or None when the day was covered by the time the lock was granted.
     """
-    name = partition_name(day)
+    name = partition_name(day, table)
     end = day + ONE_DAY
-    columns = ", ".join(f.column for f in GpuSample._meta.concrete_fields)
+    parent, default, key = table.name, table.default, table.column
+    columns = ", ".join(f.column for f in table.model._meta.concrete_fields)
     with transaction.atomic(), connection.cursor() as cursor:
         _lock_for_ddl(cursor)
-        if any(p.overlaps(day, end) for p in list_partitions()):
+        if any(p.overlaps(day, end) for p in list_partitions(table)):
             return None
-        cursor.execute(f"LOCK TABLE {DEFAULT_PARTITION} IN EXCLUSIVE MODE")
-        cursor.execute(f"CREATE TABLE {name} (LIKE {TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)")
+        cursor.execute(f"LOCK TABLE {default} IN EXCLUSIVE MODE")
+        cursor.execute(
+            f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)"
+        )
         # Only our own names and formatted UTC literals are interpolated.
         cursor.execute(
-            f"WITH moved AS (DELETE FROM {DEFAULT_PARTITION} WHERE ts >= {_literal(day)} AND ts < {_literal(end)} "  # noqa: S608
+            f"WITH moved AS (DELETE FROM {default} WHERE {key} >= {_literal(day)} AND {key} < {_literal(end)} "  # noqa: S608
             f"RETURNING {columns}) INSERT INTO {name} ({columns}) SELECT {columns} FROM moved"
         )
         moved = cursor.rowcount
         cursor.execute(
-            f"ALTER TABLE {TABLE} ATTACH PARTITION {name} FOR VALUES FROM ({_literal(day)}) TO ({_literal(end)})"
+            f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES FROM ({_literal(day)}) TO ({_literal(end)})"
         )
     if moved:
-        logger.info("created %s and moved %d samples into it from %s", name, moved, DEFAULT_PARTITION)
+        logger.info("created %s and moved %d rows into it from %s", name, moved, default)
     return name
 
 
-def drop_partitions_before(cutoff: datetime, lock_timeout: str | None = None) -> list[str]:
+def drop_partitions_before(
+    cutoff: datetime, lock_timeout: str | None = None, table: PartitionedTable = RAW
+) -> list[str]:
     """Detach and drop every range partition whose rows are all older than `cutoff`.
 
     A partition qualifies when its upper bound is at or before the cutoff (every `ts` in it is
@@ -186,13 +218,13 @@ def drop_partitions_before(cutoff: datetime, lock_timeout: str | None = None) ->
     if not supported():
         return []
     dropped = []
-    for partition in list_partitions():
+    for partition in list_partitions(table):
         if partition.end is None or partition.end > cutoff:
             continue
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 _lock_for_ddl(cursor, lock_timeout)
-                cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {partition.name}")
+                cursor.execute(f"ALTER TABLE {table.name} DETACH PARTITION {partition.name}")
                 cursor.execute(f"DROP TABLE {partition.name}")
         except OperationalError as error:  # lock_timeout: a long query holds the table
             logger.warning("left partition %s for the next pass: %s", partition.name, error)

@@ -26,8 +26,9 @@ from django.utils import timezone
 
 from billing.money import billed_hours, exact_product, exact_sum, to_cents
 from billing.run_costs import gpu_hour_prices
+from runs import blocks
 from runs.choices import RunStatus, StallKind
-from runs.models import GpuSample, Run
+from runs.models import Node, Run
 
 BUSY_UTILIZATION = 90.0
 SM_IDLE = 10.0
@@ -106,38 +107,43 @@ def _trailing_streak(samples: list[tuple[datetime, bool]]) -> tuple[datetime, da
     return start, samples[-1][0]
 
 
-def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
-    """The stalled GPUs of one run now, both kinds.
+STALL_FIELDS = ["utilization_gpu", "sm_active", "power_watts", "power_limit_watts", "processes"]
 
-    1. Read the run's raw samples of the last LOOKBACK, per (node, GPU) in time order.
+
+def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
+    """The stalled GPUs of one run now, both kinds (see `stalls_of_runs`)."""
+    return stalls_of_runs([run], now).get(run.pk, [])
+
+
+def stalls_of_runs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, list[GpuStall]]:
+    """The stalled GPUs of each run now, both kinds, in three queries whatever the number of runs.
+
+    1. Read the runs' raw samples of the last LOOKBACK, both parts of the raw tier
+       (runs/blocks.py: the last hour is mostly compacted minutes), per (node, GPU) in time order.
     2. Per GPU, mark each sample hung (the signature) and process-less (processes == []).
     3. For each kind, the trailing streak up to the latest sample; keep it when that sample
        is FRESH and the streak lasts MIN_STALL or more.
     """
     now = now or timezone.now()
-    rows = (
-        GpuSample.objects.filter(run=run, ts__gte=now - LOOKBACK, ts__lte=now)
-        .order_by("node_id", "gpu_index", "ts")
-        .values_list(
-            "node__index", "node_id", "gpu_index", "ts", "utilization_gpu", "sm_active", "power_watts",
-            "power_limit_watts", "processes",
-        )
-    )  # fmt: skip
-    per_gpu: dict[tuple[int, int, int], list[tuple]] = {}
-    for node_index, node_id, gpu, ts, util, sm, power, limit, processes in rows.iterator(chunk_size=2000):
-        per_gpu.setdefault((node_id, node_index, gpu), []).append((ts, util, sm, power, limit, processes))
-    found = []
-    for (_, node_index, gpu), samples in per_gpu.items():
-        if now - samples[-1][0] > FRESH:
-            continue
-        checks = {
-            StallKind.HUNG: [(s[0], is_hung(s[1], s[2], s[3], s[4])) for s in samples],
-            StallKind.NO_PROCESS: [(s[0], s[5] == []) for s in samples],
-        }
-        for kind, marks in checks.items():
-            streak = _trailing_streak(marks)
-            if streak and streak[1] - streak[0] >= MIN_STALL:
-                found.append(GpuStall(kind, node_index, gpu, streak[0], streak[1]))
+    by_run = blocks.raw_rows_of_runs([run.pk for run in runs], now - LOOKBACK, now, STALL_FIELDS)
+    node_ids = {row[0] for rows in by_run.values() for row in rows}
+    node_indexes = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "index")) if node_ids else {}
+    found: dict[int, list[GpuStall]] = {}
+    for run_id, rows in by_run.items():
+        per_gpu: dict[tuple[int, int, int], list[tuple]] = {}
+        for node_id, gpu, ts, *values in rows:
+            per_gpu.setdefault((node_id, node_indexes[node_id], gpu), []).append((ts, *values))
+        for (_, node_index, gpu), samples in per_gpu.items():
+            if now - samples[-1][0] > FRESH:
+                continue
+            checks = {
+                StallKind.HUNG: [(s[0], is_hung(s[1], s[2], s[3], s[4])) for s in samples],
+                StallKind.NO_PROCESS: [(s[0], s[5] == []) for s in samples],
+            }
+            for kind, marks in checks.items():
+                streak = _trailing_streak(marks)
+                if streak and streak[1] - streak[0] >= MIN_STALL:
+                    found.setdefault(run_id, []).append(GpuStall(kind, node_index, gpu, streak[0], streak[1]))
     return found
 
 
@@ -152,8 +158,9 @@ def run_stalls(runs: Iterable[Run], now: datetime | None = None) -> list[RunStal
     running = [r for r in runs if r.status == RunStatus.RUNNING]
     prices = gpu_hour_prices(running, now) if running else {}
     result = []
+    stalls_by_run = stalls_of_runs(running, now)
     for run in running:
-        stalls = gpu_stalls(run, now)
+        stalls = stalls_by_run.get(run.pk, [])
         price = prices[run.pk].at(now)
         for kind in StallKind:
             gpus = tuple(g for g in stalls if g.kind == kind)

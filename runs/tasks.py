@@ -104,6 +104,22 @@ def prune_telemetry() -> int:
     return retention.prune_raw_samples().deleted
 
 
+# Compaction of closed minutes into GpuSampleBlock rows: idempotent (a minute already folded
+# has no hot rows left), one minute per transaction, so a lost worker re-runs it harmlessly.
+@shared_task(
+    name="runs.compact_telemetry",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=50,
+    time_limit=55,
+)
+def compact_telemetry() -> int:
+    """Fold raw samples older than AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES into blocks; returns samples folded."""
+    from runs import blocks
+
+    return blocks.compact_samples().samples
+
+
 # Partition upkeep: creates only what is missing, under an advisory lock, so a doubled beat or
 # a re-run after a lost worker changes nothing. A lock wait past lock_timeout raises
 # OperationalError: retried a few times, then the next hourly run tries again.
@@ -118,10 +134,10 @@ def prune_telemetry() -> int:
     time_limit=660,
 )
 def maintain_telemetry_partitions() -> int:
-    """PostgreSQL: create the daily raw-sample partitions ahead; returns how many were made."""
+    """PostgreSQL: create the daily partitions of both raw tables ahead; returns how many were made."""
     from runs import partitions
 
-    return len(partitions.ensure_partitions())
+    return sum(len(partitions.ensure_partitions(table=table)) for table in partitions.ALL_TABLES)
 
 
 # Failure classification: overwrites one FailureAnalysis row per run, so re-running is harmless.

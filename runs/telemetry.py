@@ -5,10 +5,15 @@ so a resent row conflicts and is skipped, whichever worker writes it and however
 
 GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
 
-    tier        table        kept for                               written by
-    raw         GpuSample    AIRBOARD_TELEMETRY_RAW_DAYS (14)       store_gpu_samples
-    minute      GpuMinute    as long as the run                     refresh_minutes (from raw)
-    hour        GpuHour      as long as the run                     refresh_hours (from minutes)
+    tier        table           kept for                            written by
+    raw, hot    GpuSample       AIRBOARD_TELEMETRY_COMPACT_AFTER     store_gpu_samples
+                                _MINUTES (10)
+    raw, cold   GpuSampleBlock  AIRBOARD_TELEMETRY_RAW_DAYS (14)     blocks.compact_samples (from hot)
+    minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (30)  refresh_minutes (from hot raw)
+    hour        GpuHour         as long as the run                   refresh_hours (from minutes)
+
+The raw tier's two parts are described in runs/blocks.py: a batch that reaches into a
+compacted minute reopens it first, so a minute's rollup is always rebuilt from hot rows only.
 
 Each rollup row is recomputed from the tier below for exactly the keys a batch touched, so an
 out-of-order or duplicate sample can never double-count: the rollup is a pure function of the
@@ -26,6 +31,7 @@ from django.db import connection, transaction
 from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, When
 from django.db.models.functions import NullIf, TruncHour, TruncMinute
 
+from runs import blocks
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 
 # Rows per INSERT statement: 1,000 x 22 columns stays under PostgreSQL's 65,535 bind
@@ -50,6 +56,7 @@ _PROCESSES = INSERT_COLUMNS.index("processes")
 # PostgreSQL: the per-transaction table a batch is COPYed into before the conflict-ignoring insert.
 STAGING_TABLE = "airboard_gpusample_staging"
 
+ONE_MINUTE = timedelta(minutes=1)
 SeriesKey = tuple[int, int, int]  # (run_id, node_id, gpu_index)
 BucketKey = tuple[int, int, int, datetime]  # (run_id, node_id, gpu_index, minute or hour start)
 
@@ -101,7 +108,15 @@ def store_sample_rows(rows: Sequence[Sequence[Any]]) -> StoreResult:
     for row in rows:
         unique.setdefault((row[0], row[1], row[2], row[_TS]), row)
     prepared = [_adapt(row) for row in unique.values()]
+    # Minutes old enough to have been compacted (with a margin for a pass running meanwhile).
+    reopen_before = blocks.compact_cutoff() + 2 * ONE_MINUTE
+    late = {(r, n, g, _minute(ts)) for r, n, g, ts in unique if ts < reopen_before}
     with transaction.atomic():
+        reopened = blocks.reopen_minutes(late) if late else []
+        if reopened:
+            # Back to hot rows first, so the natural key refuses a re-sent sample of the minute
+            # and its rollup is rebuilt from all of its samples.
+            _insert([_adapt(row) for row in reopened])
         if connection.vendor == "postgresql":
             new_keys = _insert_postgresql(prepared)
             inserted = len(new_keys)
@@ -122,6 +137,14 @@ def _adapt(row: Sequence[Any]) -> list[Any]:
     if out[_PROCESSES] is not None:
         out[_PROCESSES] = GpuSample._meta.get_field("processes").get_db_prep_value(out[_PROCESSES], connection)
     return out
+
+
+def _insert(rows: list[list[Any]]) -> None:
+    """Insert adapted rows, skipping stored keys, on either backend."""
+    if connection.vendor == "postgresql":
+        _insert_postgresql(rows)
+    else:
+        _insert_sqlite(rows)
 
 
 def _insert_postgresql(rows: list[list[Any]]) -> list[BucketKey]:
@@ -290,6 +313,12 @@ def _rebuild(
                     **values,
                 )
             )
+    if target is GpuHour and rows:
+        # An hour never loses samples: ingest only adds them, so a rebuild that finds fewer
+        # than the stored row holds is one whose minutes were pruned
+        # (AIRBOARD_TELEMETRY_MINUTE_DAYS), and the stored hour is the better record.
+        stored = _stored_samples(rows)
+        rows = [r for r in rows if r.samples >= stored.get((r.run_id, r.node_id, r.gpu_index, r.hour), 0)]
     target.objects.bulk_create(
         rows,
         update_conflicts=True,
@@ -306,5 +335,20 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
 
 
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
-    """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups."""
+    """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups.
+
+    An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`).
+    """
     return _rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour")
+
+
+def _stored_samples(rows: Sequence[GpuHour]) -> dict[BucketKey, int]:
+    """The `samples` of the stored GpuHour rows at the keys of `rows`, one query per span group."""
+    keys = {(r.run_id, r.node_id, r.gpu_index, r.hour) for r in rows}
+    stored: dict[BucketKey, int] = {}
+    for q in _span_filters(keys, timedelta(hours=1), "hour"):
+        for run_id, node_id, gpu, hour, samples in GpuHour.objects.filter(q).values_list(
+            "run_id", "node_id", "gpu_index", "hour", "samples"
+        ):
+            stored[(run_id, node_id, gpu, hour)] = samples
+    return stored

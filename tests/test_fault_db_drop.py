@@ -17,6 +17,7 @@ CONN_HEALTH_CHECKS check before the next request's first query.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -36,7 +37,8 @@ RUN = {
     "status": "running",
     "accelerator_type": "GPU_8xH100",
     "num_accelerators": 8,
-    "started_at": "2026-11-02T09:00:00+00:00",
+    # An hour ago: a running run may not claim longer than the runtime cap, whatever today is.
+    "started_at": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
     "attempts": [{"number": 1, "status": "running", "nodes": [{"index": 0, "host": "10.0.0.1", "status": "running"}]}],
 }
 

@@ -33,6 +33,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 
+from runs import blocks
 from runs.choices import CollectorKind, RunOrigin, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
 from runs.collectors.state import CollectResult, save_cursor, track
@@ -234,7 +235,7 @@ def _collect_metrics(
     assert run is not None
     cursors = dict(mlflow_run.metric_cursors or {})
     # NVML samples (the node agent) are finer and richer; MLflow's are the fallback only.
-    has_nvml = GpuSample.objects.filter(run=run, source=TelemetrySource.NVML).exists()
+    has_nvml = blocks.has_samples(run=run, source=TelemetrySource.NVML)
     points: list[MetricPoint] = []
     gpu_fields: dict[tuple[str, int, int], dict[str, float | None]] = {}
     new_cursors: dict[str, dict] = {}
@@ -299,11 +300,7 @@ def mlflow_nodes(run: Run, attempt_number: int | None, node_ids: Iterable[str]) 
     )
     existing = list(attempt.nodes.order_by("index")) if attempt is not None else []
     by_host = {node.host: node for node in existing if node.host}
-    with_mlflow = set(
-        GpuSample.objects.filter(node__in=existing, source=TelemetrySource.MLFLOW)
-        .values_list("node_id", flat=True)
-        .distinct()
-    )
+    with_mlflow = blocks.node_ids_with(node__in=existing, source=TelemetrySource.MLFLOW)
     taken = {node.pk for node in nodes.values()} | with_mlflow
     free = [node for node in existing if not node.host and node.pk not in taken]
     next_index = max([node.index for node in existing] + [node.index for node in nodes.values()], default=-1) + 1

@@ -1,0 +1,190 @@
+"""Benchmark: every page and the main API reads at 100,000 runs with a year of rollups for 1,000 GPUs.
+
+    DATABASE_URL=postgres://... .venv/bin/python bench/pages.py [--runs 100000] [--gpus 1000]
+        [--hour-days 365] [--minute-days 2] [--repeat 5] [--rebuild]
+
+PostgreSQL only. Point DATABASE_URL at a throwaway database: it is migrated and filled once
+(team "bench-pages"; `--rebuild` starts again), then every page is timed.
+
+The workspace: `--gpus` GPUs in 8-GPU nodes ("lanes"), each lane running one run after another
+for `--hour-days` days up to now, `--runs` runs in all (a third failed, the newest of each
+lane still running); an hour rollup for every GPU-hour of that year and minute rollups for the
+last `--minute-days` days (AIRBOARD_TELEMETRY_MINUTE_DAYS bounds them in production: 30 days of
+1,000 GPUs is 43 million rows, more than this 2-core machine builds in a session). Rollups
+are written with COPY, as the values the pages read; no raw samples.
+
+Each page is fetched `--repeat` times through Django's full stack in process (a signed-in team
+member, not staff) and printed with its median time and its query count, and whether it is
+under the 300 ms target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import Group, User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, reset_queries  # noqa: E402
+from django.test import Client  # noqa: E402
+
+from runs.choices import AcceleratorType, RunStatus  # noqa: E402
+from runs.models import Attempt, GpuHour, GpuMinute, Node, Run  # noqa: E402
+
+TARGET_MS = 300.0
+GPUS_PER_NODE = 8
+TEAM = "bench-pages"
+
+
+def build(args: argparse.Namespace, now: datetime) -> Group:
+    """The workspace described in the module docstring; returns its team."""
+    team = Group.objects.create(name=TEAM)
+    lanes = args.gpus // GPUS_PER_NODE
+    per_lane = args.runs // lanes
+    span = timedelta(days=args.hour_days)
+    length = span / per_lane
+    start = (now - span).replace(minute=0, second=0, microsecond=0)
+    runs = []
+    for lane in range(lanes):
+        for k in range(per_lane):
+            began = start + k * length
+            newest = k == per_lane - 1
+            status = RunStatus.RUNNING if newest else (RunStatus.FAILED if k % 3 == 0 else RunStatus.SUCCEEDED)
+            runs.append(
+                Run(
+                    team=team, external_id=f"bench-{lane}-{k}", status=status, accelerator_type=AcceleratorType.H100_8,
+                    num_accelerators=8, gpus_per_node=8, region="us-west-2", home_region="us-west-2",
+                    experiment_name=f"/Workspace/Users/u{lane % 40}/exp-{k % 50}", creator=f"u{lane % 40}@example.com",
+                    submitted_at=began, started_at=began, ended_at=None if newest else began + length,
+                    state_message="" if status != RunStatus.FAILED else "CUDA out of memory",
+                )
+            )  # fmt: skip
+    Run.objects.bulk_create(runs, batch_size=5000)
+    runs = list(Run.objects.filter(team=team).order_by("pk"))
+    attempts = Attempt.objects.bulk_create(
+        [Attempt(run=r, number=1, status=r.status, started_at=r.started_at, ended_at=r.ended_at) for r in runs],
+        batch_size=5000,
+    )
+    nodes = Node.objects.bulk_create(
+        [Node(attempt=a, index=0, host=f"10.0.{i // 250}.{i % 250}", status=a.status) for i, a in enumerate(attempts)],
+        batch_size=5000,
+    )
+    print(f"  {len(runs):,} runs, attempts and nodes", flush=True)
+    hours = int(span.total_seconds() // 3600)
+    minutes_from = now.replace(second=0, microsecond=0) - timedelta(days=args.minute_days)
+    with connection.cursor() as cursor:
+        for model, step, first, count in (
+            (GpuHour, timedelta(hours=1), start, hours),
+            (GpuMinute, timedelta(minutes=1), minutes_from, args.minute_days * 1440),
+        ):
+            column = "hour" if model is GpuHour else "minute"
+            table = model._meta.db_table
+            fields = f"run_id, node_id, gpu_index, {column}, samples, memory_total_bytes, power_limit_watts, " + (
+                "utilization_gpu_min, utilization_gpu_avg, utilization_gpu_max, memory_used_bytes_avg, "
+                "power_watts_avg, temperature_c_avg, sm_clock_mhz_avg"
+            )
+            rows = 0
+            with cursor.cursor.copy(f"COPY {table} ({fields}) FROM STDIN") as copy:
+                for lane in range(lanes):
+                    for i in range(count):
+                        moment = first + i * step
+                        k = min(int((moment - start) / length), per_lane - 1)
+                        index = lane * per_lane + k
+                        run, node = runs[index], nodes[index]
+                        util = 20.0 if run.status == RunStatus.FAILED and i % 7 == 0 else 90.0 + (i % 9)
+                        for gpu in range(GPUS_PER_NODE):
+                            copy.write_row((
+                                run.pk, node.pk, gpu, moment, 3600 if model is GpuHour else 60, 85_520_809_984,
+                                700.0, util - 5, util, util + 1, 7.0e10, 650.0, 66.0, 1980.0,
+                            ))  # fmt: skip
+                            rows += 1
+            print(f"  {rows:,} {table} rows", flush=True)
+        cursor.execute("ANALYZE")
+    return team
+
+
+def time_page(client: Client, url: str, repeat: int) -> tuple[float, int, int]:
+    """(median ms, queries, status) of `repeat` fetches, after one warm-up."""
+    times = []
+    queries = status = 0
+    for i in range(repeat + 1):
+        reset_queries()
+        began = time.perf_counter()
+        response = client.get(url)
+        if hasattr(response, "streaming_content"):
+            b"".join(response.streaming_content)
+        elapsed = (time.perf_counter() - began) * 1000
+        if i:
+            times.append(elapsed)
+        queries, status = len(connection.queries), response.status_code
+    return statistics.median(times), queries, status
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--hour-days", type=int, default=365)
+    parser.add_argument("--minute-days", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--only", default="", help="time only the pages whose URL contains this")
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        sys.exit("bench/pages.py needs DATABASE_URL=postgres://...")
+    settings.DEBUG = True  # connection.queries counts the queries
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    call_command("migrate", verbosity=0)
+    now = datetime.now(UTC)
+    team = Group.objects.filter(name=TEAM).first()
+    if team is not None and args.rebuild:
+        Run.objects.filter(team=team).delete()
+        team.delete()
+        team = None
+    if team is None:
+        began = time.perf_counter()
+        print("building the workspace", flush=True)
+        team = build(args, now)
+        print(f"  built in {time.perf_counter() - began:.0f} s", flush=True)
+    user, _ = User.objects.get_or_create(username="bench-pages")
+    user.groups.add(team)
+    client = Client()
+    client.force_login(user)
+    runs = Run.objects.filter(team=team)
+    newest = runs.filter(status=RunStatus.RUNNING).order_by("-pk").first()
+    oldest = runs.order_by("pk").first()
+    failed = runs.filter(status=RunStatus.FAILED).order_by("-pk").first()
+    pages = [
+        "/", "/runs/", "/runs/?status=failed", "/runs/?format=csv", f"/runs/{newest.pk}/", f"/runs/{oldest.pk}/",
+        f"/runs/{failed.pk}/failure/", f"/runs/{newest.pk}/telemetry.json", "/runs/fleet/", "/runs/advice/",
+        "/runs/failures/", "/runs/postmortems/", "/runs/clusters/", "/costs/", "/api/v1/runs",
+        f"/api/v1/runs/{newest.external_id}?source={newest.source}",
+    ]  # fmt: skip
+    print(f"{runs.count():,} runs, {GpuHour.objects.count():,} hour and {GpuMinute.objects.count():,} minute rollups")
+    print(f"load average {os.getloadavg()}")
+    pages = [url for url in pages if args.only in url]
+    met = 0
+    for url in pages:
+        median, queries, status = time_page(client, url, args.repeat)
+        ok = status == 200 and median <= TARGET_MS
+        met += ok
+        print(f"{median:9.1f} ms {queries:4d} queries  {status}  {'met' if ok else 'NOT MET':7s}  {url}", flush=True)
+    print(f"\n{met}/{len(pages)} under {TARGET_MS:.0f} ms (median of {args.repeat}); load average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The fast accept path of POST /api/v1/gpu-samples checks exactly what GpuSampleBatchIn checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from runs import ingest
+from runs.choices import BatchKind
+from runs.models import IngestBatch
+from runs.schemas import GPU_SAMPLE_BATCH, GpuSampleBatchIn
+from tests.conftest import T0, World, make_run
+
+GOOD = {
+    "run": "r1", "gpu": 3, "ts": T0.isoformat(), "utilization_gpu": 97, "power_watts": 650.125,
+    "processes": [{"pid": 7, "used_memory_bytes": 1024, "run": "r1"}, {"pid": 8}],
+}  # fmt: skip
+
+
+def _without_docs(node: object) -> object:
+    """A JSON schema without what only documents it (defaults, descriptions, titles) and with bare ref names."""
+    if isinstance(node, dict):
+        out = {k: _without_docs(v) for k, v in node.items() if k not in ("default", "description", "title")}
+        if "$ref" in out:
+            out["$ref"] = {"GpuSampleRow": "GpuSampleIn", "GpuProcessRow": "GpuProcessIn"}.get(
+                out["$ref"].rsplit("/", 1)[-1], out["$ref"].rsplit("/", 1)[-1]
+            )
+        return out
+    if isinstance(node, list):
+        return [_without_docs(v) for v in node]
+    return node
+
+
+def test_the_fast_schema_is_the_models_schema() -> None:
+    fast = GPU_SAMPLE_BATCH.json_schema()
+    model = GpuSampleBatchIn.model_json_schema()
+    assert _without_docs(fast["$defs"]["GpuSampleRow"]) == _without_docs(model["$defs"]["GpuSampleIn"])
+    assert _without_docs(fast["$defs"]["GpuProcessRow"]) == _without_docs(model["$defs"]["GpuProcessIn"])
+    assert _without_docs(fast["properties"]) == _without_docs(model["properties"])
+
+
+BAD_SAMPLES = [
+    {"gpu": 0, "ts": T0.isoformat()},  # no run
+    {**GOOD, "gpu": 256},
+    {**GOOD, "gpu": -1},
+    {**GOOD, "ts": "yesterday"},
+    {**GOOD, "ts": "1969-12-31T23:59:59+00:00"},
+    {**GOOD, "ts": "2026-11-02T09:00:00-23:00"},
+    {**GOOD, "utilization_gpu": 100.5},
+    {**GOOD, "utilization_gpu": "NaN"},
+    {**GOOD, "power_watts": 1e400},
+    {**GOOD, "memory_used_bytes": 2**50 + 1},
+    {**GOOD, "memory_used_bytes": 1.5},
+    {**GOOD, "run": "has space"},
+    {**GOOD, "run": ""},
+    {**GOOD, "node": 4097},
+    {**GOOD, "attempt": 0},
+    {**GOOD, "run_source": "nope"},
+    {**GOOD, "processes": [{"pid": -1}]},
+    {**GOOD, "processes": [{"run": "x"}]},
+    {**GOOD, "processes": [{"pid": 1}] * 1001},
+    {**GOOD, "host": "h" * 256},
+]
+
+
+@pytest.mark.parametrize("sample", [GOOD, {"run": "r", "gpu": 0, "ts": "2026-11-02T09:00:00"}, *BAD_SAMPLES])
+def test_the_fast_path_and_the_model_agree_on_every_verdict(sample: dict) -> None:
+    body = json.dumps({"source": "nvml", "samples": [sample]})
+    try:
+        expected = GpuSampleBatchIn.model_validate_json(body).model_dump()
+    except ValidationError:
+        expected = None
+    try:
+        fast = GPU_SAMPLE_BATCH.validate_json(body)
+    except ValidationError:
+        fast = None
+    assert (fast is None) == (expected is None)
+    if expected is not None:
+        assert fast == expected  # the same values, defaults filled in, times in UTC
+
+
+def _post(world: World, body: str):
+    return world.api(world.vision).post("/api/v1/gpu-samples", body, content_type="application/json")
+
+
+@pytest.mark.django_db
+def test_a_nul_is_refused_with_the_models_message_and_the_field_named(world: World) -> None:
+    make_run(world.vision, "r1")
+    response = _post(world, json.dumps({"samples": [{**GOOD, "host": "a\x00b"}, {**GOOD, "gpu": 999}]}))
+    assert response.status_code == 422
+    errors = {e["field"]: e["message"] for e in response.json()["errors"]}
+    assert "NUL" in errors["samples[0].host"] and "samples[1].gpu" in errors
+    assert not IngestBatch.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_accepted_batch_is_stored_as_the_model_would_store_it(world: World) -> None:
+    run = make_run(world.vision, "r1")
+    response = _post(world, json.dumps({"source": "nvml", "samples": [GOOD]}))
+    assert response.status_code == 202, response.content
+    batch = IngestBatch.objects.get()
+    node_id = run.attempts.get().nodes.get(index=0).pk
+    values = [None] * 16
+    values[0], values[4] = 97.0, 650.125
+    processes = [{"pid": 7, "used_memory_bytes": 1024, "run": "r1"}, {"pid": 8, "used_memory_bytes": None, "run": ""}]
+    assert batch.rows == {"source": "nvml", "rows": [[run.pk, node_id, 3, T0.isoformat(), *values, processes]]}
+    # The hash is json.dumps's, whichever serializer wrote the text.
+    text = json.dumps(batch.rows["rows"], separators=(",", ":"), sort_keys=True, default=str) + "nvml"
+    assert batch.content_hash == hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "value", [0.1, 100.0, 1e-05, 0.0001, 1e16, 123456789.125, -0.0, 2**63 - 1, 2**70, "é", "\x7f", "a\nb", None]
+)
+def test_rows_json_is_json_dumps_byte_for_byte(value: object) -> None:
+    rows = [[1, 2, value, {"z": value, "a": [value]}]]
+    assert ingest.rows_json(rows) == json.dumps(rows, separators=(",", ":"), sort_keys=True, default=str)
+
+
+@pytest.mark.django_db
+def test_a_resent_batch_is_a_duplicate(world: World) -> None:
+    make_run(world.vision, "r1")
+    body = json.dumps({"samples": [GOOD]})
+    assert _post(world, body).status_code == 202
+    again = _post(world, body)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert IngestBatch.objects.filter(kind=BatchKind.GPU_SAMPLES).count() == 1

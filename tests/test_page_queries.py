@@ -1,0 +1,75 @@
+"""Pages and API reads issue the same number of queries whatever the number of runs (issue 21).
+
+Each page is rendered over a small workspace, then over one with four times the runs (finished,
+failed and running, with telemetry rollups), and must cost the same queries both times: a
+query per run or per row is how a page that takes 30 ms at 50 runs takes seconds at 100,000.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs.choices import RunStatus
+from runs.models import GpuHour, GpuMinute, Node, Run
+from tests.conftest import T0, World, make_run
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    "/",
+    "/runs/",
+    "/runs/?format=csv",
+    "/runs/?status=failed",
+    "/runs/fleet/",
+    "/runs/advice/",
+    "/runs/failures/",
+    "/runs/postmortems/",
+    "/api/v1/runs",
+]
+
+
+def _runs(world: World, start: int, count: int) -> list[Run]:
+    runs = []
+    for i in range(start, start + count):
+        status = [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.RUNNING][i % 3]
+        ended = None if status == RunStatus.RUNNING else T0 + timedelta(hours=1)
+        run = make_run(world.vision, f"run-{i}", status=status, ended_at=ended)
+        node = Node.objects.get(attempt__run=run)
+        for minute in range(3):
+            GpuMinute.objects.create(
+                run=run, node=node, gpu_index=0, minute=T0 + timedelta(minutes=minute), samples=60,
+                utilization_gpu_avg=90.0, utilization_gpu_max=99.0, utilization_gpu_min=80.0,
+            )  # fmt: skip
+        GpuHour.objects.create(run=run, node=node, gpu_index=0, hour=T0, samples=180, utilization_gpu_avg=90.0)
+        runs.append(run)
+    return runs
+
+
+def _queries(client, url: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+        if hasattr(response, "streaming_content"):
+            b"".join(response.streaming_content)
+    assert response.status_code == 200, (url, response.status_code)
+    return len(captured.captured_queries)
+
+
+def test_every_page_costs_the_same_queries_at_four_times_the_runs(world: World) -> None:
+    client = world.client_for(world.alice)
+    _runs(world, 0, 6)
+    small = {url: _queries(client, url) for url in PAGES}
+    _runs(world, 6, 18)
+    large = {url: _queries(client, url) for url in PAGES}
+    assert large == small
+
+
+def test_a_run_page_costs_the_same_queries_whatever_else_is_stored(world: World) -> None:
+    client = world.client_for(world.alice)
+    first = _runs(world, 0, 3)
+    small = [_queries(client, f"/runs/{run.pk}/") for run in first]
+    _runs(world, 3, 12)
+    assert [_queries(client, f"/runs/{run.pk}/") for run in first] == small
