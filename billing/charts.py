@@ -56,6 +56,10 @@ def spend_over_time_figure(rows: Sequence[dict], group_label: str) -> Figure | N
     return {"data": data, "layout": layout}
 
 
+SANKEY_LINK = "rgba(74, 134, 246, 0.45)"
+SANKEY_NODE = "rgba(74, 134, 246, 0.95)"
+
+
 def egress_sankey_figure(flows: Sequence[dict]) -> Figure | None:
     """Region-to-region egress as a Sankey: `flows` have source/destination regions and `usd`."""
     flows = [f for f in flows if f["bytes"] > 0]
@@ -75,8 +79,12 @@ def egress_sankey_figure(flows: Sequence[dict]) -> Figure | None:
         "value": [f["bytes"] / 1e9 for f in flows],
         "customdata": [round(float(f["usd"]), 2) for f in flows],
         "hovertemplate": "%{source.label} → %{target.label}<br>%{value:,.1f} GB, $%{customdata:,.2f}<extra></extra>",
+        # Plotly's default link is 20 % black: invisible on the dark theme and faint on the light
+        # one. A half-opaque mid blue reads on both backgrounds (charts.js themes only the text).
+        "color": [SANKEY_LINK] * len(flows),
     }
+    node = {"label": labels, "pad": 12, "color": SANKEY_NODE, "line": {"width": 0}}
     return {
-        "data": [{"type": "sankey", "node": {"label": labels, "pad": 12}, "link": link}],
+        "data": [{"type": "sankey", "node": node, "link": link}],
         "layout": {"paper_bgcolor": "rgba(0,0,0,0)", "margin": {"l": 10, "r": 10, "t": 10, "b": 10}, "height": 280},
     }

@@ -6,10 +6,11 @@ from datetime import date, timedelta
 
 from django import forms
 from django.contrib.auth.models import Group, User
+from django.db.models import Q
 from django.utils import timezone
 
 from billing.choices import GroupBy
-from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
+from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, UsagePolicy
 from billing.pricebook import INTERNET, REGION_RE
 from runs.choices import AcceleratorType, Region
 from runs.schemas import DATE_BOUNDS
@@ -25,7 +26,7 @@ MAX_DAYS = 3660
 
 
 class CostFilterForm(forms.Form):
-    """Cost page filters: a date range (UTC days, inclusive), team, accelerator, region, grouping."""
+    """Cost page filters: a date range (UTC days, inclusive), team, accelerator, region, policy, grouping."""
 
     start = forms.DateField(
         required=False, label="From", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
@@ -34,11 +35,20 @@ class CostFilterForm(forms.Form):
     team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="all my teams")
     accelerator = forms.ChoiceField(required=False, choices=[("", "any"), *AcceleratorType.choices])
     region = forms.ChoiceField(required=False, choices=[("", "any"), *Region.choices])
+    policy = forms.ChoiceField(required=False, choices=[("", "any")], label="Usage policy")
     group_by = forms.ChoiceField(required=False, choices=CHART_GROUPS, label="Stack by")
 
     def __init__(self, *args: object, teams: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
+        # The policies these teams can see: those covering one of them, and those covering every team.
+        names = (
+            UsagePolicy.objects.filter(Q(teams__in=teams) | Q(teams__isnull=True))
+            .values_list("name", flat=True)
+            .distinct()
+            .order_by("name")
+        )
+        self.fields["policy"].choices = [("", "any"), *((name, name) for name in names)]
 
     def clean(self) -> dict:
         data = super().clean()

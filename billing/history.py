@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -55,3 +56,37 @@ def record_many(
                     )
                 )  # fmt: skip
     return PriceChange.objects.bulk_create(rows)
+
+
+@dataclass(frozen=True)
+class PriceEdit:
+    """The changes one save made to one price, as one readable row of the history pages."""
+
+    at: datetime
+    user: Any
+    model: str
+    object_id: int
+    note: str
+    created: bool  # every field went from blank to a value: the price was added
+    fields: tuple[tuple[str, str, str], ...]  # (field, old, new)
+
+
+def grouped(changes: Iterable[PriceChange]) -> list[PriceEdit]:
+    """Consecutive field changes of one price by one save (same time, person and note) as one edit."""
+    edits: list[PriceEdit] = []
+    key = None
+    fields: list[tuple[str, str, str]] = []
+    first: PriceChange | None = None
+    for change in [*changes, None]:
+        this = None if change is None else (change.model, change.object_id, change.at, change.user_id, change.note)
+        if this != key and first is not None:
+            created = all(not old for _, old, _ in fields)
+            edits.append(PriceEdit(first.at, first.user, first.model, first.object_id, first.note, created,
+                                   tuple(fields)))  # fmt: skip
+            fields = []
+        if change is None:
+            break
+        if this != key:
+            key, first = this, change
+        fields.append((change.field, change.old, change.new))
+    return edits

@@ -415,6 +415,7 @@ class Delivery(models.Model):
 
     class Meta:
         ordering = ["-at", "-pk"]
+        verbose_name_plural = "deliveries"
         indexes = [
             # The policy page lists its latest deliveries.
             models.Index(fields=["policy", "-at"], name="delivery_policy_at_idx"),
@@ -444,6 +445,35 @@ class PolicyAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id}: {self.outcome}"
+
+
+class Admission(models.Model):
+    """One admission decision (billing.policies.admit) for a workload naming an existing policy.
+
+    Stored so a policy page can show what it let in and what it refused, and why: the API's
+    admission check, `check_workload --team` and the launcher each decide through `admit`.
+    """
+
+    policy = models.ForeignKey(UsagePolicy, on_delete=models.CASCADE, related_name="admissions")
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="admissions")
+    at = models.DateTimeField()
+    allowed = models.BooleanField()
+    experiment_name = models.CharField(max_length=500, blank=True)
+    accelerator_type = models.CharField(max_length=32, blank=True)
+    num_accelerators = models.PositiveIntegerField(default=0)
+    region = models.CharField(max_length=32, blank=True)
+    estimated_usd_per_hour = ExactDecimalField(null=True, blank=True)
+    violations = models.JSONField(default=list, blank=True, help_text="[{rule, message}], empty when allowed.")
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [
+            # The policy page lists its latest decisions.
+            models.Index(fields=["policy", "-at"], name="admission_policy_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy_id} {'allow' if self.allowed else 'deny'} {self.experiment_name} @ {self.at.isoformat()}"
 
 
 # --- Reconciliation with the provider's bill (billing/reconcile.py) ------------------------

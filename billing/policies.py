@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
@@ -31,7 +31,7 @@ from django.utils import timezone
 from billing import reports, spend
 from billing.choices import BudgetPeriod, SpentAction
 from billing.costs import accelerator_prices
-from billing.models import CostDaily, PolicyVersion, UsagePolicy
+from billing.models import Admission, CostDaily, PolicyVersion, UsagePolicy
 from billing.money import (
     CENT,
     FORECAST,
@@ -284,8 +284,17 @@ def estimated_usd_per_hour(workload: Workload, region: str, now: datetime) -> De
     return None if price is None else price.usd_per_hour * workload.num_accelerators
 
 
-def constraint_violations(policy: UsagePolicy, workload: Workload, region: str) -> list[Violation]:
-    """The policy's run constraints this workload breaks (budget aside)."""
+class Shaped(Protocol):
+    """What the constraints read: a Workload before admission, or a Run already stored."""
+
+    accelerator_type: str
+    num_accelerators: int
+    timeout_minutes: int | None
+    max_retries: int
+
+
+def constraint_violations(policy: UsagePolicy, workload: Shaped, region: str) -> list[Violation]:
+    """The policy's run constraints this workload (or a stored run's shape) breaks (budget aside)."""
     out = []
     name = policy.name
     if policy.allowed_accelerator_types and workload.accelerator_type not in policy.allowed_accelerator_types:
@@ -406,7 +415,7 @@ def admit(workload: Workload, team: Group, *, region: str | None = None, now: da
                 "usage_policy_name", f"Policy {name} does not cover team {team.name}; use one of your team's policies."
             )
         )
-        return decision
+        return _recorded(decision, policy, workload, team, now)
     decision.violations += constraint_violations(policy, workload, decision.region)
     if policy.budget_usd is not None:
         spend = cached_spend(policy, now)
@@ -421,6 +430,23 @@ def admit(workload: Workload, team: Group, *, region: str | None = None, now: da
                     f"a policy admin to raise the budget.",
                 )
             )
+    return _recorded(decision, policy, workload, team, now)
+
+
+def _recorded(decision: Decision, policy: UsagePolicy, workload: Workload, team: Group, now: datetime) -> Decision:
+    """Store the decision in the policy's admission log (its page lists them); returns it unchanged."""
+    Admission.objects.create(
+        policy=policy,
+        team=team,
+        at=now,
+        allowed=decision.allowed,
+        experiment_name=workload.experiment_name[:500],
+        accelerator_type=workload.accelerator_type,
+        num_accelerators=workload.num_accelerators,
+        region=decision.region,
+        estimated_usd_per_hour=decision.estimated_usd_per_hour,
+        violations=[{"rule": v.rule, "message": v.message} for v in decision.violations],
+    )
     return decision
 
 

@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from billing import policies
+from billing import policies, policy_split
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
 from billing.policy_forms import ChannelForm, PolicyForm, can_manage_policies
 from dashboard.csv_export import csv_response
@@ -74,6 +74,7 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
         "policy": policy,
         "status": status,
         "figure": policies.burn_down_figure(status),
+        "split": policy_split.split(policy, now=status.now, team_ids=viewer_team_ids(request)),
         "channels": policy.channels.order_by("pk"),
         "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
         "alerts": policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")[:LOG_ROWS],
@@ -83,6 +84,14 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
         "current": "policy_list",
         **extra,
     }
+
+
+def viewer_team_ids(request: HttpRequest) -> list[int] | None:
+    """The teams whose part of a policy the user sees: every team (None) for staff and policy admins."""
+    user = request.user
+    if user.is_staff or user.is_superuser or can_manage_policies(user):
+        return None
+    return list(user.groups.values_list("pk", flat=True))
 
 
 def visible_actions(request: HttpRequest, policy: UsagePolicy) -> QuerySet[PolicyAction]:

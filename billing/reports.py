@@ -58,6 +58,7 @@ class CostFilters:
     team_id: int | None = None
     accelerator_type: str = ""
     region: str = ""
+    usage_policy_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,14 @@ def cost_rows(team_ids: Iterable[int], filters: CostFilters | None = None) -> Qu
         rows = rows.filter(accelerator_type=filters.accelerator_type)
     if filters.region:
         rows = rows.filter(region=filters.region)
+    if filters.usage_policy_name:
+        rows = rows.filter(usage_policy_name=filters.usage_policy_name)
     return rows
 
 
 def summary_rows(team_ids: Iterable[int], filters: CostFilters) -> QuerySet[CostDailyTeam] | None:
     """The per-(day, team) summary narrowed by `filters`; None when a filter needs CostDaily's dimensions."""
-    if filters.accelerator_type or filters.region:
+    if filters.accelerator_type or filters.region or filters.usage_policy_name:
         return None
     rows = CostDailyTeam.objects.filter(team_id__in=list(team_ids), day__gte=filters.start, day__lte=filters.end)
     return rows.filter(team_id=filters.team_id) if filters.team_id else rows
@@ -136,6 +139,7 @@ def accrual_for(accrued: Sequence[dict[str, Any]], team_ids: Iterable[int], filt
         and (not filters.team_id or row["team_id"] == filters.team_id)
         and (not filters.accelerator_type or row["accelerator_type"] == filters.accelerator_type)
         and (not filters.region or row["region"] == filters.region)
+        and (not filters.usage_policy_name or row["usage_policy_name"] == filters.usage_policy_name)
     ]
 
 
@@ -253,6 +257,8 @@ def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
         records = records.filter(run__accelerator_type=filters.accelerator_type)
     if filters.region:
         records = records.filter(run__region=filters.region)
+    if filters.usage_policy_name:
+        records = records.filter(run__usage_policy_name=filters.usage_policy_name)
     rows = list(records.values_list("ts", "source_region", "destination_region", "bytes", "origin"))
     prices = egress_prices({(r[1], r[2]) for r in rows})
     flows: dict[tuple[str, str], dict] = {}

@@ -66,6 +66,7 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         team_id=data["team"].pk if data.get("team") else None,
         accelerator_type=data.get("accelerator", ""),
         region=data.get("region", ""),
+        usage_policy_name=data.get("policy", ""),
     )  # fmt: skip
     rows = reports.cost_rows(team_ids, filters)
     now = timezone.now()
@@ -178,7 +179,7 @@ def price_edit(request: HttpRequest, kind: str, pk: int | None = None) -> HttpRe
     changes = (
         PriceChange.objects.filter(model=PRICE_MODELS[kind].__name__, object_id=pk).select_related("user") if pk else []
     )
-    ctx = {"form": form, "kind": kind, "instance": instance, "changes": changes}
+    ctx = {"form": form, "kind": kind, "instance": instance, "changes": history.grouped(changes)}
     return render(request, "billing/price_form.html", ctx)
 
 
@@ -226,4 +227,5 @@ def price_history(request: HttpRequest) -> HttpResponse:
                 for c in changes.iterator(chunk_size=2000))  # fmt: skip
         return export_csv(f"price-history-{timezone.now():%Y-%m-%d}.csv", header, rows)
     page = Paginator(changes, 100).get_page(request.GET.get("page"))
-    return render(request, "billing/price_history.html", {"page": page})
+    # A page holds 100 field changes; the saves among them read as one row each.
+    return render(request, "billing/price_history.html", {"page": page, "edits": history.grouped(page.object_list)})

@@ -17,6 +17,12 @@ BEAT_SCHEDULE = {
         "task": "runs.collect_mlflow",
         "schedule": crontab(minute="*"),
     },
+    # The live demo: in a demo workspace only (runs.demo_live.is_live), a minute of the demo
+    # fleet through the ingest path; a no-op returning at once everywhere else.
+    "collect-live-demo": {
+        "task": "runs.collect_live_demo",
+        "schedule": crontab(minute="*"),
+    },
     # Run records (and classic clusters) from the configured run source.
     "collect-runs": {
         "task": "runs.collect_runs",

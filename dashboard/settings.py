@@ -330,6 +330,11 @@ if not REDIS_URL:
 
 # --- Telemetry tiers (runs/telemetry.py, runs/retention.py) -----------------------------
 # Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
+# The live demo (runs.demo_live): in a demo workspace (seeded demo runs exist), beat pushes
+# telemetry, metrics and logs for the running demo runs each minute, ends some and starts
+# others so that about this many run. Off: the demo stays the snapshot seed_demo wrote.
+AIRBOARD_DEMO_LIVE = env_bool("AIRBOARD_DEMO_LIVE", True)
+AIRBOARD_DEMO_LIVE_RUNNING = env_int("AIRBOARD_DEMO_LIVE_RUNNING", 10, minimum=0)
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
 # Raw samples older than this many minutes are compacted into one GpuSampleBlock per GPU-minute
 # (runs/blocks.py); a sample arriving later for a compacted minute reopens that minute.

@@ -19,6 +19,7 @@ from billing.spend import TeamMonth, team_month
 from dashboard import ratelimit
 from dashboard.csv_export import csv_response
 from dashboard.redaction import redact
+from runs import glance
 from runs.choices import RunStatus
 from runs.demo_constants import DEMO_USERNAME, demo_password, is_embedded_default
 from runs.models import CollectorState, MlflowRun, Run
@@ -82,7 +83,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         return _overview_csv(table, active, failures, spend)
 
     ctx = {
-        "active_runs": active[:PANEL_ROWS],
+        "active_runs": glance.attach(active[:PANEL_ROWS], now=now),
         "active_count": active.count(),
         "failures": failures.order_by("-ended_at", "-submitted_at")[:PANEL_ROWS],
         "failure_count": failures.count(),

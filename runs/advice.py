@@ -321,6 +321,19 @@ RUN_RULES: tuple[Callable[[Run, Evidence], Finding | None], ...] = (
     low_util_multi_gpu, no_checkpoint_near_cap,
 )  # fmt: skip
 RULE_IDS = tuple(rule.__name__ for rule in CLUSTER_RULES + RUN_RULES)
+# What each rule finds, as a heading for people; the rule id stays the stable key (CSV, JSON, anchors).
+RULE_TITLES = {
+    "photon_on_gpu": "Photon asked for on a GPU instance type",
+    "custom_image_on_ml_runtime": "Custom container image on an ML-runtime GPU cluster",
+    "uc_without_dedicated": "ML-runtime cluster not in dedicated access mode",
+    "fgac_old_runtime": "Fine-grained access control on a dedicated runtime older than 15.4",
+    "distributed_on_single_gpu_shape": "Distributed training asked of a single-GPU shape",
+    "horovod_runner": "HorovodRunner in the code or logs",
+    "databricks_genai": "Foundation Model Fine-tuning (databricks_genai) imported",
+    "dataset_as_argument": "Dataset passed as an argument to the distributed function",
+    "low_util_multi_gpu": "Multi-GPU run with low GPU utilization",
+    "no_checkpoint_near_cap": "Near its runtime cap with no checkpoint",
+}
 
 
 # --- Gathering evidence and running the rules ----------------------------------------------

@@ -15,17 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any
 
-from django.db.models import FloatField, Func
+from django.db.models import FloatField, Func, Max
 from django.utils import timezone
 
 from runs import blocks
-from runs.choices import RunStatus
+from runs.choices import RunEventKind, RunStatus
 from runs.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
 from runs.importers import gpu_label
-from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, MetricPoint, Node, Run
+from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run, RunEvent
 
 Figure = dict[str, Any]
 
@@ -200,8 +200,14 @@ def _collect(
         x: list[float] = [p[2] for p in points]
         y: list[float | None] = [p[3] for p in points]
         avg = [p[5] for p in points] if tier != "raw" else None
-        if len(points) > max_points:
-            reduced = minmax_buckets(x, y, max_points, lows=[p[4] for p in points] if tier != "raw" else None)
+        lows = [p[4] for p in points] if tier != "raw" else None
+        # Gaps before any reduction: a bucket of the reduced series keeps its None (downsample).
+        if avg is None or lows is None:
+            x, (y,) = with_gaps(x, [y], GAP_SECONDS[tier])
+        else:
+            x, (y, avg, lows) = with_gaps(x, [y, avg, lows], GAP_SECONDS[tier])
+        if len(x) > max_points:
+            reduced = minmax_buckets(x, y, max_points, lows=lows)
             x = [t for t, _ in reduced]
             y = [v for _, v in reduced]
             avg = None  # a bucket's min and max points are not any one row's average
@@ -214,6 +220,38 @@ def _collect(
     # Node ids need not follow node indexes (a retry's nodes are inserted later), so sort here.
     keyed.sort(key=lambda pair: pair[0])
     return [s for _, s in keyed]
+
+
+# A silence longer than this between two points of a tier is a gap in the data: the chart
+# breaks the line there (a None point) instead of drawing a straight line across it. The agent
+# ships at least once a minute, so raw samples a minute apart are a lost batch or a stopped
+# agent (a shorter hole may still be in flight: the live page appends after its last point);
+# rollups come every minute or hour.
+GAP_SECONDS: dict[str, float] = {"raw": 60.0, "minute": 150.0, "hour": 2 * 3600.0 + 60}
+
+
+def with_gaps(x: list[float], columns: list[list[Any]], gap: float) -> tuple[list[float], list[list[Any]]]:
+    """x and its parallel `columns` with a None row (at the midpoint) wherever two neighbours are more than
+    `gap` s (and three median steps) apart; unchanged when there is no such silence."""
+    if len(x) < 2:
+        return x, columns
+    # A series sampled every 15 s (nvidia-smi -l 15, a slower agent) is not a row of gaps: a gap
+    # is also more than three of the series' own usual steps.
+    steps = sorted(b - a for a, b in pairwise(x))
+    gap = max(gap, 3 * steps[len(steps) // 2])
+    if steps[-1] <= gap:
+        return x, columns
+    out_x: list[float] = [x[0]]
+    out = [[column[0]] for column in columns]
+    for i in range(1, len(x)):
+        if x[i] - x[i - 1] > gap:
+            out_x.append((x[i] + x[i - 1]) / 2)
+            for column in out:
+                column.append(None)
+        out_x.append(x[i])
+        for column, source in zip(out, columns, strict=True):
+            column.append(source[i])
+    return out_x, out
 
 
 def _epoch_labels(epochs: Iterable[float], cache: dict[float, str]) -> list[str]:
@@ -303,6 +341,10 @@ def _gpu_figure(
     layout = _layout(
         f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
     )
+    # A vertical spike line at the hovered time: with charts.js's shared hover, one crosshair
+    # runs through every GPU panel of the run page.
+    layout["xaxis"] = {**layout["xaxis"], "showspikes": True, "spikemode": "across", "spikesnap": "cursor",
+                       "spikethickness": 1, "spikedash": "dot"}  # fmt: skip
     # charts.js reads this to re-query finer data (telemetry.json) when the user zooms.
     layout["meta"] = {"telemetry_field": field, "tier": tier}
     return {"data": traces, "layout": layout}
@@ -338,6 +380,84 @@ FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
     "temperature_c": ("GPU temperature", "temperature (°C)", "°C", 1, 0),
     "sm_clock_mhz": ("SM clock", "clock (MHz)", "MHz", 1, 0),
 }
+
+
+# The run page's panels after utilization and memory, one per signal kept in the rollups.
+PANEL_FIELDS = ("power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory")
+
+
+def power_limit(run: Run) -> float | None:
+    """The highest power limit the run's GPUs reported (NVML's enforced limit), for the power panel."""
+    found = GpuMinute.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    if found is None:
+        found = GpuSample.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    return found
+
+
+def with_limit(figure: Figure | None, limit: float | None, label: str) -> Figure | None:
+    """The figure with a dashed horizontal line at `limit` (power against its limit)."""
+    if figure is None or limit is None:
+        return figure
+    layout = figure["layout"]
+    layout["shapes"] = [*layout.get("shapes", []), {
+        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": limit, "y1": limit,
+        "line": {"dash": "dash", "width": 1.5, "color": "#dc2626"},
+    }]  # fmt: skip
+    layout["annotations"] = [*layout.get("annotations", []), {
+        "xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": limit, "yanchor": "bottom",
+        "text": f"{label} {limit:.0f} W", "showarrow": False, "font": {"size": 11, "color": "#dc2626"},
+    }]  # fmt: skip
+    return figure
+
+
+# Events drawn on the GPU panels as markers: what the agent reports about the GPUs themselves.
+MARKED_EVENTS = (RunEventKind.XID, RunEventKind.GPU_LOST, RunEventKind.ECC)
+MAX_MARKERS = 50
+
+
+def gpu_events(run: Run) -> list[tuple[datetime, str]]:
+    """(time, short label) of the run's Xid, GPU-lost and ECC events, oldest first, at most MAX_MARKERS."""
+    rows = (
+        RunEvent.objects.filter(run=run, kind__in=MARKED_EVENTS)
+        .order_by("ts")
+        .values_list("ts", "kind", "details", "gpu_index")[:MAX_MARKERS]
+    )
+    out = []
+    for ts, kind, details, gpu in rows:
+        xid = details.get("xid") if isinstance(details, dict) else None
+        label = f"Xid {xid}" if xid is not None else RunEventKind(kind).label
+        out.append((ts, label if gpu is None else f"{label} · GPU {gpu}"))
+    return out
+
+
+def with_events(figure: Figure | None, events: Sequence[tuple[datetime, str]]) -> Figure | None:
+    """The figure with a dotted vertical line and a label at each event (Xid markers)."""
+    if figure is None or not events:
+        return figure
+    layout = figure["layout"]
+    shapes, notes = list(layout.get("shapes", [])), list(layout.get("annotations", []))
+    for ts, label in events:
+        x = plotly_time(ts)
+        shapes.append({"type": "line", "xref": "x", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
+                       "line": {"dash": "dot", "width": 1.5, "color": "#b45309"}})  # fmt: skip
+        notes.append({"xref": "x", "x": x, "yref": "paper", "y": 1, "yanchor": "bottom", "text": label,
+                      "showarrow": False, "font": {"size": 10, "color": "#b45309"}})  # fmt: skip
+    layout["shapes"], layout["annotations"] = shapes, notes
+    return figure
+
+
+def panel_figures(
+    run: Run, start: datetime | None = None, end: datetime | None = None
+) -> list[tuple[str, Figure | None]]:
+    """(field, figure) of each PANEL_FIELDS signal of the run over [start, end]; power carries its limit line."""
+    out = []
+    events = gpu_events(run)
+    for field in PANEL_FIELDS:
+        figure = gpu_figure(field, gpu_series(run, field, start, end))
+        if field == "power_watts":
+            figure = with_limit(figure, power_limit(run), "limit")
+        out.append((field, with_events(figure, events)))
+    return out
 
 
 def gpu_figure(field: str, series: Sequence[GpuSeries]) -> Figure | None:

@@ -70,12 +70,13 @@ def accelerator_count_problem(accelerator_type: str, num_accelerators: int) -> s
 class Region(models.TextChoices):
     """Regions where serverless GPUs run."""
 
-    US_WEST_2 = "us-west-2"
-    US_WEST_1 = "us-west-1"
-    US_EAST_1 = "us-east-1"
-    US_EAST_2 = "us-east-2"
-    CA_CENTRAL_1 = "ca-central-1"
-    SA_EAST_1 = "sa-east-1"
+    # Labelled by their ids: people know "us-west-2", and Django's default label is "Us West 2".
+    US_WEST_2 = "us-west-2", "us-west-2"
+    US_WEST_1 = "us-west-1", "us-west-1"
+    US_EAST_1 = "us-east-1", "us-east-1"
+    US_EAST_2 = "us-east-2", "us-east-2"
+    CA_CENTRAL_1 = "ca-central-1", "ca-central-1"
+    SA_EAST_1 = "sa-east-1", "sa-east-1"
 
 
 class TelemetrySource(models.TextChoices):

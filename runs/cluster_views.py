@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from dashboard.csv_export import csv_response
-from runs.advice import RULE_IDS, advise, findings_for, recent_runs
+from runs.advice import RULE_IDS, RULE_TITLES, advise, findings_for, recent_runs
 from runs.clusters import access_mode, cluster_costs, team_totals
 from runs.models import Cluster, Run, team_filter
 
@@ -98,5 +98,6 @@ def advice(request: HttpRequest) -> HttpResponse:
         rows = ([f.rule, f.subject_type, f.subject_id, f.subject, f.team, f.why, f.fix] for f in findings)
         return csv_response(f"advice-{timezone.now():%Y-%m-%d}.csv", header, rows)
     by_rule = {rule: [f for f in findings if f.rule == rule] for rule in RULE_IDS}
-    ctx = {"groups": [(rule, items) for rule, items in by_rule.items() if items], "count": len(findings)}
+    groups = [(rule, RULE_TITLES.get(rule, rule), items) for rule, items in by_rule.items() if items]
+    ctx = {"groups": groups, "count": len(findings)}
     return render(request, "runs/advice.html", ctx)

@@ -318,7 +318,7 @@ def _plan_run(
         specs, timeout = _attempt_specs(rng, planned, max_retries, num // max(per_node, 1) > 1 or num >= 8)
     queue = rng.uniform(*scenario.queue_min) * 60 if scenario else rng.uniform(5, 240 if num < 8 else 1500)
     run_id = _external_id(rng, source, used_ids)
-    curve = _curve(rng, exp, shape, num, planned)
+    curve = training_curve(rng, exp, shape, num, planned)
     attempts = _timeline(rng, now, submitted + timedelta(seconds=queue), specs, run_region, num, per_node)
     last = attempts[-1]
     _messages(rng, attempts, team, username, timeout, curve, per_node)
@@ -416,7 +416,8 @@ def _external_id(rng: random.Random, source: str, used: set[str]) -> str:
             return value
 
 
-def _curve(rng: random.Random, exp: Experiment, shape: str, num: int, planned: float) -> TrainingCurve:
+def training_curve(rng: random.Random, exp: Experiment, shape: str, num: int, planned: float) -> TrainingCurve:
+    """The curve of a run of `exp` on `num` GPUs of `shape` planned for `planned` s (the live demo uses it too)."""
     tokens, samples = THROUGHPUT.get(shape, (900, 110))
     per_gpu = tokens if exp.family == "nlp" else samples
     step_seconds = round(rng.uniform(0.4, 2.5), 3)

@@ -98,15 +98,25 @@ def node_log(rng: random.Random, ctx: LogContext) -> list[str]:
         lines += _tail(rng, ctx) if ctx.is_failing_node else _terminated(rng, ctx)
         return _chunks(lines)
     lines += _training(rng, ctx)
-    if ctx.status == RunStatus.RUNNING:
-        pass
-    elif ctx.failure and ctx.is_failing_node:
-        lines += _tail(rng, ctx)
-    elif ctx.status == RunStatus.SUCCEEDED:
-        lines += _success(rng, ctx)
-    else:  # another node failed, or the run was cancelled or timed out: SIGTERM from above
-        lines += _terminated(rng, ctx)
+    lines += closing_lines(rng, ctx)
     return _chunks(lines)
+
+
+def progress_lines(rng: random.Random, ctx: LogContext, after_step: int) -> list[str]:
+    """The progress lines of steps after `after_step` up to `ctx.end` (the live demo's next lines)."""
+    return _training(rng, ctx, after_step)
+
+
+def closing_lines(rng: random.Random, ctx: LogContext) -> list[str]:
+    """How the node's log ends for the attempt's status: nothing while running, else its last lines."""
+    if ctx.status == RunStatus.RUNNING:
+        return []
+    if ctx.failure and ctx.is_failing_node:
+        return _tail(rng, ctx)
+    if ctx.status == RunStatus.SUCCEEDED:
+        return _success(rng, ctx)
+    # Another node failed, or the run was cancelled or timed out: SIGTERM from above.
+    return _terminated(rng, ctx)
 
 
 def _chunks(lines: list[str]) -> list[str]:
@@ -200,15 +210,25 @@ def _startup(rng: random.Random, ctx: LogContext) -> list[str]:
     return lines
 
 
-def _training(rng: random.Random, ctx: LogContext) -> list[str]:
-    """Progress lines; only the first node's rank 0 reports, the others stay quiet."""
+def _training(rng: random.Random, ctx: LogContext, after_step: int = -1) -> list[str]:
+    """Progress lines; only the first node's rank 0 reports, the others stay quiet.
+
+    `after_step` >= 0 continues a log already written up to that step (no header again).
+    """
     if ctx.node_index != 0:
+        if after_step >= 0:
+            return []
         return [f"[rank{ctx.node_index * ctx.gpus_per_node}]: Joined training on {ctx.hosts[ctx.node_index]}"]
     curve = ctx.curve
     last = curve.step_at((ctx.end - ctx.start).total_seconds())
     every = curve.log_every() * 3
-    lines = [f"Training {ctx.experiment}: {curve.total_steps} steps, world size {ctx.world_size}"]
-    for step in range(every, last + 1, every):
+    lines = (
+        []
+        if after_step >= 0
+        else [f"Training {ctx.experiment}: {curve.total_steps} steps, world size {ctx.world_size}"]
+    )
+    first = (max(after_step, 0) // every + 1) * every
+    for step in range(first, last + 1, every):
         elapsed = step * curve.step_seconds
         loss = curve.loss(rng, step)
         if ctx.failure == "nan_loss" and last - step < every * 3:

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from runs import ingest
+from runs import demo_live, ingest
 
 # Batches are idempotent on natural keys, so a task whose worker died is safely re-run:
 # late acknowledgement plus reject-on-worker-lost puts it back on the queue.
@@ -81,6 +81,12 @@ def collect_logs() -> int:
     from runs.collectors import logsource
 
     return logsource.collect_once().items
+
+
+@shared_task(name="runs.collect_live_demo", **COLLECT_OPTIONS)
+def collect_live_demo() -> int:
+    """A minute of the demo fleet (a no-op outside a demo workspace); returns the runs it moved."""
+    return demo_live.tick().runs
 
 
 # Retention: idempotent (deletes only what is past the cutoff), so a lost worker re-runs it.

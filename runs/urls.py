@@ -4,6 +4,7 @@ from runs import cluster_views, postmortem_views, views
 
 urlpatterns = [
     path("", views.run_list, name="run_list"),
+    path("compare/", views.run_compare, name="run_compare"),
     path("fleet/", views.fleet, name="fleet"),
     path("<int:pk>/", views.run_detail, name="run_detail"),
     path("<int:pk>/log/", views.run_log, name="run_log"),

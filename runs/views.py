@@ -27,7 +27,7 @@ from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
 from dashboard.csv_export import cell, csv_response
-from runs import charts
+from runs import charts, compare, glance
 from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
@@ -161,6 +161,8 @@ COLUMNS = [
     ("Started", "started"),
     ("Duration", "duration"),
 ]
+# At a glance (runs.glance) right after the status: what a person scans the table for.
+COLUMNS[2:2] = [("GPU utilization (1 h)", None), ("Cost", None)]
 
 
 def _columns(sort: str) -> list[dict[str, str | None]]:
@@ -221,6 +223,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv":
         return _runs_csv(runs)
     page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = glance.attach(page.object_list)
 
     ctx = {
         "form": form,
@@ -230,6 +233,36 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filtered": form.is_bound and any(v for k, v in request.GET.items() if k not in ("sort", "page")),
     }
     return render(request, "runs/run_list.html", ctx)
+
+
+@login_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """Up to 10 of the user's runs side by side: metrics and utilization overlaid, config diff."""
+    try:
+        ids = compare.parse_ids(request.GET.getlist("run"))
+    except compare.CompareError as exc:
+        return render(request, "runs/compare.html", {"error": str(exc)}, status=400)
+    if not ids:
+        return render(request, "runs/compare.html", {"error": "no run picked yet: tick up to 10 in the runs table"})
+    found = {run.pk: run for run in Run.objects.for_user(request.user).select_related("team").filter(pk__in=ids)}
+    missing = [str(pk) for pk in ids if pk not in found]
+    if missing:
+        raise Http404(f"No run {', '.join(missing)} among your teams' runs.")
+    runs = glance.attach([found[pk] for pk in ids])
+    x_axis = "time" if request.GET.get("x") == "time" else "step"
+    only_differences = request.GET.get("diff") == "1"
+    rows = compare.config_rows(runs)
+    ctx = {
+        "runs": runs,
+        "x_axis": x_axis,
+        "only_differences": only_differences,
+        "rows": [row for row in rows if row.differs] if only_differences else rows,
+        "differing": sum(row.differs for row in rows),
+        "metrics": compare.metrics_overlay(runs, x_axis),
+        "utilization": compare.utilization_overlay(runs),
+        "current": "run_list",
+    }
+    return render(request, "runs/compare.html", ctx)
 
 
 def _selected_node(attempts: list[Attempt], attempt_number: str | None, node_index: str | None) -> Node | None:
@@ -250,6 +283,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     now = timezone.now()
     node = _selected_node(attempts, request.GET.get("attempt"), request.GET.get("node"))
     query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
+    picked = request.GET.get("range", "all")
+    picked = picked if picked in glance.RANGES else "all"
+    start, end = glance.time_range(run, picked)
 
     ctx = {
         "run": run,
@@ -260,8 +296,15 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
         "log_query": query,
         "timeline": charts.timeline_figure(attempts, now=now),
-        "utilization": charts.utilization_figure(charts.gpu_series(run, "utilization_gpu")),
-        "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes")),
+        "coverage": glance.coverage(run, now=now),
+        "range": picked,
+        "ranges": ["15m", "1h", "6h", "24h", "all"],
+        "node_skew": glance.node_skew(run),
+        "utilization": charts.with_events(
+            charts.utilization_figure(charts.gpu_series(run, "utilization_gpu", start, end)), charts.gpu_events(run)
+        ),
+        "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes", start, end)),
+        "panels": charts.panel_figures(run, start, end),
         "metrics": charts.metrics_figure(charts.metric_points(run)),
         "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
     }

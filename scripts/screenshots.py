@@ -49,6 +49,15 @@ def main(base: str, out: Path, username: str = DEMO_USERNAME, password: str | No
         page.screenshot(
             path=str(out / "run-telemetry.png"), full_page=True, clip={"x": 0, "y": top, "width": 1400, "height": 1000}
         )
+        # Who is over budget: the demo's over-budget policy, its burn-down and its spend by user.
+        page.goto(f"{base}/costs/policies/")
+        page.click("a:text('vision-gpu-training')")
+        page.wait_for_selector("[data-figure=burn-down] .main-svg", timeout=15_000)
+        page.screenshot(path=str(out / "policy.png"), full_page=False)
+        top = page.locator("#spend-by-user").bounding_box()["y"] - 16
+        page.screenshot(
+            path=str(out / "policy-split.png"), full_page=True, clip={"x": 0, "y": top, "width": 1400, "height": 1000}
+        )
         browser.close()
 
 

@@ -50,7 +50,12 @@ def test_billing_admin_creates_and_edits_with_history(world: World) -> None:
     assert response.status_code == 302
     edit = PriceChange.objects.get(object_id=price.pk, field="usd_per_hour", old="55.040000")
     assert (edit.new, edit.user) == ("50", world.bob)
-    assert "usd_per_hour" in world.client_for(world.alice).get("/costs/prices/history/").content.decode()
+    page = world.client_for(world.alice).get("/costs/prices/history/")
+    assert "usd_per_hour" in page.content.decode()
+    # One row per save: the edit (one field) and the creation (every field, in one row).
+    edits = page.context["edits"]
+    assert [(e.created, len(e.fields)) for e in edits] == [(False, 1), (True, created.count())]
+    assert edits[0].fields == (("usd_per_hour", "55.040000", "50"),)
 
 
 def test_form_validation_messages(world: World) -> None:

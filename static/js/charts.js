@@ -44,6 +44,45 @@
       if (figure.layout.meta && figure.layout.meta.telemetry_field) {
         el.on("plotly_relayout", function (event) { refine(item, event); });
       }
+      if (el.closest(".shared-crosshair")) {
+        share(el);
+      }
+    });
+  }
+
+  /* The run page's GPU panels share one crosshair: hovering a time on one panel shows the
+   * same time on every other panel of the group (Plotly.Fx.hover by x value). `sharing`
+   * stops the hover that one panel gives the others from echoing back. */
+  var sharing = false;
+
+  function share(el) {
+    var group = el.closest(".shared-crosshair");
+    el.on("plotly_hover", function (event) {
+      if (sharing || !event.points || !event.points.length) {
+        return;
+      }
+      sharing = true;
+      var x = event.points[0].x;
+      // Date axes take the hover position in milliseconds (their calc coordinates).
+      if (typeof x === "string") {
+        x = Date.parse(x.replace(" ", "T") + "Z");
+      }
+      group.querySelectorAll("[data-figure]").forEach(function (other) {
+        if (other !== el && other.data) {
+          try { Plotly.Fx.hover(other, { xval: x }); } catch (e) { /* a panel still drawing */ }
+        }
+      });
+      sharing = false;
+    });
+    el.on("plotly_unhover", function () {
+      if (sharing) {
+        return;
+      }
+      group.querySelectorAll("[data-figure]").forEach(function (other) {
+        if (other !== el && other.data) {
+          Plotly.Fx.unhover(other);
+        }
+      });
     });
   }
 

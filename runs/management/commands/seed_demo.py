@@ -7,6 +7,7 @@ from argparse import ArgumentParser
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from billing.demo_policies import seed_policies
 from runs.demo_write import seed_demo
 
 
@@ -44,3 +45,6 @@ class Command(BaseCommand):
         if counts is not None:
             # The first look is never an empty cost page: roll the demo's costs up now.
             call_command("refresh_costs", stdout=self.stdout)
+            # The policies the demo's runs name, set from those costs so their alerts fire.
+            made = seed_policies()
+            self.stdout.write(f"Demo usage policies: {', '.join(p.name for p in made) or 'already there'}.")

@@ -1,0 +1,194 @@
+"""At a glance: each listed run's GPU utilization over the last hour, its last sample, its cost.
+
+"Is my GPU busy?" should not take a click per run. Active now and the runs table show, per
+row, a sparkline of the average utilization of the run's GPUs per minute (from the minute
+rollups, one query for the page), how long ago the last sample came (a silent agent shows as
+stale, not as a busy GPU) and the cost so far, read from the one cost engine
+(`billing.engine.run_costs`): this module computes no money.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Avg, Count, Max, Min
+from django.utils import timezone
+
+from billing.engine import RunCostAnswer, run_costs
+from runs.models import GpuMinute, Node, Run
+
+WINDOW = timedelta(hours=1)
+# A running run whose last sample is older than this is called stale on the page.
+STALE_AFTER = timedelta(minutes=3)
+# The sparkline's box, in SVG user units (the CSS scales it).
+WIDTH, HEIGHT = 120.0, 24.0
+
+
+@dataclass(frozen=True)
+class Glance:
+    """One row's glance: sparkline segments (gaps stay gaps), last utilization, last sample, cost."""
+
+    segments: tuple[str, ...]  # SVG polyline `points` strings, one per stretch without a gap
+    last_utilization: float | None
+    last_sample_at: datetime | None
+    stale: bool
+    cost: RunCostAnswer
+
+    @property
+    def has_series(self) -> bool:
+        return bool(self.segments)
+
+
+def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glance]:
+    """Each run's glance, keyed by run id: two telemetry queries and the cost engine's, for the page."""
+    runs = list(runs)
+    if not runs:
+        return {}
+    now = now or timezone.now()
+    since = (now - WINDOW).replace(second=0, microsecond=0)
+    ids = [run.pk for run in runs]
+    per_minute: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    rows = (
+        GpuMinute.objects.filter(run_id__in=ids, minute__gte=since)
+        .values("run_id", "minute")
+        .annotate(util=Avg("utilization_gpu_avg"))
+        .order_by("run_id", "minute")
+    )
+    for row in rows:
+        if row["util"] is not None:
+            per_minute[row["run_id"]].append((row["minute"], float(row["util"])))
+    # The last minute with samples, over all time: a run silent for a day says so.
+    last_minutes = dict(
+        GpuMinute.objects.filter(run_id__in=ids).values("run_id").annotate(m=Max("minute")).values_list("run_id", "m")
+    )
+    costs = run_costs(runs, now=now)
+    result = {}
+    for run in runs:
+        points = per_minute.get(run.pk, [])
+        last = last_minutes.get(run.pk)
+        last_at = last + timedelta(minutes=1) if last else None  # the end of that minute's samples
+        if last_at and last_at > now:
+            last_at = now
+        stale = run.status == "running" and (last_at is None or now - last_at > STALE_AFTER)
+        result[run.pk] = Glance(
+            segments=sparkline(points, since, now),
+            last_utilization=points[-1][1] if points else None,
+            last_sample_at=last_at,
+            stale=stale,
+            cost=costs[run.pk],
+        )
+    return result
+
+
+def sparkline(points: list[tuple[datetime, float]], start: datetime, end: datetime) -> tuple[str, ...]:
+    """SVG polyline point strings for utilization 0-100 % over [start, end]; a missing minute breaks the line."""
+    span = (end - start).total_seconds() or 1.0
+    segments: list[list[str]] = []
+    previous: datetime | None = None
+    for minute, util in points:
+        if previous is None or minute - previous > timedelta(minutes=1):
+            segments.append([])
+        x = WIDTH * max(0.0, min(1.0, (minute - start).total_seconds() / span))
+        y = HEIGHT - HEIGHT * max(0.0, min(100.0, util)) / 100.0
+        segments[-1].append(f"{x:.1f},{y:.1f}")
+        previous = minute
+    # A lone minute still draws: a short tick rather than nothing.
+    return tuple(" ".join(s if len(s) > 1 else [s[0], _nudge(s[0])]) for s in segments)
+
+
+def _nudge(point: str) -> str:
+    x, y = point.split(",")
+    return f"{float(x) + 1.5:.1f},{y}"
+
+
+def attach(runs: Iterable[Run], now: datetime | None = None) -> list[Run]:
+    """The runs as a list, each with its `glance` set, for templates (runs/_glance.html)."""
+    runs = list(runs)
+    found = glances(runs, now=now)
+    for run in runs:
+        run.glance = found[run.pk]
+    return runs
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a run page's GPU charts rest on: which nodes reported, over what span, how long ago."""
+
+    nodes_reporting: int
+    nodes: int
+    first: datetime | None
+    last: datetime | None
+    started: datetime | None
+    ended: datetime | None  # the run's end, or now while it runs
+    stale: bool
+
+    @property
+    def partial(self) -> bool:
+        return self.nodes_reporting < self.nodes
+
+    @property
+    def recent(self) -> bool:
+        """The last sample came within the last minute ("just now" rather than "0 minutes ago")."""
+        return self.last is not None and (self.ended or self.last) - self.last < timedelta(minutes=1)
+
+
+def coverage(run: Run, now: datetime | None = None) -> Coverage:
+    """The run's telemetry coverage from its minute rollups: one aggregate query and a node count."""
+    now = now or timezone.now()
+    found = GpuMinute.objects.filter(run=run).aggregate(
+        first=Min("minute"), last=Max("minute"), nodes=Count("node", distinct=True)
+    )
+    nodes = Node.objects.filter(attempt__run=run).count()
+    last = found["last"] + timedelta(minutes=1) if found["last"] else None
+    if last and last > now:
+        last = now
+    stale = run.status == "running" and (last is None or now - last > STALE_AFTER)
+    return Coverage(found["nodes"] or 0, nodes, found["first"], last, run.started_at, run.ended_at or now, stale)
+
+
+# The run page's time range picker: the last N of the run's telemetry, or all of it.
+RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(days=1)}
+
+
+def time_range(run: Run, choice: str) -> tuple[datetime | None, datetime | None]:
+    """[start, end] of the picked range, ending at the run's last minute of telemetry; (None, None) for all."""
+    span = RANGES.get(choice)
+    if span is None:
+        return None, None
+    last = GpuMinute.objects.filter(run=run).aggregate(last=Max("minute"))["last"]
+    if last is None:
+        return None, None
+    end = last + timedelta(minutes=1)
+    return end - span, end
+
+
+@dataclass(frozen=True)
+class NodeSkew:
+    """One node's mean utilization over the run and how far it sits from the run's mean."""
+
+    index: int
+    host: str
+    attempt: int
+    mean_utilization: float
+    skew: float  # percentage points against the mean of all nodes
+
+
+def node_skew(run: Run) -> list[NodeSkew]:
+    """Per-node mean GPU utilization (minute rollups, sample-weighted) against the run's; [] for one node."""
+    rows = list(
+        GpuMinute.objects.filter(run=run)
+        .values("node_id", "node__index", "node__host", "node__attempt__number")
+        .annotate(util=Avg("utilization_gpu_avg"))
+        .order_by("node__attempt__number", "node__index")
+    )
+    rows = [r for r in rows if r["util"] is not None]
+    if len(rows) < 2:
+        return []
+    mean = sum(r["util"] for r in rows) / len(rows)
+    return [
+        NodeSkew(r["node__index"], r["node__host"], r["node__attempt__number"], r["util"], r["util"] - mean)
+        for r in rows
+    ]
