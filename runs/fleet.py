@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from runs.charts import Figure, _layout, plotly_time
 from runs.choices import RunStatus
+from runs.importers import gpu_label
 from runs.models import GpuHour, GpuMinute, team_filter
 
 GroupBy = Literal["team", "accelerator"]
@@ -54,14 +55,16 @@ class GpuCell:
     # cells (500 runs) floatformat and date were three quarters of the page's time.
     @property
     def label(self) -> str:
-        """The cell's text: "GPU: utilization · memory %"."""
-        return f"{self.gpu_index}: {_whole(self.utilization)} · {_whole(self.memory_percent)}"
+        """The cell's text: "GPU: utilization · memory %" (a MIG instance as "0 MIG 7")."""
+        gpu = gpu_label(self.gpu_index).removeprefix("GPU ")
+        return f"{gpu}: {_whole(self.utilization)} · {_whole(self.memory_percent)}"
 
     @property
     def title(self) -> str:
         """The cell's hover text, its minute in UTC (as the page says) whatever TIME_ZONE is."""
         return (
-            f"GPU {self.gpu_index} at {self.minute.astimezone(UTC):%H:%M} UTC: avg {_whole(self.utilization)} %, "
+            f"{gpu_label(self.gpu_index)} at {self.minute.astimezone(UTC):%H:%M} UTC: "
+            f"avg {_whole(self.utilization)} %, "
             f"max {_whole(self.utilization_max)} %, memory {_whole(self.memory_percent)} %"
         )
 

@@ -28,6 +28,7 @@ from billing.money import billed_hours, exact_product, exact_sum, to_cents
 from billing.run_costs import gpu_hour_prices
 from runs import blocks
 from runs.choices import RunStatus, StallKind
+from runs.importers import gpu_label
 from runs.models import Node, Run
 
 BUSY_UTILIZATION = 90.0
@@ -53,6 +54,11 @@ class GpuStall:
     @property
     def minutes(self) -> float:
         return (self.until - self.since).total_seconds() / 60
+
+    @property
+    def label(self) -> str:
+        """`GPU 3`, or `GPU 0 MIG 7` for a MIG instance stored as a GPU of its own."""
+        return gpu_label(self.gpu_index)
 
 
 @dataclass(frozen=True)
