@@ -442,6 +442,16 @@ def test_bad_options_are_clear_errors(world: World) -> None:
 # --- Real outputs (tests/data/telemetry/SOURCES.md) ----------------------------------------
 
 
+def test_csv_without_index_reads_six_gpus_of_one_snapshot_in_order() -> None:
+    """Six GTX 1080 Ti of one `--query-gpu` pass (no index, uuid or bus id column; nounits rows)."""
+    result = parse_telemetry(read("smi_noindex_six_gpus.csv"), start=START)
+    assert result.problems == []
+    assert [(s.gpu_index, s.ts) for s in result.samples] == [(gpu, START) for gpu in range(6)]
+    assert [s.power_watts for s in result.samples] == [211.44, 212.56, 214.62, 213.88, 218.09, 208.80]
+    assert [s.sm_clock_mhz for s in result.samples] == [1771.0, 1784.0, 1771.0, 1746.0, 1771.0, 1733.0]
+    assert {(s.utilization_gpu, s.mem_clock_mhz, s.temperature_c) for s in result.samples[:2]} == {(98.0, 5005.0, 50.0)}
+
+
 def test_csv_without_index_keeps_the_gpus_of_one_snapshot_apart() -> None:
     result = parse_telemetry(read("smi_noindex_two_gpus.csv"), start=START)
     assert result.problems == []
@@ -482,8 +492,20 @@ def test_old_dmon_temp_and_mclk_columns_are_read() -> None:
 
 
 def test_dmon_pcie_columns_become_kilobytes_per_second() -> None:
-    (sample,) = parse_telemetry(read("dmon_pcie_header.txt"), start=START).samples
-    assert (sample.pcie_rx_kbps, sample.pcie_tx_kbps) == (512 * 1024.0, 128 * 1024.0)
+    """`nvidia-smi dmon -s pcut` on an 8-GPU node, as published: rxpci/txpci in MB/s, `-` for mtemp."""
+    result = parse_telemetry(read("dmon_pcie_rx_tx.txt"), start=START)
+    assert result.problems == []
+    assert result.gpu_indexes == list(range(8)) and len(result.samples) == 25
+    first = result.samples[0]
+    assert (first.gpu_index, first.ts) == (0, START)
+    assert (first.pcie_rx_kbps, first.pcie_tx_kbps) == (21846 * 1024.0, 6849 * 1024.0)
+    assert (first.sm_clock_mhz, first.mem_clock_mhz, first.temperature_c, first.power_watts) == (
+        2415.0,
+        12481.0,
+        55.0,
+        365.0,
+    )
+    assert first.utilization_gpu == 99.0
 
 
 def test_dcgm_mem_clock_and_dcp_fields() -> None:
