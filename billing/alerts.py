@@ -14,8 +14,6 @@ backoff. Every delivery is logged as a `Delivery` with the URL redacted; secrets
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -23,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -34,14 +31,11 @@ from billing.choices import AlertKind, ChannelKind, DeliveryStatus
 from billing.models import AlertChannel, BudgetAlert, Delivery, UsagePolicy
 from billing.money import to_cents
 from billing.policies import PolicyStatus
-from dashboard import outbound
+from dashboard.outbound import REFUSED, SIGNATURE_HEADER, redact_url, send, sign
 
 logger = logging.getLogger(__name__)
-SIGNATURE_HEADER = "X-Airboard-Signature"
 # Error text kept per delivery: enough to read the cause, never a whole HTML error page.
 MAX_ERROR = 500
-# How a delivery error starts when the destination was refused (never retried).
-REFUSED = "refused:"
 
 
 @dataclass(frozen=True)
@@ -54,27 +48,6 @@ class Notice:
 
 
 # --- Helpers (pure) ------------------------------------------------------------------------
-
-
-def redact_url(url: str) -> str:
-    """The URL without what may be a token: userinfo, every path segment after the first, the query.
-
-    Slack's incoming webhooks carry their secret in the path (`/services/T…/B…/token`).
-    """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    segments = [s for s in parts.path.split("/") if s]
-    path = f"/{segments[0]}" if segments else ""
-    if len(segments) > 1:
-        path += "/***"
-    return f"{parts.scheme}://{host}{path}" + ("?***" if parts.query else "")
-
-
-def sign(secret: str, body: bytes) -> str:
-    """`sha256=<hex>` of HMAC-SHA256(secret, body): what a receiver recomputes to verify."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def _money(value: Decimal | None) -> str | None:
@@ -200,18 +173,6 @@ def webhook_request(channel: AlertChannel, notice: Notice) -> tuple[bytes, dict[
     return body, headers
 
 
-def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
-    """POST once through the outbound guard (dashboard/outbound.py): (status code, error text).
-
-    A refused destination (private, metadata, not resolving) has no status code and an error
-    starting 'refused:'; redirects are never followed.
-    """
-    try:
-        return outbound.post(url, body, headers, timeout)
-    except outbound.DestinationRefused as exc:
-        return None, f"{REFUSED} {exc}"
-
-
 def _retryable(code: int | None) -> bool:
     return code is None or code == 429 or code >= 500
 
@@ -224,7 +185,7 @@ def _send_webhook(channel: AlertChannel, notice: Notice, alert: BudgetAlert | No
     attempts, code, error = 0, None, ""
     for attempt in range(retries + 1):
         attempts = attempt + 1
-        code, error = post(channel.target, body, headers, settings.AIRBOARD_WEBHOOK_TIMEOUT_SECONDS)
+        code, error = send(channel.target, body, headers, settings.AIRBOARD_WEBHOOK_TIMEOUT_SECONDS)
         if code is not None and 200 <= code < 300:
             error = ""
             break

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dashboard.figures import base_layout
+
 Figure = dict[str, Any]
 # More stacked series than this and the legend drowns the chart: the rest become "other".
 MAX_SERIES = 12
@@ -43,16 +45,15 @@ def spend_over_time_figure(rows: Sequence[dict], group_label: str) -> Figure | N
         }
         for name in order
     ]
-    layout = {
-        "barmode": "stack",
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "margin": {"l": 60, "r": 10, "t": 10, "b": 40},
-        "height": 320,
-        "xaxis": {"title": {"text": "Day (UTC)"}, "type": "date"},
-        "yaxis": {"title": {"text": "USD"}, "tickprefix": "$"},
-        "legend": {"title": {"text": group_label}},
-    }
+    layout = base_layout(
+        height=320,
+        top=10,
+        right=10,
+        barmode="stack",
+        xaxis={"title": {"text": "Day (UTC)"}, "type": "date"},
+        yaxis={"title": {"text": "USD"}, "tickprefix": "$"},
+        legend={"title": {"text": group_label}},
+    )
     return {"data": data, "layout": layout}
 
 
@@ -86,5 +87,5 @@ def egress_sankey_figure(flows: Sequence[dict]) -> Figure | None:
     node = {"label": labels, "pad": 12, "color": SANKEY_NODE, "line": {"width": 0}}
     return {
         "data": [{"type": "sankey", "node": node, "link": link}],
-        "layout": {"paper_bgcolor": "rgba(0,0,0,0)", "margin": {"l": 10, "r": 10, "t": 10, "b": 10}, "height": 280},
+        "layout": base_layout(height=280, margin={"l": 10, "r": 10, "t": 10, "b": 10}),
     }

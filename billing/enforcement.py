@@ -17,14 +17,10 @@ How a run is cancelled:
 
 from __future__ import annotations
 
-import json
 import logging
-import shlex
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -32,7 +28,8 @@ from django.utils import timezone
 from billing import alerts, policies
 from billing.choices import EnforcementKind, EnforcementOutcome, SpentAction
 from billing.models import PolicyAction, UsagePolicy
-from runs.choices import RunEventKind, RunOrigin, RunSource
+from runs import cancel
+from runs.choices import RunEventKind
 from runs.models import GpuMinute, Run, RunEvent
 
 logger = logging.getLogger(__name__)
@@ -100,68 +97,19 @@ def claim(policy: UsagePolicy, run: Run, kind: str, now: datetime) -> PolicyActi
 
 
 def cancel_run(policy: UsagePolicy, run: Run, kind: str, reason: str, now: datetime) -> PolicyAction | None:
-    """Cancel `run` once: claim, cancel by the run's method, record the outcome and a RunEvent."""
+    """Cancel `run` once for `policy` through the one cancel path (runs/cancel.py), and record it."""
     action = claim(policy, run, kind, now)
     if action is None:
         return None
-    method, outcome, output = _cancel(run, reason, now)
-    action.method, action.outcome, action.output_tail = method, outcome, output[-OUTPUT_TAIL:]
+    done = cancel.request_cancel(run, reason=reason, now=now, details={"policy": policy.name, "action": kind})
+    action.method, action.outcome, action.output_tail = done.method, done.outcome, done.output[-OUTPUT_TAIL:]
     action.save(update_fields=["method", "outcome", "output_tail"])
-    message = f"{reason}: cancel {EnforcementOutcome(outcome).label.lower()} via {method or 'nothing'}"
-    _event(run, RunEventKind.CANCEL_REQUESTED, message, action, now)
+    message = f"{reason}: cancel {EnforcementOutcome(done.outcome).label.lower()} via {done.method or 'nothing'}"
     alerts.notify(policy, alerts.Notice(f"[Airboard] {policy.name}: run {run.external_id} cancelled",
                                         f"Run {run.external_id} ({run.experiment_name}): {message}.",
                                         {"event": "run_cancel", "policy": policy.name, "run_id": run.external_id,
-                                         "outcome": outcome, "text": message}))  # fmt: skip
+                                         "outcome": done.outcome, "text": message}))  # fmt: skip
     return action
-
-
-def _cancel(run: Run, reason: str, now: datetime) -> tuple[str, str, str]:
-    """(method, outcome, output) of cancelling `run` by the first method that applies."""
-    if run.source == RunSource.LOCAL or run.origin != RunOrigin.COLLECTOR:
-        # Only a run the run source collector wrote carries the source's own run id: a run a
-        # key pushed (any source) may share its id with another team's run, and a command or
-        # webhook with that id would cancel the other team's run. Its writer polls the flag.
-        Run.objects.filter(pk=run.pk, cancel_requested_at__isnull=True).update(cancel_requested_at=now)
-        return "local flag", EnforcementOutcome.DONE, ""
-    template = settings.AIRBOARD_CANCEL_COMMAND
-    if template:
-        return ("command", *run_cancel_command(template, run.external_id))
-    url = settings.AIRBOARD_CANCEL_WEBHOOK_URL
-    if url:
-        body = json.dumps({"event": "cancel", "run_id": run.external_id, "reason": reason}).encode()
-        headers = {"Content-Type": "application/json"}
-        if settings.AIRBOARD_CANCEL_WEBHOOK_SECRET:
-            headers[alerts.SIGNATURE_HEADER] = alerts.sign(settings.AIRBOARD_CANCEL_WEBHOOK_SECRET, body)
-        code, error = alerts.post(url, body, headers, settings.AIRBOARD_WEBHOOK_TIMEOUT_SECONDS)
-        ok = code is not None and 200 <= code < 300
-        return "webhook", EnforcementOutcome.DONE if ok else EnforcementOutcome.FAILED, error or f"HTTP {code}"
-    return (
-        "",
-        EnforcementOutcome.SKIPPED,
-        "no cancel method: set AIRBOARD_CANCEL_COMMAND or AIRBOARD_CANCEL_WEBHOOK_URL",
-    )
-
-
-def run_cancel_command(template: str, run_id: str) -> tuple[str, str]:
-    """Run the cancel command for `run_id`: (outcome, output tail).
-
-    The template is split first and {run_id} substituted into each argument after, so a run
-    id can never add arguments or reach a shell.
-    """
-    args = [part.replace("{run_id}", run_id) for part in shlex.split(template)]
-    try:
-        done = subprocess.run(
-            args, capture_output=True, text=True, timeout=settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return EnforcementOutcome.FAILED, f"timed out after {settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS} s"
-    except OSError as exc:
-        return EnforcementOutcome.FAILED, f"cannot run {args[0]!r}: {exc.strerror or exc}"
-    output = (done.stdout + done.stderr)[-OUTPUT_TAIL:]
-    if done.returncode != 0:
-        return EnforcementOutcome.FAILED, f"exit status {done.returncode}\n{output}"
-    return EnforcementOutcome.DONE, output
 
 
 def _event(run: Run, kind: str, message: str, action: PolicyAction, now: datetime) -> None:

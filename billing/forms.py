@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from billing.choices import GroupBy
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, UsagePolicy
-from billing.pricebook import INTERNET, REGION_RE
+from dashboard import access, regions
 from runs.choices import AcceleratorType, Region
 from runs.schemas import DATE_BOUNDS
 
@@ -70,9 +70,10 @@ class CostFilterForm(forms.Form):
 
 
 def _check_region(value: str, *, allow_internet: bool = False) -> str:
-    if (allow_internet and value == INTERNET) or REGION_RE.match(value):
-        return value
-    raise forms.ValidationError("Give a region name like 'us-west-2'" + (" or 'internet'." if allow_internet else "."))
+    problem = regions.region_problem(value, allow_internet=allow_internet)
+    if problem:
+        raise forms.ValidationError(f"{problem}.")
+    return value
 
 
 class _PriceForm(forms.ModelForm):
@@ -146,4 +147,4 @@ class PriceUploadForm(forms.Form):
 
 def can_edit_prices(user: User) -> bool:
     """Billing admins edit the price book: staff, or holders of billing.change_acceleratorprice."""
-    return user.is_staff or user.is_superuser or user.has_perm("billing.change_acceleratorprice")
+    return access.sees_all_teams(user) or user.has_perm("billing.change_acceleratorprice")

@@ -21,6 +21,7 @@ from billing.choices import (
 )
 from billing.fields import ExactDecimalField
 from dashboard.fields import EncryptedTextField
+from dashboard.outbound import redact_url
 from runs.choices import AcceleratorType
 from runs.models import Run
 
@@ -368,8 +369,6 @@ class AlertChannel(models.Model):
         """What pages show: addresses as they are, a webhook URL without what may be its token."""
         if self.kind == ChannelKind.EMAIL:
             return self.target
-        from billing.alerts import redact_url
-
         return redact_url(self.target)
 
 

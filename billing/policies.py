@@ -46,6 +46,7 @@ from billing.money import (
     utc,
     utc_midnight,
 )
+from dashboard.figures import base_layout
 from runs.choices import Region, RunStatus
 from runs.models import Run
 from runs.workload import Workload, WorkloadError, parse_workload
@@ -214,14 +215,13 @@ def burn_down_figure(status: PolicyStatus) -> dict[str, Any] | None:
     if status.forecast is not None and cumulative:
         data.append({"type": "scatter", "mode": "lines", "name": "Forecast", "x": [x[len(cumulative) - 1], x[-1]],
                      "y": [cumulative[-1], float(status.forecast)], "line": {"dash": "dot"}})  # fmt: skip
-    layout = {
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "margin": {"l": 60, "r": 10, "t": 10, "b": 40},
-        "height": 260,
-        "xaxis": {"title": {"text": "Day (UTC)"}, "type": "date"},
-        "yaxis": {"title": {"text": "USD"}, "tickprefix": "$"},
-    }
+    layout = base_layout(
+        height=260,
+        top=10,
+        right=10,
+        xaxis={"title": {"text": "Day (UTC)"}, "type": "date"},
+        yaxis={"title": {"text": "USD"}, "tickprefix": "$"},
+    )
     return {"data": data, "layout": layout}
 
 

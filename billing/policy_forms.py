@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Any
 
@@ -13,16 +12,17 @@ from django.core.validators import URLValidator, validate_email
 
 from billing.choices import ChannelKind
 from billing.models import AlertChannel, UsagePolicy
+from dashboard import access
 from dashboard.outbound import destination_problem
+from dashboard.regions import region_problem
 from runs.choices import AcceleratorType
 
-REGION_FORMAT = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 MAX_THRESHOLD = 1000
 
 
 def can_manage_policies(user: AbstractBaseUser | AnonymousUser) -> bool:
     """Policy admins: staff, or holders of the `billing.manage_policies` permission."""
-    return bool(user.is_authenticated and (user.is_staff or user.has_perm("billing.manage_policies")))
+    return access.sees_all_teams(user) or bool(user.is_authenticated and user.has_perm("billing.manage_policies"))
 
 
 class CommaListField(forms.CharField):
@@ -55,8 +55,9 @@ class RegionsField(CommaListField):
     def clean(self, value: Any) -> list[str]:
         regions = super().clean(value)
         for region in regions:
-            if not REGION_FORMAT.match(region):
-                raise ValidationError(f"{region!r} is not a region name such as us-west-2.")
+            problem = region_problem(region)
+            if problem:
+                raise ValidationError(f"{problem}.")
         return sorted(set(regions))
 
 

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from billing import policies, policy_split
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
 from billing.policy_forms import ChannelForm, PolicyForm, can_manage_policies
+from dashboard import access
 from dashboard.csv_export import csv_response
 from runs.models import Run
 
@@ -30,7 +31,7 @@ def visible_policies(request: HttpRequest) -> QuerySet[UsagePolicy]:
     """Every policy for an admin; else those covering one of the user's teams."""
     if can_manage_policies(request.user):
         return UsagePolicy.objects.all()
-    return UsagePolicy.objects.filter(teams__in=request.user.groups.all()).distinct()
+    return access.scope(UsagePolicy.objects.all(), request.user, "teams").distinct()
 
 
 def _policy(request: HttpRequest, pk: int) -> UsagePolicy:
@@ -88,10 +89,9 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
 
 def viewer_team_ids(request: HttpRequest) -> list[int] | None:
     """The teams whose part of a policy the user sees: every team (None) for staff and policy admins."""
-    user = request.user
-    if user.is_staff or user.is_superuser or can_manage_policies(user):
+    if can_manage_policies(request.user):
         return None
-    return list(user.groups.values_list("pk", flat=True))
+    return access.visible_team_ids(request.user)
 
 
 def visible_actions(request: HttpRequest, policy: UsagePolicy) -> QuerySet[PolicyAction]:
@@ -104,7 +104,7 @@ def visible_actions(request: HttpRequest, policy: UsagePolicy) -> QuerySet[Polic
 def shows_delivery_errors(request: HttpRequest) -> bool:
     """A delivery's network error is staff's to read: shown to a team, 'connection refused' versus
     'timed out' would make the webhook form a scanner of the worker's network. Others see status."""
-    return bool(request.user.is_staff or request.user.is_superuser)
+    return access.sees_all_teams(request.user)
 
 
 def _detail_csv(request: HttpRequest, policy: UsagePolicy, table: str, show_errors: bool) -> HttpResponse:

@@ -38,6 +38,7 @@ from django.db import models, transaction
 from billing import history
 from billing.choices import PriceKind as ListOrNegotiated
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
+from dashboard import regions
 from dashboard.csv_export import unescape, write_csv
 from runs.choices import AcceleratorType
 
@@ -59,10 +60,6 @@ COLUMNS = (
 )
 # Files written before instance prices existed lack these; they read as blank.
 OPTIONAL_COLUMNS = ("instance_type", "price_kind", "usd_per_gb_processing")
-INTERNET = "internet"
-# AWS-style region names ("us-west-2", "us-gov-west-1"): catches typos such as "us-west2"
-# while allowing a workspace home region outside the six serverless GPU regions.
-REGION_RE = _REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d+$")
 # EC2-style instance type names: "p5.48xlarge", "g5.xlarge", "Standard_ND96isr_H100_v5".
 _INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # The model's DecimalField(max_digits=12, decimal_places=6).
@@ -161,11 +158,9 @@ def _parse_price(name: str, value: str) -> Decimal:
 
 
 def _check_region(name: str, value: str, *, allow_internet: bool) -> None:
-    if allow_internet and value == INTERNET:
-        return
-    if not _REGION_RE.match(value):
-        extra = f" or {INTERNET!r}" if allow_internet else ""
-        raise ValueError(f"{name} {value!r} is not a region name like 'us-west-2'{extra}")
+    problem = regions.region_problem(value, allow_internet=allow_internet)
+    if problem:
+        raise ValueError(f"{name} {problem}")
 
 
 def _require_blank(row: dict[str, str], names: tuple[str, ...], kind: str) -> None:

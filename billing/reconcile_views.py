@@ -16,7 +16,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing import reconcile
-from billing.views import _visible_teams, csv_response
+from billing.views import csv_response
+from dashboard import access
 
 FIGURE_HEADER = ["estimated_usd", "billed_usd", "difference_usd", "difference_percent"]
 
@@ -54,8 +55,8 @@ def _figures(row: dict) -> list[object]:
 
 @login_required
 def reconcile_overview(request: HttpRequest) -> HttpResponse:
-    teams = _visible_teams(request)
-    staff = request.user.is_staff or request.user.is_superuser
+    teams = access.visible_teams(request.user)
+    staff = access.sees_all_teams(request.user)
     form = ReconcileFilterForm(request.GET or None, teams=teams)
     start, end, team = form.values()
     team_ids = [t.pk for t in teams]

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError, transaction
@@ -26,18 +25,12 @@ from billing.forms import PRICE_FORMS, CostFilterForm, PriceUploadForm, can_edit
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
 from billing.money import estimate
 from billing.pricebook import export_price_csv, load_price_csv
+from dashboard import access
 from dashboard.csv_export import csv_response as export_csv
 
 # Rows in the "top" tables; the CSV download has them all.
 TOP = 20
 MAX_UPLOAD_BYTES = 1_048_576
-
-
-def _visible_teams(request: HttpRequest) -> Iterable[Group]:
-    user = request.user
-    if user.is_staff or user.is_superuser:
-        return Group.objects.order_by("name")
-    return user.groups.order_by("name")
 
 
 def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> HttpResponse:
@@ -55,7 +48,7 @@ def _amounts(row: dict, figure: str) -> list[object]:
 
 @login_required
 def cost_overview(request: HttpRequest) -> HttpResponse:
-    teams = _visible_teams(request)
+    teams = access.visible_teams(request.user)
     form = CostFilterForm(request.GET or None, teams=teams)
     data = form.cleaned_data if form.is_bound and form.is_valid() else {}
     start, end = form.range()

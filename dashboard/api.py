@@ -20,7 +20,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
-from dashboard import ratelimit
+from dashboard import access, ratelimit
 from dashboard.models import ApiKey
 
 logger = logging.getLogger(__name__)
@@ -162,9 +162,7 @@ class Access:
         if self.key is not None:
             return Group.objects.filter(pk=self.key.team_id)
         assert self.user is not None
-        if self.user.is_staff or self.user.is_superuser:
-            return Group.objects.all()
-        return self.user.groups.all()
+        return access.visible_teams(self.user)
 
     def require_write(self) -> Group:
         """Writes need an ingest key; they land in the key's team."""

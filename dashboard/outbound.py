@@ -18,6 +18,8 @@ on the private network (and for tests, whose receiver is on 127.0.0.1).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import ipaddress
 import socket
@@ -40,6 +42,10 @@ METADATA_HOSTS = frozenset(
     }
 )
 MAX_ERROR = 500
+# The header a signed webhook carries: `sha256=<hex>` of HMAC-SHA256(secret, body).
+SIGNATURE_HEADER = "X-Airboard-Signature"
+# How a delivery error starts when the destination was refused (never retried).
+REFUSED = "refused:"
 
 
 class DestinationRefused(Exception):
@@ -147,3 +153,36 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tupl
     if code >= 400:
         return code, f"HTTP {code} {response.reason}"[:MAX_ERROR]
     return code, ""
+
+
+def redact_url(url: str) -> str:
+    """The URL without what may be a token: userinfo, every path segment after the first, the query.
+
+    Slack's incoming webhooks carry their secret in the path (`/services/T…/B…/token`).
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    segments = [s for s in parts.path.split("/") if s]
+    path = f"/{segments[0]}" if segments else ""
+    if len(segments) > 1:
+        path += "/***"
+    return f"{parts.scheme}://{host}{path}" + ("?***" if parts.query else "")
+
+
+def sign(secret: str, body: bytes) -> str:
+    """`sha256=<hex>` of HMAC-SHA256(secret, body): what a receiver recomputes to verify."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def send(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """POST once through the guard above: (status code, error text).
+
+    A refused destination (private, metadata, not resolving) has no status code and an error
+    starting 'refused:'; redirects are never followed.
+    """
+    try:
+        return post(url, body, headers, timeout)
+    except DestinationRefused as exc:
+        return None, f"{REFUSED} {exc}"

@@ -9,14 +9,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
 from billing.spend import TeamMonth, team_month
-from dashboard import ratelimit
+from dashboard import access, ratelimit
 from dashboard.csv_export import csv_response
 from dashboard.redaction import redact
 from runs import glance
@@ -73,10 +72,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     failures = runs.filter(status__in=FAILED_STATUSES).filter(
         Q(ended_at__gte=since) | Q(ended_at__isnull=True, submitted_at__gte=since)
     )
-    if request.user.is_staff or request.user.is_superuser:
-        team_ids = list(Group.objects.values_list("pk", flat=True))
-    else:
-        team_ids = list(request.user.groups.values_list("pk", flat=True))
+    team_ids = list(access.visible_teams(request.user).values_list("pk", flat=True))
     if request.GET.get("format") == "csv":
         table = request.GET.get("table", "")
         spend = team_month(team_ids, now=now) if team_ids and table == "spend" else []
@@ -93,7 +89,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "has_runs": runs.exists(),
         "month": now,
         "stale_collectors": shown_errors(
-            (c for c in CollectorState.objects.all() if c.is_stale), request.user.is_staff or request.user.is_superuser
+            (c for c in CollectorState.objects.all() if c.is_stale), access.sees_all_teams(request.user)
         ),
         # Stalled / process-less GPUs of running runs (runs/stalls.py): one sample query per run.
         "stalls": run_stalls(active.filter(status=RunStatus.RUNNING)[:STALL_RUNS]),
@@ -118,7 +114,7 @@ def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[Colle
 @login_required
 def collectors(request: HttpRequest) -> HttpResponse:
     """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
-    is_staff = request.user.is_staff or request.user.is_superuser
+    is_staff = access.sees_all_teams(request.user)
     states = shown_errors(CollectorState.objects.all(), is_staff)
     if request.GET.get("format") == "csv":
         header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "refused_total",

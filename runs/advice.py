@@ -18,9 +18,8 @@ Heuristics, documented here because they decide what fires:
 - fgac_old_runtime: a dedicated cluster on a runtime older than 15.4 whose record, workloads
   or logs mention row filters, column masks, fine-grained access, streaming tables or
   materialized views.
-- no_checkpoint_near_cap: the runtime cap is 7 days for notebook runs and 14 for CLI runs; a
-  serverless run counts as a notebook run only when its parameters or workload name a
-  notebook, else as a CLI run. Classic runs have no such cap and are skipped.
+- no_checkpoint_near_cap: the run's runtime cap (`Run.runtime_cap`: 7 days for notebook runs,
+  14 for CLI runs). Classic runs have no such cap and are skipped.
 """
 
 from __future__ import annotations
@@ -47,8 +46,6 @@ WINDOW = timedelta(days=30)
 LOW_UTIL_PERCENT = 40.0
 # A run needs this many GPU-minutes before its mean utilization says anything.
 LOW_UTIL_MIN_MINUTES = 10
-NOTEBOOK_CAP = timedelta(days=7)
-CLI_CAP = timedelta(days=14)
 NEAR_CAP = 0.8
 FGAC_MIN_RUNTIME = (15, 4)
 
@@ -295,17 +292,12 @@ def scaled(cost: Decimal, fewer: int, current: int) -> Decimal:
         return to_cents(cost * fewer / current)
 
 
-def runtime_cap(run: Run) -> timedelta:
-    """7 days for notebook runs, 14 for CLI runs (a notebook marker decides; see module doc)."""
-    return NOTEBOOK_CAP if "notebook" in run_text(run).lower() else CLI_CAP
-
-
 def no_checkpoint_near_cap(run: Run, evidence: Evidence) -> Finding | None:
     """A serverless run past NEAR_CAP of its runtime cap with no checkpoint in its logs."""
     if run.source != RunSource.SERVERLESS or run.started_at is None:
         return None
     elapsed = (run.ended_at or evidence.now) - run.started_at
-    cap = runtime_cap(run)
+    cap = run.runtime_cap
     if elapsed < cap * NEAR_CAP or evidence.logged("checkpoint", run):
         return None
     return _run_finding(

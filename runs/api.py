@@ -33,8 +33,7 @@ from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
-from runs.models import Attempt, IngestBatch, Node, Run
-from runs.postmortem import CLI_CAP
+from runs.models import MAX_RUNTIME, Attempt, IngestBatch, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
     BatchOut,
@@ -181,10 +180,10 @@ def pushed_run_problems(team: Group, data: dict[str, Any]) -> list[dict[str, str
     spans = [("", data)] + [(f"attempts[{i}].", a) for i, a in enumerate(data.get("attempts") or [])]
     for prefix, item in spans:
         start = item.get("started_at")
-        if start is not None and (item.get("ended_at") or now) - start > CLI_CAP:
+        if start is not None and (item.get("ended_at") or now) - start > MAX_RUNTIME:
             errors.append(
                 {"field": f"{prefix}started_at", "message": f"the run would have held its GPUs longer than the "
-                 f"{CLI_CAP.days}-day runtime cap"}
+                 f"{MAX_RUNTIME.days}-day runtime cap"}
             )  # fmt: skip
     return errors
 

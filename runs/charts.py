@@ -21,6 +21,7 @@ from typing import Any
 from django.db.models import FloatField, Func, Max
 from django.utils import timezone
 
+from dashboard.figures import base_layout
 from runs import blocks
 from runs.choices import RunEventKind, RunStatus
 from runs.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
@@ -278,24 +279,22 @@ def metric_points(run: Run) -> list[tuple[str, int, float | None]]:
 # --- Figures ----------------------------------------------------------------------------
 
 
-def _layout(title: str, y_title: str, *, series_count: int, height: int = 340, **extra: Any) -> dict[str, Any]:
-    """Shared layout: transparent backgrounds so the page's light or dark theme shows through.
+def time_layout(title: str, y_title: str, *, series_count: int, height: int = 340, **extra: Any) -> dict[str, Any]:
+    """A time chart's layout on the shared base (dashboard/figures.py).
 
     An empty `title` leaves the heading to the page (one chart per section needs none).
     """
-    layout: dict[str, Any] = {
-        "height": height,
+    layout = base_layout(
+        height=height,
         # Untitled charts still keep 36 px on top: the modebar sits there, clear of the legend.
-        "margin": {"l": 60, "r": 16, "t": 44 if title else 36, "b": 40},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "hovermode": "x unified" if series_count <= UNIFIED_HOVER_MAX_SERIES else "closest",
+        top=44 if title else 36,
+        hovermode="x unified" if series_count <= UNIFIED_HOVER_MAX_SERIES else "closest",
         # Plotly's default place, right of the plot: a legend of 64 GPUs scrolls there instead
         # of squeezing the plot, as one below it would.
-        "legend": {"font": {"size": 11}},
-        "xaxis": {"type": "date", "automargin": True},
-        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
-    }
+        legend={"font": {"size": 11}},
+        xaxis={"type": "date", "automargin": True},
+        yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
+    )
     if title:
         layout["title"] = {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}}
     layout.update(extra)
@@ -338,7 +337,7 @@ def _gpu_figure(
         tier_note = f"per-{tier} max, avg in hover"
     else:
         tier_note = f"per-{tier} min/max"
-    layout = _layout(
+    layout = time_layout(
         f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
     )
     # A vertical spike line at the hovered time: with charts.js's shared hover, one crosshair
@@ -507,7 +506,7 @@ def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | 
         ("yaxis" if row == 1 else f"yaxis{row}"): {"title": {"text": trace["name"], "font": {"size": 11}}}
         for row, trace in enumerate(traces, start=1)
     }
-    layout = _layout(
+    layout = time_layout(
         "",
         "",
         series_count=1,  # hover one metric at a time: their scales differ
@@ -564,7 +563,7 @@ def timeline_figure(attempts: Iterable[Attempt], now: datetime | None = None) ->
             }
         )
     labels = [r[0] for r in rows]
-    layout = _layout(
+    layout = time_layout(
         "",
         "",
         series_count=len(traces),

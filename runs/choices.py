@@ -99,6 +99,14 @@ class BatchStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class CancelOutcome(models.TextChoices):
+    """What asking a run to stop did (runs/cancel.py); policy actions record the same values."""
+
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped (no cancel method configured)"
+
+
 class RunEventKind(models.TextChoices):
     GPU_LOST = "gpu_lost", "GPU fell off the bus"
     XID = "xid", "Xid error"

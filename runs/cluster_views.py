@@ -1,6 +1,6 @@
 """Classic cluster pages and the configuration advice page.
 
-Every view scopes to the user's teams first (`team_filter`): another team's cluster is a 404,
+Every view scopes to the user's teams first (`dashboard.access`): another team's cluster is a 404,
 not a 403, so the page does not confirm that it exists.
 """
 
@@ -12,14 +12,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from dashboard import access
 from dashboard.csv_export import csv_response
 from runs.advice import RULE_IDS, RULE_TITLES, advise, findings_for, recent_runs
 from runs.clusters import access_mode, cluster_costs, team_totals
-from runs.models import Cluster, Run, team_filter
+from runs.models import Cluster, Run
 
 
 def _clusters_for(request: HttpRequest) -> QuerySet[Cluster]:
-    return Cluster.objects.filter(team_filter(request.user)).select_related("team")
+    return access.scope(Cluster.objects.all(), request.user).select_related("team")
 
 
 @login_required

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db.models import Avg
 
+from dashboard.figures import base_layout
 from runs.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure
 from runs.models import GpuMinute, MetricPoint, Run
 
@@ -107,13 +108,12 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
         ("yaxis" if row == 1 else f"yaxis{row}"): {"title": {"text": key, "font": {"size": 11}}}
         for row, key in enumerate(sorted(by_key), start=1)
     }
-    layout = {
-        "height": METRIC_ROW_HEIGHT * rows_count + 80, "margin": {"l": 60, "r": 16, "t": 36, "b": 40},
-        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)", "hovermode": "x",
-        "xaxis": {"title": {"text": "step" if x_axis == "step" else "minutes since the run started"}},
-        "grid": {"rows": rows_count, "columns": 1, "pattern": "coupled", "roworder": "top to bottom"},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"}, **axes,
-    }  # fmt: skip
+    layout = base_layout(
+        height=METRIC_ROW_HEIGHT * rows_count + 80, hovermode="x",
+        xaxis={"title": {"text": "step" if x_axis == "step" else "minutes since the run started"}},
+        grid={"rows": rows_count, "columns": 1, "pattern": "coupled", "roworder": "top to bottom"},
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"}, **axes,
+    )  # fmt: skip
     return {"data": traces, "layout": layout}
 
 
@@ -139,13 +139,12 @@ def utilization_overlay(runs: Sequence[Run]) -> Figure | None:
     ]  # fmt: skip
     if not traces:
         return None
-    layout = {
-        "height": 300, "margin": {"l": 60, "r": 16, "t": 36, "b": 40}, "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)", "hovermode": "x",
-        "xaxis": {"title": {"text": "minutes since the run started"}},
-        "yaxis": {"title": {"text": "mean GPU utilization (%)"}, "range": [0, 105]},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
-    }  # fmt: skip
+    layout = base_layout(
+        height=300, hovermode="x",
+        xaxis={"title": {"text": "minutes since the run started"}},
+        yaxis={"title": {"text": "mean GPU utilization (%)"}, "range": [0, 105]},
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+    )  # fmt: skip
     return {"data": traces, "layout": layout}
 
 

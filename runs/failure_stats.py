@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 
 from billing.run_costs import breakdowns_for_runs
 from dashboard.csv_export import cell
-from runs.charts import STATUS_COLORS, _layout
+from runs.charts import STATUS_COLORS, time_layout
 from runs.choices import RunStatus
 from runs.models import Attempt, FailureAnalysis, Run
 from runs.postmortem import FAILED_STATUSES
@@ -149,7 +149,7 @@ def stacked_figure(rows: list[WeekRow]) -> dict | None:
         }
         for class_id, counts in sorted(by_class.items())
     ]
-    layout = _layout("", "failed runs", series_count=len(traces), barmode="stack", hovermode="closest")
+    layout = time_layout("", "failed runs", series_count=len(traces), barmode="stack", hovermode="closest")
     layout["xaxis"]["title"] = {"text": "week (Monday, UTC)"}
     layout["colorway"] = [STATUS_COLORS[RunStatus.FAILED], "#3b82f6", "#f59e0b", "#22c55e", "#a855f7", "#14b8a6"]
     return {"data": traces, "layout": layout}

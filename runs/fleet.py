@@ -18,10 +18,11 @@ from django.contrib.auth.models import User
 from django.db.models import Case, F, FloatField, Sum, When
 from django.utils import timezone
 
-from runs.charts import Figure, _layout, plotly_time
+from dashboard import access
+from runs.charts import Figure, plotly_time, time_layout
 from runs.choices import RunStatus
 from runs.importers import gpu_label
-from runs.models import GpuHour, GpuMinute, team_filter
+from runs.models import GpuHour, GpuMinute
 
 GroupBy = Literal["team", "accelerator"]
 # How far back the utilization history goes on the fleet page.
@@ -102,7 +103,7 @@ def live_gpus(user: User, now: datetime | None = None) -> list[NodeRow]:
     now = now or timezone.now()
     since = now - timedelta(minutes=settings.AIRBOARD_FLEET_RECENT_MINUTES)
     rows = (
-        GpuMinute.objects.filter(team_filter(user, "run__team"), run__status=RunStatus.RUNNING, minute__gte=since)
+        GpuMinute.objects.filter(access.team_q(user, "run__team"), run__status=RunStatus.RUNNING, minute__gte=since)
         .order_by("run_id", "node_id", "gpu_index", "-minute")
         .values_list(
             "run_id", "node_id", "gpu_index", "minute", "utilization_gpu_avg", "utilization_gpu_max",
@@ -140,7 +141,7 @@ def utilization_history(
     now = now or timezone.now()
     weight = Sum(Case(When(utilization_gpu_avg__isnull=False, then=F("samples")), default=0))
     rows = (
-        GpuHour.objects.filter(team_filter(user, "run__team"), hour__gte=now - span)
+        GpuHour.objects.filter(access.team_q(user, "run__team"), hour__gte=now - span)
         .values(*GROUP_FIELDS.values(), "hour")
         .annotate(total=Sum(F("utilization_gpu_avg") * F("samples"), output_field=FloatField()), weight=weight,
                   n=Sum("samples"))
@@ -184,7 +185,7 @@ def history_figure(rows: list[tuple[str, datetime, float | None, int]], label: s
         trace["y"].append(None if mean is None else round(mean, 1))
     if not traces:
         return None
-    layout = _layout(f"GPU utilization by {label} <span style='font-size:12px'>· hourly mean · UTC</span>", "%",
+    layout = time_layout(f"GPU utilization by {label} <span style='font-size:12px'>· hourly mean · UTC</span>", "%",
                      series_count=len(traces))  # fmt: skip
     layout["yaxis"]["range"] = [0, 105]
     return {"data": list(traces.values()), "layout": layout}

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import models
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
+from dashboard import access
 from runs.choices import (
     AcceleratorType,
     BatchKind,
@@ -23,13 +25,17 @@ from runs.choices import (
     TelemetrySource,
 )
 
+# Serverless GPU runtime caps (DESIGN.md "Limits"): a run stops at its cap whatever its timeout.
+NOTEBOOK_RUNTIME_CAP = timedelta(days=7)
+CLI_RUNTIME_CAP = timedelta(days=14)
+# The longest any run may hold GPUs: what a pushed run's window is checked against.
+MAX_RUNTIME = CLI_RUNTIME_CAP
+
 
 class RunQuerySet(models.QuerySet):
     def for_user(self, user: User) -> RunQuerySet:
         """Runs the user may see: their teams' runs, or everything for staff."""
-        if user.is_staff or user.is_superuser:
-            return self
-        return self.filter(team__in=user.groups.all())
+        return access.scope(self, user)
 
     def active(self) -> RunQuerySet:
         return self.filter(status__in=RunStatus.active())
@@ -113,6 +119,26 @@ class Run(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in RunStatus.active()
+
+    @property
+    def is_notebook_run(self) -> bool:
+        """A serverless notebook run: no workload file, and its parameters name a notebook.
+
+        A run with a workload YAML was submitted by `databricks air run`, and a run with neither
+        (the Jobs record of an AI Runtime task) is a CLI run too: only a notebook marker says
+        notebook, so an unknown run gets the longer cap and is never called over it too early.
+        """
+        return not self.workload_yaml and "notebook" in json.dumps(self.parameters or {}).lower()
+
+    @property
+    def runtime_cap(self) -> timedelta:
+        """How long serverless GPU compute lets this run go: 7 days for notebook runs, 14 for CLI runs."""
+        return NOTEBOOK_RUNTIME_CAP if self.is_notebook_run else CLI_RUNTIME_CAP
+
+    @property
+    def runtime_kind(self) -> str:
+        """ "notebook" or "CLI": the kind of run the runtime cap is for, as pages name it."""
+        return "notebook" if self.is_notebook_run else "CLI"
 
     @property
     def is_cross_region(self) -> bool:
@@ -627,15 +653,3 @@ class PostMortem(models.Model):
 
     def __str__(self) -> str:
         return self.title
-
-
-def runs_visible_to(user: User) -> QuerySet[Run]:
-    """Shorthand used by views and the API: the runs this user may see."""
-    return Run.objects.for_user(user)
-
-
-def team_filter(user: User, field: str = "team") -> Q:
-    """A Q object limiting `field` to the user's teams (all for staff)."""
-    if user.is_staff or user.is_superuser:
-        return Q()
-    return Q(**{f"{field}__in": user.groups.all()})

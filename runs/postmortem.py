@@ -40,9 +40,6 @@ from runs.models import Attempt, FailureAnalysis, GpuMinute, Node, PostMortem, R
 FAILED_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT)
 # Classification reads whole logs: it runs with the collectors, never on the ingest queue.
 CLASSIFY_QUEUE = "collect"
-# Runtime caps of serverless GPU runs: notebook runs (no workload file) and CLI runs.
-NOTEBOOK_CAP = timedelta(days=7)
-CLI_CAP = timedelta(days=14)
 # Tier given to a verdict with no evidence line (an exit code, `none`): after every log match.
 NO_LINE_TIER = TRACEBACK + 1
 # Lines of log shown either side of the evidence on the failure page.
@@ -195,7 +192,7 @@ def _timing(run: Run) -> tuple[bool, str]:
     if run.timeout_minutes and ran >= timedelta(minutes=run.timeout_minutes):
         timed_out = True
         notes.append(f"Ran {_hours(ran)} against a timeout of {run.timeout_minutes} minutes.")
-    cap, kind = (CLI_CAP, "CLI") if run.workload_yaml else (NOTEBOOK_CAP, "notebook")
+    cap, kind = run.runtime_cap, run.runtime_kind
     if ran >= cap:
         timed_out = True
         notes.append(f"Ran {_hours(ran)}: {kind} runs stop at {cap.days} days, whatever their timeout.")

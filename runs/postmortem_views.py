@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
+from dashboard import access
 from runs import charts, failure_stats, postmortem
 from runs.choices import PostMortemStatus
 from runs.classify_rules import CLASSES
@@ -73,7 +74,7 @@ def _metrics_by_time(run: Run, start: datetime, end: datetime) -> dict | None:
         trace["y"].append(value)
     if not traces:
         return None
-    layout = charts._layout("", "value", series_count=len(traces))
+    layout = charts.time_layout("", "value", series_count=len(traces))
     return {"data": list(traces.values()), "layout": layout}
 
 
@@ -326,10 +327,7 @@ class FailureFilterForm(forms.Form):
 
     def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        teams = Group.objects.order_by("name")
-        if not (user.is_staff or user.is_superuser):
-            teams = teams.filter(pk__in=user.groups.values("pk"))
-        self.fields["team"].queryset = teams
+        self.fields["team"].queryset = access.visible_teams(user)
         self.fields["failure_class"].choices = [("", "any")] + [(k, c.title) for k, c in CLASSES.items()]
 
 

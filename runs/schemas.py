@@ -21,10 +21,11 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, TypeAdap
 # pydantic reads TypedDicts from typing_extensions on Python < 3.12.
 from typing_extensions import TypedDict
 
+from dashboard.regions import INTERNET, REGION_PATTERN
 from runs.choices import AcceleratorType, RunSource, RunStatus, TelemetrySource, accelerator_count_problem
 
 ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/\x00]+$")]
-RegionName = Annotated[str, Field(max_length=32, pattern=r"^([a-z]{2,}(-[a-z0-9]+)+|internet)?$")]
+RegionName = Annotated[str, Field(max_length=32, pattern=rf"^({REGION_PATTERN}|{INTERNET})?$")]
 
 
 # Times outside this window are typing or clock errors, and PostgreSQL refuses some of them.

@@ -26,12 +26,13 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
+from dashboard import access
 from dashboard.csv_export import cell, csv_response
-from runs import charts, compare, glance
+from runs import cancel, charts, compare, glance
 from runs import fleet as fleet_queries
-from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
+from runs.choices import AcceleratorType, CancelOutcome, Region, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
-from runs.models import Attempt, Node, Run, RunEvent
+from runs.models import Attempt, Node, Run
 from runs.schemas import DATE_BOUNDS, EARLIEST, LATEST
 
 # Sort keys the run list accepts (a leading "-" reverses), mapped to the ORM field. Anything
@@ -79,10 +80,7 @@ class RunFilterForm(forms.Form):
     def __init__(self, *args: object, user: User, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         # Only teams the user can see are choices, so the select never lists another team.
-        teams = Group.objects.order_by("name")
-        if not (user.is_staff or user.is_superuser):
-            teams = teams.filter(pk__in=user.groups.values("pk"))
-        self.fields["team"].queryset = teams
+        self.fields["team"].queryset = access.visible_teams(user)
 
     def clean(self) -> dict:
         data = super().clean()
@@ -344,22 +342,24 @@ def run_log(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    """Ask the run's launcher to stop it: sets `cancel_requested_at`; the launcher polls for it.
+    """Ask the run to stop through the one cancel path (runs/cancel.py), as enforcement does.
 
-    A conditional update, so a double click or two team members at once record one request,
-    and a run that finished meanwhile is left alone.
+    Claimed once, so a double click or two team members at once record one request, and a run
+    that finished meanwhile is left alone.
     """
     run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
-    now = timezone.now()
-    not_yet_asked = Run.objects.filter(pk=run.pk, status__in=RunStatus.active(), cancel_requested_at__isnull=True)
-    changed = not_yet_asked.update(cancel_requested_at=now)
-    if changed:
-        RunEvent.objects.create(
-            run=run, ts=now, kind=RunEventKind.CANCEL_REQUESTED,
-            message=f"cancel requested by {request.user.get_username()}",
-            details={"user": request.user.get_username()},
-        )  # fmt: skip
-        messages.success(request, "Cancel requested: the launcher stops the run within a few seconds.")
+    user = request.user.get_username()
+    done = cancel.request_cancel(run, reason=f"cancel requested by {user}", now=timezone.now(), details={"user": user})
+    if done.requested:
+        if done.outcome == CancelOutcome.FAILED:
+            messages.error(request, f"Cancel requested, but the cancel {done.method} failed; see the run's events.")
+        elif done.outcome == CancelOutcome.SKIPPED:
+            messages.warning(request, "Cancel requested, but no cancel method is configured for this source "
+                                      "(AIRBOARD_CANCEL_COMMAND or AIRBOARD_CANCEL_WEBHOOK_URL).")  # fmt: skip
+        elif done.method == cancel.LOCAL_FLAG:
+            messages.success(request, "Cancel requested: the launcher stops the run within a few seconds.")
+        else:
+            messages.success(request, f"Cancel requested: the source was asked to stop the run ({done.method}).")
     else:
         run.refresh_from_db(fields=["status", "cancel_requested_at"])
         if run.is_active:

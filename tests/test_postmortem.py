@@ -92,11 +92,25 @@ def test_timeout_only(world: World) -> None:
 
 @pytest.mark.django_db
 def test_runtime_cap_is_noted(world: World) -> None:
-    run = failed_run(world, ended_at=T0 + timedelta(days=7, minutes=1))
+    # A notebook run (its parameters name the notebook) stops at 7 days.
+    run = failed_run(world, ended_at=T0 + timedelta(days=7, minutes=1), parameters={"notebook_path": "/Users/a/nb"})
     add_log(run, 1, 0, "step 1\n")
     analysis = classify_run(run)
     assert analysis.class_id == "timeout"
     assert "notebook runs stop at 7 days" in analysis.note
+
+
+@pytest.mark.django_db
+def test_runtime_cap_is_the_runs_own(world: World) -> None:
+    """One cap per run (Run.runtime_cap): a run that names no notebook is a CLI run, so 8 days is
+    inside its 14-day cap here exactly as on the advice page."""
+    run = failed_run(world, ended_at=T0 + timedelta(days=8))
+    add_log(run, 1, 0, "step 1\n")
+    assert run.runtime_cap == timedelta(days=14) and run.runtime_kind == "CLI"
+    assert "runs stop at" not in classify_run(run).note
+    run = failed_run(world, "failed-2", ended_at=T0 + timedelta(days=14, minutes=1))
+    add_log(run, 1, 0, "step 1\n")
+    assert "CLI runs stop at 14 days" in classify_run(run).note
 
 
 @pytest.mark.django_db
