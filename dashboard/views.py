@@ -28,7 +28,6 @@ from runs.stalls import run_stalls
 FAILURE_WINDOW = timedelta(days=7)
 # Rows listed in each overview panel; the run list has the rest.
 PANEL_ROWS = 10
-FAILED_STATUSES = [RunStatus.FAILED, RunStatus.TIMED_OUT]
 # Running runs checked for stalled GPUs on the overview, newest first.
 STALL_RUNS = 50
 # The overview's tables as CSV (?format=csv&table=NAME): every row, not one panel of them.
@@ -69,7 +68,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     active = runs.active().order_by("-submitted_at")
     since = now - FAILURE_WINDOW
     # A failure counts when it ended in the window; one with no end time yet, when submitted in it.
-    failures = runs.filter(status__in=FAILED_STATUSES).filter(
+    failures = runs.filter(status__in=RunStatus.failed()).filter(
         Q(ended_at__gte=since) | Q(ended_at__isnull=True, submitted_at__gte=since)
     )
     team_ids = list(access.visible_teams(request.user).values_list("pk", flat=True))

@@ -30,6 +30,11 @@ class RunStatus(models.TextChoices):
         return [cls.QUEUED, cls.RUNNING]
 
     @classmethod
+    def failed(cls) -> list[str]:
+        """Ended badly: what the failure classifier and the failures pages read."""
+        return [cls.FAILED, cls.TIMED_OUT]
+
+    @classmethod
     def finished(cls) -> list[str]:
         return [cls.SUCCEEDED, cls.FAILED, cls.CANCELLED, cls.TIMED_OUT]
 

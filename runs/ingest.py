@@ -23,7 +23,7 @@ from django.db.models import JSONField, Q, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from runs import postmortem
+from dashboard.queue import enqueue_on_commit
 from runs.choices import (
     GPUS_PER_NODE,
     AcceleratorType,
@@ -217,7 +217,7 @@ def _upsert_run_once(team: Group, data: dict[str, Any], origin: str) -> UpsertRe
     for attempt_data in data.get("attempts") or []:
         ignored += _upsert_attempt(run, attempt_data)
     if run.status != previous_status:
-        postmortem.enqueue_classification(run)  # on commit, and only for failed runs
+        classify_later(run)  # on commit, and only for failed runs
     return UpsertResult(run=run, created=created, ignored=ignored)
 
 
@@ -308,7 +308,7 @@ def append_log_chunk(
                         f"chunk seq {seq} of attempt {attempt} node {node_index} conflicts with a concurrent write"
                     ) from None
                 continue
-            postmortem.enqueue_classification(run)  # late logs of a failed run: classify again
+            classify_later(run)  # late logs of a failed run: classify again
         return "stored", chunk
     raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -381,6 +381,16 @@ def record_batch(team: Group, kind: str, rows: list[list[Any]], source: str = ""
     return batch, False
 
 
+def classify_later(run: Run) -> None:
+    """Queue `runs.classify_run` for a failed run once the current transaction commits.
+
+    Classification reads whole logs: it runs with the collectors (the collect queue), never on
+    the ingest queue. A broker that is down is logged; `manage.py classify_runs` catches up.
+    """
+    if run.status in RunStatus.failed():
+        enqueue_on_commit("runs.classify_run", [run.pk])  # routed to "collect" by name
+
+
 def enqueue_batch(batch: IngestBatch, queue: str | None = None) -> None:
     """Queue the batch's task once the transaction that recorded it commits.
 
@@ -388,17 +398,8 @@ def enqueue_batch(batch: IngestBatch, queue: str | None = None) -> None:
     (`runs.requeue_pending_batches`) queues it again later: nothing accepted is lost.
     `queue` overrides the routed queue (tests use a private one).
     """
-    from runs import tasks
-
-    task = tasks.ingest_gpu_samples if batch.kind == BatchKind.GPU_SAMPLES else tasks.ingest_metrics
-
-    def send() -> None:
-        try:
-            task.apply_async(args=[batch.pk], retry=False, queue=queue)
-        except Exception:  # the broker's errors vary by transport; the sweeper recovers
-            logger.warning("could not queue %s; it stays pending for the sweeper", batch, exc_info=True)
-
-    transaction.on_commit(send)
+    name = "runs.ingest_gpu_samples" if batch.kind == BatchKind.GPU_SAMPLES else "runs.ingest_metrics"
+    enqueue_on_commit(name, [batch.pk], queue=queue)
 
 
 def _ts(value: str) -> datetime:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db import transaction
 from django.utils import timezone
 
 from billing.money import format_usd
@@ -37,9 +36,7 @@ from runs.classify_rules import CLASSES, EXCEPTION, EXIT_CODE_CLASSES, ROOT, SYM
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, iter_lines
 from runs.models import Attempt, FailureAnalysis, GpuMinute, Node, PostMortem, Run, RunEvent
 
-FAILED_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT)
-# Classification reads whole logs: it runs with the collectors, never on the ingest queue.
-CLASSIFY_QUEUE = "collect"
+FAILED_STATUSES = tuple(RunStatus.failed())
 # Tier given to a verdict with no evidence line (an exit code, `none`): after every log match.
 NO_LINE_TIER = TRACEBACK + 1
 # Lines of log shown either side of the evidence on the failure page.
@@ -471,16 +468,6 @@ def classify_run(run: Run) -> FailureAnalysis:
         },
     )
     return analysis
-
-
-def enqueue_classification(run: Run) -> None:
-    """Queue `runs.classify_run` for a failed run once the current transaction commits."""
-    if run.status not in FAILED_STATUSES:
-        return
-    from runs.tasks import classify_run as task
-
-    run_id = run.pk
-    transaction.on_commit(lambda: task.apply_async((run_id,), queue=CLASSIFY_QUEUE))
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def maintain_telemetry_partitions() -> int:
 
 
 # Failure classification: overwrites one FailureAnalysis row per run, so re-running is harmless.
-# Sent to the collect queue by runs.postmortem.enqueue_classification (CLASSIFY_QUEUE).
+# Sent by name by runs.ingest.classify_later; CELERY_TASK_ROUTES puts it on the collect queue.
 @shared_task(
     name="runs.classify_run",
     acks_late=True,
