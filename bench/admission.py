@@ -30,20 +30,21 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 # Writes are rate limited per key; the benchmark is not measuring the limiter's 429s.
 os.environ.setdefault("AIRBOARD_INGEST_RATE_PER_MINUTE", "1000000")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.contrib.auth.models import Group  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
 
-from billing import policies, rollups  # noqa: E402
-from billing.models import AcceleratorPrice, UsagePolicy  # noqa: E402
-from dashboard.models import ApiKey, ApiKeyRole  # noqa: E402
-from runs.choices import RunStatus  # noqa: E402
-from runs.models import Attempt, Run  # noqa: E402
+from billing.costs import rollups
+from billing.models import AcceleratorPrice, UsagePolicy
+from billing.policies import budget as policies
+from dashboard.models import ApiKey, ApiKeyRole
+from runs.choices import RunStatus
+from runs.models import Attempt, Run
 
 NOW = datetime.now(UTC)
 WORKLOAD = """\

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-from runs.classify_corpus import accuracy, false_alarms, load_corpus, report, score  # noqa: E402
+from runs.failures.corpus import accuracy, false_alarms, load_corpus, report, score
 
 TARGET = 0.90
 

@@ -84,20 +84,20 @@ if not os.environ.get("DATABASE_URL"):
     os.environ["AIRBOARD_VAR_DIR"] = tempfile.mkdtemp(prefix="airboard-bench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.contrib.auth.models import Group  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from billing import reports, rollups  # noqa: E402
-from billing.choices import GroupBy  # noqa: E402
-from billing.models import AcceleratorPrice, CostDaily, CostDailyTeam  # noqa: E402
-from runs.choices import AcceleratorType, Region, RunStatus  # noqa: E402
-from runs.models import Attempt, Run  # noqa: E402
+from billing.choices import GroupBy
+from billing.costs import reports, rollups
+from billing.models import AcceleratorPrice, CostDaily, CostDailyTeam
+from runs.choices import AcceleratorType, Region, RunStatus
+from runs.models import Attempt, Run
 
 
 def build(total: int) -> None:

@@ -32,18 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import Group, User  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.db import connection, reset_queries  # noqa: E402
-from django.test import Client  # noqa: E402
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.db import connection, reset_queries
+from django.test import Client
 
-from runs.choices import AcceleratorType, RunStatus  # noqa: E402
-from runs.models import Attempt, GpuHour, GpuMinute, Node, Run  # noqa: E402
+from runs.choices import AcceleratorType, RunStatus
+from runs.models import Attempt, GpuHour, GpuMinute, Node, Run
 
 TARGET_MS = 300.0
 GPUS_PER_NODE = 8

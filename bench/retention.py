@@ -26,19 +26,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import Group  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.db import connection
 
-from runs import partitions  # noqa: E402
-from runs.choices import RunStatus  # noqa: E402
-from runs.models import Attempt, Node, Run  # noqa: E402
-from runs.retention import prune_raw_samples  # noqa: E402
+from runs.choices import RunStatus
+from runs.models import Attempt, Node, Run
+from runs.telemetry import partitions
+from runs.telemetry.retention import prune_raw_samples
 
 START = datetime(2032, 3, 1, tzinfo=UTC)
 GPUS = 8

@@ -38,18 +38,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.contrib.auth.models import Group  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.db import connection
 
-from runs import blocks, ingest, partitions  # noqa: E402
-from runs.choices import AcceleratorType, BatchKind, RunStatus  # noqa: E402
-from runs.demo_series import PROFILES, Activity, raw_samples  # noqa: E402
-from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, IngestBatch, Node, Run  # noqa: E402
+from dashboard.demo.series import PROFILES, Activity, raw_samples
+from runs import ingest
+from runs.choices import AcceleratorType, BatchKind, RunStatus
+from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, IngestBatch, Node, Run
+from runs.telemetry import blocks, partitions
 
 TARGET = 40.0  # bytes per raw sample, indexes included (issue 21)
 STRETCH = 30.0

@@ -218,7 +218,7 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
 def chart_run(n: int):
     """One 8-GPU run of `n` samples at 1 Hz (ending now), a 1-second spike on GPU 3 at 2/3 of it."""
     from runs.models import GpuSample, Node
-    from runs.telemetry import store_gpu_samples
+    from runs.telemetry.store import store_gpu_samples
 
     run = make_runs(f"chart{int(time.time())}", 1, running=False)[0]
     node = Node.objects.get(attempt__run=run)
@@ -240,7 +240,7 @@ def bench_mlflow_and_charts(args: argparse.Namespace, tmp: Path) -> dict[str, fl
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    from runs import charts
+    from runs.telemetry import charts
 
     t = time.perf_counter()
     run, seconds, spike_second = chart_run(args.chart_samples)

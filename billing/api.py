@@ -15,9 +15,10 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import BaseModel, Field, field_validator
 
-from billing import egress, policies, reports, spend
 from billing.choices import GroupBy
-from billing.money import estimate
+from billing.costs import egress, reports, spend
+from billing.policies import budget as policies
+from billing.prices.money import estimate
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs.api import ERRORS, batch_runs
 from runs.choices import RunSource

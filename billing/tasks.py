@@ -5,7 +5,9 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import IntegrityError, OperationalError
 
-from billing import enforcement, rollups, usage_source
+from billing.costs import rollups
+from billing.policies import enforcement
+from billing.reconcile import usage_source
 
 
 # Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*").

@@ -1,6 +1,8 @@
 from django.urls import path
 
-from billing import policy_views, reconcile_views, views
+from billing import views
+from billing.policies import views as policy_views
+from billing.reconcile import views as reconcile_views
 
 urlpatterns = [
     path("", views.cost_overview, name="cost_overview"),

@@ -19,12 +19,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from billing import charts, history, reports, spend
 from billing.choices import GroupBy
+from billing.costs import charts, reports, spend
 from billing.forms import PRICE_FORMS, CostFilterForm, PriceUploadForm, can_edit_prices
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
-from billing.money import estimate
-from billing.pricebook import export_price_csv, load_price_csv
+from billing.prices import history
+from billing.prices.money import estimate
+from billing.prices.pricebook import export_price_csv, load_price_csv
 from dashboard import access
 from dashboard.csv_export import csv_response as export_csv
 

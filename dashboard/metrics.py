@@ -20,9 +20,9 @@ from datetime import datetime, timedelta
 from django.db.models import Avg, Count, Sum
 from django.utils import timezone
 
-from billing import reports, spend
+from billing.costs import reports, spend
 from billing.models import CostDaily
-from billing.money import month_start, to_cents
+from billing.prices.money import month_start, to_cents
 from runs.choices import BatchStatus, RunStatus
 from runs.models import CollectorState, GpuMinute, IngestBatch, Run
 

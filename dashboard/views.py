@@ -14,15 +14,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from billing.spend import TeamMonth, team_month
+from billing.costs.spend import TeamMonth, team_month
 from dashboard import access, ratelimit
 from dashboard.csv_export import csv_response
+from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
 from dashboard.redaction import redact
 from runs import glance
 from runs.choices import RunStatus
-from runs.demo_constants import DEMO_USERNAME, demo_password, is_embedded_default
 from runs.models import CollectorState, MlflowRun, Run
-from runs.stalls import run_stalls
+from runs.telemetry.stalls import run_stalls
 
 # How far back the overview's failure panel looks.
 FAILURE_WINDOW = timedelta(days=7)

@@ -28,11 +28,11 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from billing.policies import naming_problem
+from billing.policies.budget import naming_problem
 from dashboard.api import Access, InvalidRows, bearer, read_auth
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
-from runs.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
+from runs.launch.workload import WorkloadError
 from runs.models import MAX_RUNTIME, Attempt, IngestBatch, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
@@ -50,7 +50,7 @@ from runs.schemas import (
     Timestamp,
     UpsertOut,
 )
-from runs.workload import WorkloadError
+from runs.telemetry.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
 
 router = Router(tags=["runs"])
 

@@ -15,8 +15,8 @@ from typing import Any
 from django.db.models import Avg
 
 from dashboard.figures import base_layout
-from runs.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure
 from runs.models import GpuMinute, MetricPoint, Run
+from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure
 
 MAX_RUNS = 10
 # The fields of a run compared beside its parameters: what differs between two tries.

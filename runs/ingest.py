@@ -35,7 +35,7 @@ from runs.choices import (
     accelerator_count_problem,
 )
 from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
-from runs.telemetry import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows
+from runs.telemetry.store import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class UpsertResult:
 
 def with_workload(data: dict[str, Any]) -> dict[str, Any]:
     """Validate `workload_yaml` (raising WorkloadError) and fill fields the caller left out from it."""
-    from runs.workload import parse_workload
+    from runs.launch.workload import parse_workload
 
     text = data.get("workload_yaml") or ""
     if not text.strip():
@@ -448,7 +448,7 @@ def process_batch(batch_id: int) -> StoreResult | None:
 
 def derive_network_egress(points: list[MetricPoint]) -> int:
     """Refresh the derived egress of the runs whose network counters are among `points`."""
-    from billing import egress
+    from billing.costs import egress
 
     days: dict[int, set] = {}
     for point in points:

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from runs import demo_live, ingest
+from runs import ingest
 
 # Batches are idempotent on natural keys, so a task whose worker died is safely re-run:
 # late acknowledgement plus reject-on-worker-lost puts it back on the queue.
@@ -37,7 +37,7 @@ def ingest_metrics(batch_id: int) -> None:
 @shared_task(name="runs.ingest_agent_batch", **BATCH_TASK_OPTIONS)
 def ingest_agent_batch(payload: dict) -> None:
     """A GPU node agent's batch (it has broker access but no API key): recorded, then written."""
-    from runs import agent_ingest
+    from runs.telemetry import agent_ingest
 
     agent_ingest.ingest_agent_batch(payload)
 
@@ -83,12 +83,6 @@ def collect_logs() -> int:
     return logsource.collect_once().items
 
 
-@shared_task(name="runs.collect_live_demo", **COLLECT_OPTIONS)
-def collect_live_demo() -> int:
-    """A minute of the demo fleet (a no-op outside a demo workspace); returns the runs it moved."""
-    return demo_live.tick().runs
-
-
 # Retention: idempotent (deletes only what is past the cutoff), so a lost worker re-runs it.
 @shared_task(
     name="runs.prune_telemetry",
@@ -99,7 +93,7 @@ def collect_live_demo() -> int:
 )
 def prune_telemetry() -> int:
     """Delete raw GPU samples older than AIRBOARD_TELEMETRY_RAW_DAYS; rollups are kept."""
-    from runs import retention
+    from runs.telemetry import retention
 
     return retention.prune_raw_samples().deleted
 
@@ -115,7 +109,7 @@ def prune_telemetry() -> int:
 )
 def compact_telemetry() -> int:
     """Fold raw samples older than AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES into blocks; returns samples folded."""
-    from runs import blocks
+    from runs.telemetry import blocks
 
     return blocks.compact_samples().samples
 
@@ -135,7 +129,7 @@ def compact_telemetry() -> int:
 )
 def maintain_telemetry_partitions() -> int:
     """PostgreSQL: create the daily partitions of both raw tables ahead; returns how many were made."""
-    from runs import partitions
+    from runs.telemetry import partitions
 
     return sum(len(partitions.ensure_partitions(table=table)) for table in partitions.ALL_TABLES)
 
@@ -154,7 +148,7 @@ def maintain_telemetry_partitions() -> int:
 )
 def classify_run(run_id: int) -> str:
     """Classify a failed run's logs and store the verdict; '' when the run is gone."""
-    from runs import postmortem
+    from runs.failures import postmortem
     from runs.models import Run
 
     run = Run.objects.filter(pk=run_id).first()

@@ -1,6 +1,8 @@
 from django.urls import path
 
-from runs import cluster_views, postmortem_views, views
+from runs import views
+from runs.clusters import views as cluster_views
+from runs.failures import views as postmortem_views
 
 urlpatterns = [
     path("", views.run_list, name="run_list"),

@@ -25,15 +25,16 @@ from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
-from billing.engine import run_cost
+from billing.costs.engine import run_cost
 from dashboard import access
 from dashboard.csv_export import cell, csv_response
-from runs import cancel, charts, compare, glance
-from runs import fleet as fleet_queries
+from runs import cancel, compare, glance
 from runs.choices import AcceleratorType, CancelOutcome, Region, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run
 from runs.schemas import DATE_BOUNDS, EARLIEST, LATEST
+from runs.telemetry import charts
+from runs.telemetry import fleet as fleet_queries
 
 # Sort keys the run list accepts (a leading "-" reverses), mapped to the ORM field. Anything
 # else in ?sort= is ignored: no user-chosen column names reach order_by().

@@ -14,7 +14,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runs.demo_constants import DEMO_PASSWORD_FILE, DEMO_USERNAME
+from dashboard.demo.constants import DEMO_PASSWORD_FILE, DEMO_USERNAME
 
 CHROMIUM = os.environ.get("AIRBOARD_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -12,14 +12,14 @@ import pytest
 import time_machine
 from django.core.management import call_command
 
-from billing import rollups
 from billing.choices import SpentAction
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, UsagePolicy
-from billing.policies import admit_yaml
+from billing.policies.budget import admit_yaml
 from dashboard.models import ApiKeyRole
 from runs.choices import RunStatus
-from runs.launcher import admit
-from runs.workload import parse_workload
+from runs.launch.launcher import admit
+from runs.launch.workload import parse_workload
 from tests.conftest import T0, make_run
 
 NOW = T0 + timedelta(days=3)

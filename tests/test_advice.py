@@ -9,8 +9,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from runs.advice import RULE_IDS, advise, findings_for
 from runs.choices import AcceleratorType, RunSource, RunStatus
+from runs.clusters.advice import RULE_IDS, advise, findings_for
 from runs.models import Cluster, GpuMinute, LogChunk, Node, Run
 from tests.conftest import T0, World, make_run
 

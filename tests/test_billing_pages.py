@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 import time_machine
 
-from billing import rollups
 from billing.choices import EgressOrigin
+from billing.costs import rollups
 from billing.models import CostDaily, EgressPrice, EgressRecord
 from tests.conftest import World, make_run
 

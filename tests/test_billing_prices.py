@@ -9,7 +9,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 
 from billing.models import AcceleratorPrice, InstancePrice, PriceChange
-from billing.pricebook import COLUMNS
+from billing.prices.pricebook import COLUMNS
 from tests.conftest import World
 
 HEADER = ",".join(COLUMNS)

@@ -20,9 +20,11 @@ import time_machine
 from django.core import mail
 from django.db import connection
 
-from billing import alerts, enforcement, policies, rollups
 from billing.choices import AlertKind, ChannelKind, DeliveryStatus
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, AlertChannel, BudgetAlert, Delivery, UsagePolicy
+from billing.policies import alerts, enforcement
+from billing.policies import budget as policies
 from tests.conftest import T0, make_run
 
 # T0 is 2026-11-02 09:00 UTC; the policy's month starts on the 1st.

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from runs import charts
 from runs.choices import RunStatus
 from runs.models import Attempt, GpuMinute, GpuSample, MetricPoint, Node, Run
+from runs.telemetry import charts
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

@@ -19,9 +19,9 @@ from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.classify import ANSI_CSI, MAX_SCAN_CHARS, classify_lines, classify_text
-from runs.classify_corpus import Case, accuracy, false_alarms, load_corpus, report, score
-from runs.classify_rules import CLASSES
+from runs.failures.classify import ANSI_CSI, MAX_SCAN_CHARS, classify_lines, classify_text
+from runs.failures.corpus import Case, accuracy, false_alarms, load_corpus, report, score
+from runs.failures.rules import CLASSES
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "data" / "failures"

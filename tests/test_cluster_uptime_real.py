@@ -17,16 +17,16 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from billing import rollups
-from billing.engine import run_costs
+from billing.costs import rollups
+from billing.costs.engine import run_costs
+from billing.costs.run_costs import cluster_uptime
 from billing.models import CostDaily, InstancePrice
-from billing.run_costs import cluster_uptime
 from runs.choices import RunSource
-from runs.clusters import cluster_costs
+from runs.clusters.costs import cluster_costs
 from runs.collectors.cluster_events import collect_events, parse_events, store_events
 from runs.collectors.runsource import cluster_fields
 from runs.models import Cluster, ClusterEvent
-from runs.uptime import stretches
+from runs.models.uptime import stretches
 from tests.conftest import World, make_run
 
 DATA = Path(__file__).parent / "data" / "databricks"

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from billing.models import AcceleratorPrice, InstancePrice
 from runs.choices import RunSource
-from runs.clusters import access_mode, cluster_costs, instance_gpus, serverless_equivalent, team_totals
+from runs.clusters.costs import access_mode, cluster_costs, instance_gpus, serverless_equivalent, team_totals
 from runs.models import Cluster, ClusterEvent, GpuMinute, Node
 from tests.conftest import T0, World, make_run
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.core.management.base import CommandError
 
-from billing.costs import estimate_costs_for_runs
+from billing.costs.serverless import estimate_costs_for_runs
+from dashboard.databricks_cli import jobs_argv
 from runs.choices import RunSource, RunStatus
 from runs.collectors import runsource
-from runs.collectors.databricks_cli import jobs_argv
 from runs.collectors.jobs_records import (
     EnvelopeError,
     RunKind,

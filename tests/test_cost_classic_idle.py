@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing.choices import PriceKind
-from billing.costs import PricePeriod, estimate_run_cost
+from billing.costs.run_costs import breakdowns_for_runs, combined_rate, idle_hours
+from billing.costs.serverless import PricePeriod, estimate_run_cost
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice
-from billing.run_costs import breakdowns_for_runs, combined_rate, idle_hours
 from runs.choices import RunSource
 from runs.models import Attempt, Cluster, GpuMinute, Node
 from tests.conftest import T0, World, make_run
@@ -173,13 +173,13 @@ def test_a_shared_cluster_is_billed_once_split_by_who_was_running(world: World) 
     # Priced alone (a page showing one run), a run still gets only its share.
     assert breakdowns_for_runs([b], now=T0 + timedelta(days=1))[b.pk].compute == Decimal("30.00")
     # The cluster page's uptime cost is what the runs' shares add up to.
-    from runs.clusters import cluster_costs
+    from runs.clusters.costs import cluster_costs
 
     assert cluster_costs([cluster], now=T0 + timedelta(days=1))[0].uptime_cost == Decimal("50.00")
 
 
 def test_shares_that_do_not_divide_evenly_still_add_up_exactly(world: World) -> None:
-    from billing import rollups
+    from billing.costs import rollups
     from billing.models import CostDaily
 
     # Three runs through one hour at $10/h: 1e9 quanta of 1e-9 h do not split in three.

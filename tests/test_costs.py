@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pytest_django import DjangoAssertNumQueries
 
-from billing import rollups
-from billing.costs import CostLine, compute_cost, estimate_costs_for_runs, estimate_run_cost
+from billing.costs import rollups
+from billing.costs.serverless import CostLine, compute_cost, estimate_costs_for_runs, estimate_run_cost
+from billing.costs.spend import team_month
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
-from billing.money import HOURS_QUANTUM, PricePeriod, billed_hours, egress_cost, split_billed_hours
-from billing.spend import team_month
+from billing.prices.money import HOURS_QUANTUM, PricePeriod, billed_hours, egress_cost, split_billed_hours
 from runs.choices import AcceleratorType, RunStatus
 from runs.models import Attempt, Run
 from tests.conftest import T0, World, make_run

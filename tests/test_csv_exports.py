@@ -16,7 +16,7 @@ from billing.models import PriceChange, UsagePolicy
 from dashboard.csv_export import cell, csv_response
 from runs.choices import RunStatus
 from runs.models import Cluster, CollectorState, GpuSample, Node
-from runs.telemetry import store_gpu_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

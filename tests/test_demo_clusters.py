@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from runs.advice import RULE_IDS
-from runs.demo_clusters import TRIGGERS
-from runs.demo_write import seed_demo
+from dashboard.demo.clusters import TRIGGERS
+from dashboard.demo.write import seed_demo
+from runs.clusters.advice import RULE_IDS
 from runs.models import Cluster
 
 

@@ -9,12 +9,12 @@ import pytest
 from django.db.models import Max
 from django.utils import timezone
 
+from dashboard.demo import live as demo_live
+from dashboard.demo.write import seed_demo
 from dashboard.schedule import BEAT_SCHEDULE
-from runs import demo_live
+from dashboard.tasks import collect_live_demo
 from runs.choices import BatchStatus, RunStatus
-from runs.demo_write import seed_demo
 from runs.models import GpuMinute, GpuSample, IngestBatch, LogChunk, MetricPoint, Run
-from runs.tasks import collect_live_demo
 from tests.conftest import World, make_run, wait_for
 
 

@@ -7,9 +7,9 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from billing import policies
 from billing.models import BudgetAlert, UsagePolicy
-from runs.demo import TEAMS
+from billing.policies import budget as policies
+from dashboard.demo.seed import TEAMS
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from runs import charts
-from runs.downsample import MAX_POINTS, choose_tier, minmax_buckets
 from runs.models import GpuHour, GpuMinute, GpuSample, Node
-from runs.telemetry import store_gpu_samples
+from runs.telemetry import charts
+from runs.telemetry.downsample import MAX_POINTS, choose_tier, minmax_buckets
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 

@@ -9,13 +9,13 @@ import pytest
 import time_machine
 from django.test import Client
 
-from billing import egress, rollups
 from billing.choices import EgressOrigin
-from billing.costs import estimate_run_cost
+from billing.costs import egress, rollups
+from billing.costs.serverless import estimate_run_cost
 from billing.models import AcceleratorPrice, CostDaily, EgressPrice, EgressRecord
 from runs.choices import BatchStatus
 from runs.models import IngestBatch, MetricPoint, Run
-from runs.telemetry import store_metric_points
+from runs.telemetry.store import store_metric_points
 from tests.conftest import T0, World, make_run, wait_for
 
 BOOK = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from billing.alerts import sign
 from billing.models import AlertChannel, UsagePolicy
+from billing.policies.alerts import sign
 from dashboard.fields import decrypt, encrypt
 
 SLACK_URL = "https://hooks.slack.com/services/T0001/B0002/abcdefghijklmnopqrstuvwx"

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from billing import enforcement, rollups
 from billing.choices import EnforcementKind, EnforcementOutcome, SpentAction
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, PolicyAction, UsagePolicy
+from billing.policies import enforcement
 from dashboard.schedule import BEAT_SCHEDULE
 from runs.choices import RunEventKind, RunSource, RunStatus
 from runs.models import GpuMinute, Node, Run, RunEvent

@@ -10,8 +10,8 @@ import pytest
 
 from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunStatus
+from runs.failures.postmortem import classify_run
 from runs.models import Attempt, GpuSample, Node, Run
-from runs.postmortem import classify_run
 from tests.conftest import T0, World, make_run
 from tests.test_postmortem import NCCL_WATCHDOG, OOM, add_log, failed_run
 

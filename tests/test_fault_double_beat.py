@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from billing import alerts, policies, rollups
 from billing.choices import ChannelKind, DeliveryStatus
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, AlertChannel, BudgetAlert, CostDaily, Delivery, UsagePolicy
-from billing.money import month_start
+from billing.policies import alerts
+from billing.policies import budget as policies
+from billing.prices.money import month_start
 from billing.tasks import enforce_policies, roll_up_costs
 from runs.models import Run
 from tests.conftest import World, make_run, start_worker, stop_worker, wait_for

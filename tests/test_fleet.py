@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from runs.choices import AcceleratorType, RunStatus
 from runs.models import GpuHour, GpuSample, Node
-from runs.telemetry import store_gpu_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

@@ -9,13 +9,13 @@ import pytest
 import time_machine
 from django.urls import reverse
 
-from billing.engine import run_cost
+from billing.costs.engine import run_cost
 from billing.models import AcceleratorPrice
 from billing.templatetags.billing_tags import usd
 from runs import glance
 from runs.choices import RunStatus
 from runs.models import GpuSample
-from runs.telemetry import store_gpu_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

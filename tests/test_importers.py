@@ -15,9 +15,10 @@ from django.core.management.base import CommandError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs import charts
 from runs.choices import RunSource, TelemetrySource
-from runs.importers import (
+from runs.models import GpuMinute, GpuSample
+from runs.telemetry import charts
+from runs.telemetry.importers import (
     DCGM_FP64_BLANK,
     DCGM_INT32_BLANK,
     DCGM_INT64_BLANK,
@@ -30,7 +31,6 @@ from runs.importers import (
     parse_prometheus_line,
     parse_telemetry,
 )
-from runs.models import GpuMinute, GpuSample
 from tests.conftest import World, make_run
 
 DATA = Path(__file__).resolve().parent / "data" / "telemetry"

@@ -21,10 +21,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from runs.choices import RunEventKind, RunSource, RunStatus
-from runs.launcher import child_env, launch_problems, render_command
+from runs.launch.launcher import child_env, launch_problems, render_command
+from runs.launch.workload import parse_workload
 from runs.logs import chunk_texts
 from runs.models import LogChunk, Run, RunEvent
-from runs.workload import parse_workload
 from tests.conftest import ROOT, database_url_for_test_db, wait_for
 
 DATA = Path(__file__).parent / "data" / "launch"
@@ -314,7 +314,7 @@ def test_each_attempt_gets_its_own_mlflow_run(world, tmp_path: Path, settings) -
 
 # --- The demo workloads `make run` can launch -------------------------------------------------
 
-DEMOS = ROOT / "runs" / "demo_workloads"
+DEMOS = ROOT / "dashboard" / "demo" / "workloads"
 
 
 @pytest.mark.parametrize("name", ["succeed.yaml", "fail.yaml", "timeout.yaml"])

@@ -19,9 +19,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from billing import rollups
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, CostDailyTeam, InstancePrice, UsagePolicy
-from billing.money import to_cents
+from billing.prices.money import to_cents
 from dashboard.management.commands import runall
 from runs.choices import RunSource, RunStatus
 from runs.models import Cluster, ClusterEvent, GpuMinute, Node, Run

@@ -20,13 +20,14 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing import policies, reports, rollups, spend
-from billing.engine import run_costs
+from billing.costs import reports, rollups, spend
+from billing.costs.engine import run_costs
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice, UsagePolicy
-from billing.money import to_cents
+from billing.policies import budget as policies
+from billing.prices.money import to_cents
 from dashboard.metrics import spend_by_team_and_policy
 from runs.choices import RunSource, RunStatus
-from runs.clusters import cluster_costs
+from runs.clusters.costs import cluster_costs
 from runs.models import Attempt, Cluster, ClusterEvent, GpuMinute, Node, Run
 from tests.conftest import World, make_run
 

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from billing import policies
 from billing.models import UsagePolicy
+from billing.policies import budget as policies
 from tests.conftest import World
 
 SCRIPTS = ('<script src="/static/vendor/plotly.min.js" defer></script>', '<script src="/static/js/charts.js" defer>')

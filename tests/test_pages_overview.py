@@ -9,11 +9,11 @@ import time_machine
 from django.test import Client
 from django.urls import reverse
 
-from billing import rollups
+from billing.costs import rollups
 from billing.models import AcceleratorPrice
+from dashboard.demo.constants import demo_password
 from dashboard.management.commands.runall import seeds_demo
 from runs.choices import RunStatus
-from runs.demo_constants import demo_password
 from runs.models import Run
 from tests.conftest import PASSWORD, T0, World, make_run
 

@@ -17,11 +17,11 @@ from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
 from dashboard.schedule import BEAT_SCHEDULE
-from runs import partitions
 from runs.models import GpuHour, GpuMinute, GpuSample, Node, Run
-from runs.retention import prune_raw_samples
 from runs.tasks import maintain_telemetry_partitions
-from runs.telemetry import store_gpu_samples
+from runs.telemetry import partitions
+from runs.telemetry.retention import prune_raw_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import World, make_run
 
 pytestmark = pytest.mark.django_db

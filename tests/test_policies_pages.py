@@ -9,8 +9,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from billing import policies
 from billing.models import AlertChannel, PolicyVersion, UsagePolicy
+from billing.policies import budget as policies
 
 
 @pytest.fixture

@@ -10,9 +10,11 @@ import pytest
 import time_machine
 from django.urls import reverse
 
-from billing import policies, policy_split, rollups
-from billing.engine import run_cost
+from billing.costs import rollups
+from billing.costs.engine import run_cost
 from billing.models import AcceleratorPrice, Admission, UsagePolicy
+from billing.policies import budget as policies
+from billing.policies import split as policy_split
 from billing.templatetags.billing_tags import usd
 from tests.conftest import T0, World, make_run
 

@@ -12,8 +12,8 @@ from django.db import transaction
 
 from runs import ingest
 from runs.choices import RunEventKind, RunStatus
+from runs.failures.postmortem import classify_run, line_timestamp, signature
 from runs.models import Attempt, FailureAnalysis, GpuMinute, LogChunk, Node, Run, RunEvent
-from runs.postmortem import classify_run, line_timestamp, signature
 from tests.conftest import T0, World, make_run, wait_for
 
 NCCL_WATCHDOG = (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runs.choices import PostMortemStatus
+from runs.failures.postmortem import classify_run, format_action_items, parse_action_items, render_markdown
 from runs.models import PostMortem
-from runs.postmortem import classify_run, format_action_items, parse_action_items, render_markdown
 from tests.conftest import World, make_run
 from tests.test_postmortem import OOM, add_log, failed_run
 

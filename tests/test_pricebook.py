@@ -14,15 +14,9 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from billing.costs import estimate_costs_for_runs
+from billing.costs.serverless import estimate_costs_for_runs
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice
-from billing.pricebook import (
-    COLUMNS,
-    DEFAULT_PRICE_FILE,
-    export_price_csv,
-    load_default_prices,
-    load_price_csv,
-)
+from billing.prices.pricebook import COLUMNS, DEFAULT_PRICE_FILE, export_price_csv, load_default_prices, load_price_csv
 from runs.choices import AcceleratorType, Region
 from tests.conftest import T0, World, make_run
 

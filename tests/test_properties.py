@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.downsample import minmax_buckets
+from runs.telemetry.downsample import minmax_buckets
 
 values = st.one_of(st.none(), st.floats(min_value=-1e6, max_value=1e6, allow_nan=False))
 

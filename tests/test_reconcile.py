@@ -14,8 +14,9 @@ import time_machine
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from billing import reconcile, rollups
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, BilledUsage, BillingListPrice
+from billing.reconcile import matching as reconcile
 from runs.choices import RunSource
 from tests.conftest import T0, World, make_run
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from billing import reconcile
 from billing.choices import RecordType
 from billing.models import BilledUsage
+from billing.reconcile import matching as reconcile
 from runs.choices import AcceleratorType
 from tests.conftest import T0, World, make_run
 

@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import charts
 from runs.models import GpuHour, GpuMinute, GpuSample, Node
-from runs.retention import prune_raw_samples
-from runs.telemetry import store_gpu_samples
+from runs.telemetry import charts
+from runs.telemetry.retention import prune_raw_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

@@ -25,8 +25,8 @@ from billing.choices import EnforcementKind, EnforcementOutcome
 from billing.models import AcceleratorPrice, PolicyAction, UsagePolicy
 from dashboard.models import ApiKeyRole
 from runs.choices import AcceleratorType, RunOrigin, RunStatus
+from runs.failures.postmortem import classify_run
 from runs.models import GpuSample, MetricPoint
-from runs.postmortem import classify_run
 from tests.conftest import T0, World, make_run
 from tests.mlflow_server import MlflowServer, mlflow_server  # noqa: F401 (fixture)
 

@@ -10,8 +10,8 @@ import time_machine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing import rollups
-from billing.costs import estimate_costs_for_runs
+from billing.costs import rollups
+from billing.costs.serverless import estimate_costs_for_runs
 from billing.models import (
     AcceleratorPrice,
     CostDaily,
@@ -22,7 +22,7 @@ from billing.models import (
     RollupState,
     RunCostSpan,
 )
-from billing.money import exact_sum
+from billing.prices.money import exact_sum
 from billing.tasks import roll_up_costs
 from runs import ingest
 from runs.choices import RunOrigin

@@ -6,11 +6,11 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Group
 
-from billing.charts import SANKEY_LINK, egress_sankey_figure
+from billing.costs.charts import SANKEY_LINK, egress_sankey_figure
 from billing.forms import CostFilterForm
 from billing.models import Delivery
-from runs.advice import RULE_IDS, RULE_TITLES
 from runs.choices import Region
+from runs.clusters.advice import RULE_IDS, RULE_TITLES
 
 
 @pytest.mark.django_db

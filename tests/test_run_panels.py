@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from runs import charts
 from runs.choices import RunEventKind
 from runs.models import GpuSample, RunEvent
-from runs.telemetry import store_gpu_samples
+from runs.telemetry import charts
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from billing.models import AcceleratorPrice
-from billing.pricebook import export_price_csv, load_price_csv
+from billing.prices.pricebook import export_price_csv, load_price_csv
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

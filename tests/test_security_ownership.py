@@ -27,16 +27,18 @@ from django.test import Client
 
 from agent.buffer import DiskBuffer
 from agent.shipper import Shipper, make_celery_app
-from billing import enforcement, reconcile, rollups
 from billing.choices import SpentAction
+from billing.costs import rollups
 from billing.models import AcceleratorPrice, BilledUsage, PolicyAction, UsagePolicy
+from billing.policies import enforcement
+from billing.reconcile import matching as reconcile
 from dashboard.models import ApiKey, ApiKeyRole
 from runs import ingest
-from runs.agent_ingest import ingest_agent_payload
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.collectors.logsource import RefusedPath, open_inside
 from runs.collectors.mlflow import claims
 from runs.models import CollectorState, GpuSample, LogChunk, Run, RunEvent
+from runs.telemetry.agent_ingest import ingest_agent_payload
 from tests.conftest import T0, World, make_run
 
 BIN = Path(__file__).resolve().parent / "bin"

@@ -17,9 +17,9 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import alerts
 from billing.choices import ChannelKind, DeliveryStatus
 from billing.models import AlertChannel, Delivery, UsagePolicy
+from billing.policies import alerts
 from dashboard import outbound
 
 NOTICE = alerts.Notice("[Airboard] test", "text", {"event": "test"})

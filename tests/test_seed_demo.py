@@ -20,16 +20,16 @@ from django.test import override_settings
 from pytest_django import DjangoDbBlocker
 
 from billing.models import EgressRecord
+from dashboard.demo.constants import demo_password
+from dashboard.demo.logs import FAILURES, LogContext, node_log
+from dashboard.demo.seed import DEMO_EMAIL_DOMAIN, TEAMS, build_plan
+from dashboard.demo.series import TrainingCurve
+from dashboard.demo.write import reset_demo, seed_demo
 from runs.choices import GPUS_PER_NODE, AcceleratorType, Region, RunSource, RunStatus, TelemetrySource
-from runs.classify import classify_text
-from runs.demo import DEMO_EMAIL_DOMAIN, TEAMS, build_plan
-from runs.demo_constants import demo_password
-from runs.demo_logs import FAILURES, LogContext, node_log
-from runs.demo_series import TrainingCurve
-from runs.demo_write import reset_demo, seed_demo
+from runs.failures.classify import classify_text
+from runs.launch.workload import parse_workload
 from runs.logs import chunk_texts
 from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
-from runs.workload import parse_workload
 from tests.conftest import make_run
 
 NOW = datetime(2026, 3, 12, 15, 0, tzinfo=UTC)  # a Thursday afternoon

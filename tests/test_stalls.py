@@ -11,7 +11,7 @@ import time_machine
 from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunStatus, StallKind
 from runs.models import GpuSample, Node, Run
-from runs.stalls import gpu_stalls, is_hung, run_stalls
+from runs.telemetry.stalls import gpu_stalls, is_hung, run_stalls
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(minutes=45)

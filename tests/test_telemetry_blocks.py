@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from runs import blocks, charts, ingest, partitions, stalls
-from runs.blocks import compact_samples, decode_block, encode_block
+from runs import ingest
 from runs.choices import BatchKind, BatchStatus
 from runs.models import GpuHour, GpuMinute, GpuSample, GpuSampleBlock, IngestBatch, Node, Run
-from runs.retention import prune_raw_samples
-from runs.telemetry import store_gpu_samples
+from runs.telemetry import blocks, charts, partitions, stalls
+from runs.telemetry.blocks import compact_samples, decode_block, encode_block
+from runs.telemetry.retention import prune_raw_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Avg, Count, Max, Min
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, Node, Run
-from runs.telemetry import store_gpu_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db

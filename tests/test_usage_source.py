@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from billing import usage_source
 from billing.models import BilledUsage, BillingListPrice
+from billing.reconcile import usage_source
 from billing.tasks import import_billed_usage
 from tests.conftest import World, make_run
 
@@ -100,7 +100,7 @@ def test_statement_rows_with_errors_name_the_line_and_write_nothing(world: World
     position = [c["name"] for c in payload["manifest"]["schema"]["columns"]].index("usage_quantity")
     payload["result"]["data_array"][1][position] = "lots"
     text = usage_source.statement_csv(payload)
-    from billing import reconcile
+    from billing.reconcile import matching as reconcile
 
     result = reconcile.import_usage(io.StringIO(text, newline=""))
     assert [str(e) for e in result.errors] == ["line 3: usage_quantity 'lots' is not a number"]

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 from django import template
 
-from billing.money import BYTES_PER_GB, format_usd
-from billing.reports import decimal_str
+from billing.costs.reports import decimal_str
+from billing.prices.money import BYTES_PER_GB, format_usd
 
 register = template.Library()
 

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runs.choices import GPUS_PER_NODE, AcceleratorType
-from runs.clusters import instance_gpus
+from runs.clusters.costs import instance_gpus
 
 
 class RunKind:

@@ -31,9 +31,9 @@ from django.db.models import Max, Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
+from dashboard.databricks_cli import CollectorError
 from runs.choices import CollectorKind, RunEventKind, RunOrigin, RunStatus
 from runs.collectors.air_logs import fetch_node_log, mlflow_node_log
-from runs.collectors.databricks_cli import CollectorError
 from runs.collectors.mlflow_client import MlflowSource
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, append_log_chunk, clean_log_text, node_for

@@ -33,13 +33,13 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 
-from runs import blocks
 from runs.choices import CollectorKind, RunOrigin, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import derive_network_egress, node_for
 from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Node, Run
-from runs.telemetry import store_gpu_samples, store_metric_points
+from runs.telemetry import blocks
+from runs.telemetry.store import store_gpu_samples, store_metric_points
 
 NOT_CONFIGURED = "mlflow: not configured (set MLFLOW_TRACKING_URI)"
 # MLflow run statuses in which a run may still log: re-read on every pass until they end.

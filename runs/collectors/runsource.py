@@ -38,10 +38,10 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
 
+from dashboard.databricks_cli import CollectorError, RunSourceClient, client_from_settings
 from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
-from runs.clusters import cluster_gpus
+from runs.clusters.costs import cluster_gpus
 from runs.collectors.cluster_events import collect_events
-from runs.collectors.databricks_cli import CollectorError, RunSourceClient, client_from_settings
 from runs.collectors.jobs_records import (
     RunKind,
     accelerator_shape,

@@ -15,7 +15,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from runs.blocks import VALUE_FIELDS, decode_block, encode_block
+from runs.telemetry.blocks import VALUE_FIELDS, decode_block, encode_block
 
 TABLE = "runs_gpusampleblock"
 PLAIN = "runs_gpusampleblock_plain"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django import template
 
-from runs import stalls
 from runs.models import FailureAnalysis, Run
+from runs.telemetry import stalls
 
 register = template.Library()
 

@@ -27,9 +27,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from billing import rollups
+from billing.costs import rollups
 from billing.models import CostDaily, UsagePolicy
-from billing.policies import record_version
+from billing.policies.budget import record_version
 from runs.choices import RunStatus
 from runs.models import Attempt, GpuSample, LogChunk, Node, Run
 from tests.conftest import ROOT, World, make_run

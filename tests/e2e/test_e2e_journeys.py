@@ -14,10 +14,10 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from billing import policies
+from billing.policies import budget as policies
 from billing.templatetags.billing_tags import usd
 from runs.models import GpuSample, Node
-from runs.telemetry import store_gpu_samples
+from runs.telemetry.store import store_gpu_samples
 from tests.e2e.conftest import Browsing, Scene
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing import usage_source
-from billing.reconcile import ImportResult, import_usage
+from billing.reconcile import usage_source
+from billing.reconcile.matching import ImportResult, import_usage
 from dashboard.progress import Progress
 
 

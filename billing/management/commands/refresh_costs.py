@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from billing.rollups import refresh_changed
+from billing.costs.rollups import refresh_changed
 
 
 class Command(BaseCommand):

@@ -16,11 +16,11 @@ from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
+from dashboard.demo.constants import is_embedded_default
 from dashboard.env import env_int, env_str
-from runs.demo_constants import is_embedded_default
 
 QUEUES = "ingest,collect,billing,alerts"
-# Experiments of runs/demo_workloads/*.yaml: their runs show the demo was launched already.
+# Experiments of dashboard/demo/workloads/*.yaml: their runs show the demo was launched already.
 DEMO_WORKLOAD_EXPERIMENT_PREFIX = "/Workspace/Users/demo/launcher-"
 
 
@@ -112,7 +112,7 @@ class Command(BaseCommand):
         """
         from django.contrib.auth.models import User
 
-        from runs.demo_constants import DEMO_USERNAME
+        from dashboard.demo.constants import DEMO_USERNAME
         from runs.models import Run
 
         alice = User.objects.filter(username=DEMO_USERNAME).first()
@@ -121,7 +121,7 @@ class Command(BaseCommand):
         if team is None or already:
             return
         for name in ("succeed", "fail", "timeout"):
-            workload = settings.BASE_DIR / "runs" / "demo_workloads" / f"{name}.yaml"
+            workload = settings.BASE_DIR / "dashboard" / "demo" / "workloads" / f"{name}.yaml"
             cmd = [python, "manage.py", "launch", "-f", str(workload), "--team", team.name, "--user", alice.username]
             subprocess.Popen(cmd, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.stdout.write(f"Launched the demo workloads (succeed, fail, timeout) as local runs of team {team.name}.")

@@ -8,7 +8,7 @@ from argparse import ArgumentParser
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.advice import advise
+from runs.clusters.advice import advise
 from runs.models import Cluster, Run
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.workload import Problem, Workload, WorkloadError, parse_workload
+from runs.launch.workload import Problem, Workload, WorkloadError, parse_workload
 
 
 class Command(BaseCommand):
@@ -89,7 +89,7 @@ def _admission(workload: Workload, team_name: str, region: str | None) -> dict[s
     """Admission's decision as a dict; an unknown team is a deny like any other violation."""
     from django.contrib.auth.models import Group
 
-    from billing.policies import admit
+    from billing.policies.budget import admit
 
     team = Group.objects.filter(name=team_name).first()
     if team is None:

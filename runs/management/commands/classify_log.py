@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.classify import classify_text
+from runs.failures.classify import classify_text
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from dashboard.progress import Progress
+from runs.failures.postmortem import FAILED_STATUSES, classify_run
 from runs.models import Run
-from runs.postmortem import FAILED_STATUSES, classify_run
 
 
 class Command(BaseCommand):

@@ -24,7 +24,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dashboard.progress import Progress
 from runs.choices import RunSource, TelemetrySource
-from runs.importers import (
+from runs.ingest import node_for
+from runs.models import GpuSample, Run
+from runs.telemetry.importers import (
     DCGM_FORMATS,
     ParsedSample,
     ParseResult,
@@ -33,9 +35,7 @@ from runs.importers import (
     parse_telemetry,
     run_window,
 )
-from runs.ingest import node_for
-from runs.models import GpuSample, Run
-from runs.telemetry import store_gpu_samples
+from runs.telemetry.store import store_gpu_samples
 
 # Samples per store_gpu_samples call: bounds one transaction and its rollup refresh.
 STORE_CHUNK = 5000

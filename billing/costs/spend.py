@@ -1,0 +1,154 @@
+"""Spend as every surface reports it: the daily rollups plus what accrued since their last pass.
+
+The overview, `/costs/`, `GET /api/v1/costs`, `/metrics`, the policy pages and every CSV read
+money here (or `billing.reports`, which adds the same `accrual` rows), so a team's month is
+one number everywhere. The rollups are written by `billing.rollups` from
+`billing.run_costs.breakdowns_for_runs`, the same engine the run page reads.
+
+Accrual, computed once (`accrual`): runs whose cost grows with the clock
+(`rollups.accruing_run_ids`) priced now, less the same runs priced at the last rollup pass
+(what the rollups already hold), per UTC day and dimension tuple. With no pass yet the
+rollups are empty and the baseline is zero.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.models import Group
+from django.utils import timezone
+
+from billing.costs.rollups import DIMENSIONS, STATE_NAME, accruing_run_ids
+from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
+from billing.models import COST_AMOUNTS, CostDailyTeam, RollupState
+from billing.prices.money import ZERO, Figure, estimate, exact_difference, exact_sum, month_start, utc
+from runs.models import Run
+
+# DayBreakdown attribute for each rollup column.
+LINE_FOR_COLUMN = dict(zip(COST_AMOUNTS, ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours"), strict=True))
+
+
+def last_pass() -> datetime | None:
+    """When the rollups were last written (`billing.rollups.refresh_changed`), or None."""
+    return RollupState.objects.filter(name=STATE_NAME).values_list("last_run_at", flat=True).first()
+
+
+def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any]]:
+    """Spend the rollups have not seen yet, as rows shaped like CostDaily's values.
+
+    Each row: `day`, the DIMENSIONS, `team__name`, the COST_AMOUNTS and `unpriced` (reasons,
+    newline-separated). Two engine passes over the accruing runs only, whatever the month.
+    """
+    now = utc(now, "now")
+    ids = sorted(accruing_run_ids(team_ids))
+    if not ids:
+        return []
+    last = last_pass()
+    if last is not None and last >= now:
+        return []  # the rollups were written at (or after) this instant: nothing has accrued
+    runs = list(Run.objects.filter(pk__in=ids).select_related("team"))
+    current = breakdowns_for_runs(runs, now=now)
+    baseline: dict[int, RunBreakdown] = breakdowns_for_runs(runs, now=last) if last is not None else {}
+    rows: dict[tuple, dict[str, Any]] = {}
+    for run in runs:
+        before = {d.day: d for d in baseline[run.pk].days} if run.pk in baseline else {}
+        after = {d.day: d for d in current[run.pk].days}
+        dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
+        for day in sorted(set(before) | set(after)):
+            deltas = {
+                column: exact_difference(
+                    getattr(after[day], line) if day in after else ZERO,
+                    getattr(before[day], line) if day in before else ZERO,
+                )
+                for column, line in LINE_FOR_COLUMN.items()
+            }
+            if not any(deltas.values()):
+                continue
+            key = (day, *dims)
+            row = rows.setdefault(
+                key,
+                {"day": day, **dict(zip(DIMENSIONS, dims, strict=True)), "team__name": run.team.name,
+                 **dict.fromkeys(COST_AMOUNTS, ZERO), "unpriced": ""},
+            )  # fmt: skip
+            for column, value in deltas.items():
+                row[column] = exact_sum([row[column], value])
+            reasons = dict.fromkeys([*row["unpriced"].split("\n"), *current[run.pk].unpriced_reasons])
+            row["unpriced"] = "\n".join(r for r in reasons if r)
+    return list(rows.values())
+
+
+def accrual_between(rows: Sequence[dict[str, Any]], first: date, last: date) -> list[dict[str, Any]]:
+    """The accrual rows dated in [first, last]."""
+    return [row for row in rows if first <= row["day"] <= last]
+
+
+@dataclass(frozen=True)
+class TeamMonth:
+    """One team's spend this UTC month so far: rollups + accrual, and what the figure is."""
+
+    team_id: int
+    team_name: str
+    gpu_hours: Decimal
+    compute_usd: Decimal
+    egress_usd: Decimal
+    idle_usd: Decimal
+    unpriced_reasons: tuple[str, ...]
+    as_of: datetime
+
+    @property
+    def usd(self) -> Decimal:
+        return exact_sum([self.compute_usd, self.egress_usd])
+
+    @property
+    def unpriced(self) -> bool:
+        return bool(self.unpriced_reasons)
+
+    @property
+    def figure(self) -> Figure:
+        return estimate(self.usd, self.as_of, self.unpriced_reasons)
+
+
+def team_month(
+    team_ids: Iterable[int], now: datetime | None = None, accrued: Sequence[dict[str, Any]] | None = None
+) -> list[TeamMonth]:
+    """Each team's month to date, ordered by team name: a team with no spend gets zeros.
+
+    1. The month's `CostDailyTeam` rows up to today, per team (exact sums).
+    2. Plus `accrual` (pass it in when the caller already has it: it is computed once).
+    """
+    team_ids = list(team_ids)
+    as_of = utc(now or timezone.now(), "now")
+    first = month_start(as_of).date()
+    teams = list(Group.objects.filter(pk__in=team_ids).order_by("name").values_list("pk", "name"))
+    if not teams:
+        return []
+    sums: dict[int, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
+    reasons: dict[int, dict[str, None]] = defaultdict(dict)
+    rows = CostDailyTeam.objects.filter(team_id__in=team_ids, day__gte=first, day__lte=as_of.date())
+    for team_id, unpriced, *amounts in rows.values_list("team_id", "unpriced", *COST_AMOUNTS):
+        for column, value in zip(COST_AMOUNTS, amounts, strict=True):
+            sums[team_id][column].append(value)
+        reasons[team_id].update(dict.fromkeys(r for r in unpriced.split("\n") if r))
+    extra = accrual(team_ids, as_of) if accrued is None else accrued
+    for row in accrual_between(extra, first, as_of.date()):
+        for column in COST_AMOUNTS:
+            sums[row["team_id"]][column].append(row[column])
+        reasons[row["team_id"]].update(dict.fromkeys(r for r in row["unpriced"].split("\n") if r))
+    return [
+        TeamMonth(
+            team_id=team_id,
+            team_name=name,
+            gpu_hours=exact_sum(sums[team_id]["gpu_hours"]),
+            compute_usd=exact_sum(sums[team_id]["compute_usd"]),
+            egress_usd=exact_sum(sums[team_id]["egress_usd"]),
+            idle_usd=exact_sum(sums[team_id]["idle_usd"]),
+            unpriced_reasons=tuple(reasons[team_id]),
+            as_of=as_of,
+        )
+        for team_id, name in teams
+    ]

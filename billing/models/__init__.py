@@ -1,0 +1,53 @@
+"""Price book and egress records: the facts the cost engine reads.
+
+One module per concern; every model is importable from here, as before."""
+
+from __future__ import annotations
+
+from billing.models.costs import (
+    COST_AMOUNTS,
+    CostAmounts,
+    CostDaily,
+    CostDailyTeam,
+    EgressRecord,
+    RollupState,
+    RunCostSpan,
+)
+from billing.models.policies import (
+    Admission,
+    AlertChannel,
+    BudgetAlert,
+    Delivery,
+    PolicyAction,
+    PolicyVersion,
+    UsagePolicy,
+    default_alert_thresholds,
+    default_forecast_thresholds,
+)
+from billing.models.prices import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
+from billing.models.reconcile import BilledUsage, BillingListPrice
+
+__all__ = [
+    "COST_AMOUNTS",
+    "AcceleratorPrice",
+    "Admission",
+    "AlertChannel",
+    "BilledUsage",
+    "BillingListPrice",
+    "BudgetAlert",
+    "CostAmounts",
+    "CostDaily",
+    "CostDailyTeam",
+    "Delivery",
+    "EgressPrice",
+    "EgressRecord",
+    "InstancePrice",
+    "PolicyAction",
+    "PolicyVersion",
+    "PriceChange",
+    "RollupState",
+    "RunCostSpan",
+    "UsagePolicy",
+    "default_alert_thresholds",
+    "default_forecast_thresholds",
+]

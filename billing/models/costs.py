@@ -1,0 +1,152 @@
+"""Cost facts and rollups: egress records, daily costs per group and team, rollup state."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group
+from django.db import models
+
+from billing.choices import (
+    EgressOrigin,
+)
+from billing.fields import ExactDecimalField
+from runs.models import Run
+
+
+class EgressRecord(models.Model):
+    """Bytes a run moved across regions at a time."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="egress_records")
+    source_region = models.CharField(max_length=32)
+    destination_region = models.CharField(max_length=32)
+    bytes = models.BigIntegerField()
+    ts = models.DateTimeField()
+    origin = models.CharField(max_length=16, choices=EgressOrigin.choices, default=EgressOrigin.REPORTED)
+
+    class Meta:
+        constraints = [
+            # A resent egress record is a no-op. Origin is part of the key: derived records are
+            # replaced wholesale (billing.egress) and must never collide with reported ones.
+            models.UniqueConstraint(
+                fields=["run", "source_region", "destination_region", "ts", "origin"],
+                name="egressrecord_natural_key_origin",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.bytes} B {self.source_region}->{self.destination_region}"
+
+
+# The summed columns of the rollups, in the order pages and CSV exports show them.
+COST_AMOUNTS = ("compute_usd", "egress_usd", "idle_usd", "gpu_hours", "idle_gpu_hours")
+
+
+class CostAmounts(models.Model):
+    """The exact amounts a rollup row sums (abstract): money, GPU-hours and the runs counted."""
+
+    compute_usd = ExactDecimalField(default=0)
+    egress_usd = ExactDecimalField(default=0)
+    idle_usd = ExactDecimalField(default=0, help_text="Part of compute_usd: GPUs held but idle.")
+    gpu_hours = ExactDecimalField(default=0)
+    idle_gpu_hours = ExactDecimalField(default=0)
+    runs = models.PositiveIntegerField(default=0)
+    unpriced = models.TextField(
+        blank=True, help_text="What had no price, one reason a line: the amounts are then a lower bound."
+    )
+
+    class Meta:
+        abstract = True
+
+
+class CostDaily(CostAmounts):
+    """Estimated spend of one UTC day for one combination of dimensions; rebuilt by rollups."""
+
+    day = models.DateField()
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="cost_days")
+    creator = models.CharField(max_length=254, blank=True)
+    usage_policy_name = models.CharField(max_length=200, blank=True)
+    experiment_name = models.CharField(max_length=500, blank=True)
+    accelerator_type = models.CharField(max_length=32, blank=True)
+    region = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        constraints = [
+            # recompute_days writes each dimension tuple once per day; two racing writers fail here.
+            models.UniqueConstraint(
+                fields=[
+                    "day",
+                    "team",
+                    "creator",
+                    "usage_policy_name",
+                    "experiment_name",
+                    "accelerator_type",
+                    "region",
+                ],
+                name="costdaily_dimensions_unique",
+            ),
+        ]
+        indexes = [
+            # Cost pages and the API: a team's days in a date range (filtered by type or region).
+            models.Index(fields=["team", "day"], name="costdaily_team_day_idx"),
+            # recompute_days deletes whole days; staff pages read all teams by day range.
+            models.Index(fields=["day"], name="costdaily_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.team_id} {self.experiment_name}: ${self.compute_usd + self.egress_usd}"
+
+
+class CostDailyTeam(CostAmounts):
+    """One UTC day of one team's spend: the CostDaily rows of that day and team, summed exactly.
+
+    Written by `rollups.recompute_days` in the same transaction as CostDaily, so the two never
+    disagree. Month to date and the by-team and by-day sums without dimension filters read
+    this table: one row per team and day (about 20 x 31 a month) instead of one per
+    experiment, user, policy, type and region (up to one per run and day).
+    """
+
+    day = models.DateField()
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="cost_team_days")
+
+    class Meta:
+        constraints = [
+            # One row per day and team; recompute_days replaces whole days, racing writers fail here.
+            models.UniqueConstraint(fields=["day", "team"], name="costdailyteam_day_team_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.team_id}: ${self.compute_usd + self.egress_usd}"
+
+
+class RunCostSpan(models.Model):
+    """The UTC days a run's cost covered when it was last rolled up.
+
+    A run whose attempts, cluster or egress records move keeps only its new days in the
+    database; this remembers the old ones so the rollup rewrites them too (a retry whose
+    start was corrected from Monday to Tuesday must leave Monday's total).
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="cost_span")
+    first_day = models.DateField()
+    last_day = models.DateField()
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.first_day}..{self.last_day}"
+
+
+class RollupState(models.Model):
+    """Cursor and lease of a rollup: runs changed after `cursor` are rolled up next."""
+
+    name = models.CharField(max_length=64)
+    cursor = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True, help_text="Held by a worker until then.")
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    days_last_run = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The claim (a conditional UPDATE) targets one row by name.
+            models.UniqueConstraint(fields=["name"], name="rollupstate_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.cursor}"

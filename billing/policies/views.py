@@ -1,0 +1,214 @@
+"""Usage policy pages (`/costs/policies/`).
+
+Policy admins (`can_manage_policies`: staff or `billing.manage_policies`) see and edit every
+policy. Other users see their teams' policies read-only; any other policy answers 404, so a
+page never tells whether another team's policy exists.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from billing.models import AlertChannel, PolicyAction, UsagePolicy
+from billing.policies import budget as policies
+from billing.policies import split as policy_split
+from billing.policies.forms import ChannelForm, PolicyForm, can_manage_policies
+from dashboard import access
+from dashboard.csv_export import csv_response
+from runs.models import Run
+
+# Rows of the delivery, alert and action logs on a policy page.
+LOG_ROWS = 50
+
+
+def visible_policies(request: HttpRequest) -> QuerySet[UsagePolicy]:
+    """Every policy for an admin; else those covering one of the user's teams."""
+    if can_manage_policies(request.user):
+        return UsagePolicy.objects.all()
+    return access.scope(UsagePolicy.objects.all(), request.user, "teams").distinct()
+
+
+def _policy(request: HttpRequest, pk: int) -> UsagePolicy:
+    return get_object_or_404(visible_policies(request).prefetch_related("teams"), pk=pk)
+
+
+def _require_admin(request: HttpRequest) -> None:
+    if not can_manage_policies(request.user):
+        raise PermissionDenied("Only policy admins change policies.")
+
+
+POLICY_CSV_HEADER = [
+    "name", "teams", "period_start", "period_end", "budget_usd", "spend_usd", "percent", "remaining_usd",
+    "forecast_usd", "action", "spend_figure", "forecast_figure",
+]  # fmt: skip
+
+
+@login_required
+def policy_list(request: HttpRequest) -> HttpResponse:
+    rows = []
+    visible = visible_policies(request).prefetch_related("teams").order_by("name")
+    if request.GET.get("format") == "csv":
+        statuses = (policies.evaluate(policy) for policy in visible)
+        return csv_response("policies.csv", POLICY_CSV_HEADER, (
+            [s.policy.name, ", ".join(t.name for t in s.policy.teams.all()) or "every team", s.period_start,
+             s.period_end, s.budget, s.spend, s.percent, s.remaining, s.forecast, s.policy.get_action_display(),
+             s.spend_figure.label, s.forecast_figure.label if s.forecast_figure else ""]
+            for s in statuses
+        ))  # fmt: skip
+    for policy in visible:
+        status = policies.evaluate(policy)
+        figure = policies.burn_down_figure(status)
+        rows.append({"policy": policy, "status": status, "figure": figure, "figure_id": f"burn-{policy.pk}"})
+    ctx = {"rows": rows, "can_manage": can_manage_policies(request.user), "current": "policy_list"}
+    return render(request, "billing/policy_list.html", ctx)
+
+
+def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> dict:
+    status = policies.evaluate(policy)
+    return {
+        "policy": policy,
+        "status": status,
+        "figure": policies.burn_down_figure(status),
+        "split": policy_split.split(policy, now=status.now, team_ids=viewer_team_ids(request)),
+        "channels": policy.channels.order_by("pk"),
+        "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
+        "alerts": policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")[:LOG_ROWS],
+        "actions": visible_actions(request, policy)[:LOG_ROWS],
+        "can_manage": can_manage_policies(request.user),
+        "show_delivery_errors": shows_delivery_errors(request),
+        "current": "policy_list",
+        **extra,
+    }
+
+
+def viewer_team_ids(request: HttpRequest) -> list[int] | None:
+    """The teams whose part of a policy the user sees: every team (None) for staff and policy admins."""
+    if can_manage_policies(request.user):
+        return None
+    return access.visible_team_ids(request.user)
+
+
+def visible_actions(request: HttpRequest, policy: UsagePolicy) -> QuerySet[PolicyAction]:
+    """What enforcement did to the runs the user may see: a policy shared by several teams
+    must not show one team's run ids (and cancel output) to the others."""
+    runs = Run.objects.for_user(request.user)
+    return policy.actions.filter(run__in=runs).select_related("run").order_by("-at", "-pk")
+
+
+def shows_delivery_errors(request: HttpRequest) -> bool:
+    """A delivery's network error is staff's to read: shown to a team, 'connection refused' versus
+    'timed out' would make the webhook form a scanner of the worker's network. Others see status."""
+    return access.sees_all_teams(request.user)
+
+
+def _detail_csv(request: HttpRequest, policy: UsagePolicy, table: str, show_errors: bool) -> HttpResponse:
+    """The policy page's logs, whole: alerts fired, deliveries (targets already redacted), actions."""
+    if table == "deliveries":
+        deliveries = policy.deliveries.order_by("-at", "-pk")
+        rows = [
+            (d.at, d.get_channel_kind_display(), d.target, d.get_status_display(), d.status_code, d.attempts, error)
+            for d in deliveries
+            for error in [d.error if show_errors else ""]
+        ]
+        header = ["at", "channel", "target", "status", "status_code", "attempts", "error"]
+    elif table == "actions":
+        rows = [
+            (a.at, a.run.external_id, a.get_kind_display(), a.get_outcome_display(), a.method, a.output_tail)
+            for a in visible_actions(request, policy)
+        ]
+        header = ["at", "run", "action", "outcome", "via", "output"]
+    else:
+        table = "alerts"
+        rows = [
+            (a.fired_at, a.get_kind_display(), a.threshold, a.spend_usd, a.forecast_usd, a.budget_usd)
+            for a in policy.alerts.filter(fired_at__isnull=False).order_by("-fired_at")
+        ]
+        header = ["fired_at", "kind", "threshold_percent", "spend_usd", "forecast_usd", "budget_usd"]
+    return csv_response(f"policy-{policy.name}-{table}.csv", header, rows)
+
+
+@login_required
+def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    if request.GET.get("format") == "csv":
+        return _detail_csv(request, policy, request.GET.get("table", "alerts"), shows_delivery_errors(request))
+    ctx = _detail_ctx(request, policy, channel_form=ChannelForm() if can_manage_policies(request.user) else None)
+    return render(request, "billing/policy_detail.html", ctx)
+
+
+@login_required
+def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    """Create (no pk) or edit a policy; every save that changes it stores a version."""
+    policy = _policy(request, pk) if pk is not None else None
+    _require_admin(request)
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            saved = form.save()
+            version = policies.record_version(saved, request.user, note="created" if policy is None else "edited")
+        if version is None:
+            messages.info(request, "Nothing changed.")
+        else:
+            messages.success(request, f"Saved {saved.name} as version {version.number}.")
+        return redirect("policy_detail", pk=saved.pk)
+    return render(request, "billing/policy_form.html", {"form": form, "policy": policy, "current": "policy_list"})
+
+
+@login_required
+def policy_versions(request: HttpRequest, pk: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    versions = policy.versions.select_related("user").order_by("-number")
+    ctx = {"policy": policy, "versions": versions, "can_manage": can_manage_policies(request.user),
+           "current": "policy_list"}  # fmt: skip
+    return render(request, "billing/policy_versions.html", ctx)
+
+
+@login_required
+@require_POST
+def policy_rollback(request: HttpRequest, pk: int, number: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    _require_admin(request)
+    version = policy.versions.filter(number=number).first()
+    if version is None:
+        raise Http404("No such version.")
+    new = policies.rollback(policy, version, request.user)
+    if new is None:
+        messages.info(request, f"The policy already matches version {number}.")
+    else:
+        messages.success(request, f"Rolled back to version {number}, saved as version {new.number}.")
+    return redirect("policy_versions", pk=policy.pk)
+
+
+@login_required
+@require_POST
+def channel_add(request: HttpRequest, pk: int) -> HttpResponse:
+    """Add a channel. A signed webhook's secret is shown in this one response, never again."""
+    policy = _policy(request, pk)
+    _require_admin(request)
+    form = ChannelForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request, "billing/policy_detail.html", _detail_ctx(request, policy, channel_form=form), status=400
+        )
+    channel = form.save(commit=False)
+    channel.policy = policy
+    channel.save()
+    ctx = _detail_ctx(request, policy, channel_form=ChannelForm(), new_secret=channel.secret or None)
+    return render(request, "billing/policy_detail.html", ctx)
+
+
+@login_required
+@require_POST
+def channel_delete(request: HttpRequest, pk: int, channel_pk: int) -> HttpResponse:
+    policy = _policy(request, pk)
+    _require_admin(request)
+    get_object_or_404(AlertChannel, pk=channel_pk, policy=policy).delete()
+    messages.success(request, "Channel removed.")
+    return redirect("policy_detail", pk=policy.pk)

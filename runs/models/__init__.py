@@ -1,0 +1,47 @@
+"""Runs, their attempts and nodes, logs, MLflow metrics and GPU telemetry.
+
+One module per concern; every model is importable from here, as before."""
+
+from __future__ import annotations
+
+from runs.models.clusters import Cluster, ClusterEvent
+from runs.models.collection import CollectorState, IngestBatch, MetricPoint, MlflowRun
+from runs.models.failures import FailureAnalysis, PostMortem
+from runs.models.record import (
+    CLI_RUNTIME_CAP,
+    MAX_RUNTIME,
+    NOTEBOOK_RUNTIME_CAP,
+    Attempt,
+    LogChunk,
+    Node,
+    Run,
+    RunEvent,
+    RunQuerySet,
+)
+from runs.models.telemetry import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuRollupStats, GpuSample, GpuSampleBlock
+
+__all__ = [
+    "CLI_RUNTIME_CAP",
+    "MAX_RUNTIME",
+    "NOTEBOOK_RUNTIME_CAP",
+    "ROLLUP_FIELDS",
+    "Attempt",
+    "Cluster",
+    "ClusterEvent",
+    "CollectorState",
+    "FailureAnalysis",
+    "GpuHour",
+    "GpuMinute",
+    "GpuRollupStats",
+    "GpuSample",
+    "GpuSampleBlock",
+    "IngestBatch",
+    "LogChunk",
+    "MetricPoint",
+    "MlflowRun",
+    "Node",
+    "PostMortem",
+    "Run",
+    "RunEvent",
+    "RunQuerySet",
+]

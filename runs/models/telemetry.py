@@ -1,0 +1,171 @@
+"""GPU telemetry: raw samples, compacted blocks, minute and hour rollups."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from runs.choices import (
+    TelemetrySource,
+)
+from runs.models.record import Node, Run
+
+
+class GpuSample(models.Model):
+    """One GPU of one node at one instant. Units: percent, bytes, watts, Celsius, MHz."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_samples")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_samples")
+    gpu_index = models.PositiveSmallIntegerField()
+    ts = models.DateTimeField()
+    # Missing (NULL) when the GPU does not report the field: never stored as zero.
+    utilization_gpu = models.FloatField(null=True, blank=True)
+    utilization_memory = models.FloatField(null=True, blank=True)
+    memory_used_bytes = models.BigIntegerField(null=True, blank=True)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    power_watts = models.FloatField(null=True, blank=True)
+    power_limit_watts = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    sm_clock_mhz = models.FloatField(null=True, blank=True)
+    mem_clock_mhz = models.FloatField(null=True, blank=True)
+    # Hopper and newer (GPM): SM-active and tensor-pipe activity, percent. Tell real work from
+    # a kernel that keeps "utilization" at 100% while stalled in a collective.
+    sm_active = models.FloatField(null=True, blank=True)
+    tensor_active = models.FloatField(null=True, blank=True)
+    throttle_reasons = models.BigIntegerField(null=True, blank=True, help_text="NVML clocks-event reason bitmask.")
+    ecc_corrected = models.BigIntegerField(null=True, blank=True, help_text="Volatile corrected ECC errors.")
+    ecc_uncorrected = models.BigIntegerField(null=True, blank=True, help_text="Volatile uncorrected ECC errors.")
+    pcie_tx_kbps = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps = models.FloatField(null=True, blank=True)
+    # [{"pid": 123, "used_memory_bytes": 1024, "run": "ext-id"}]; None when not collected.
+    processes = models.JSONField(null=True, blank=True)
+    source = models.CharField(max_length=16, choices=TelemetrySource.choices, default=TelemetrySource.API)
+
+    class Meta:
+        constraints = [
+            # Idempotent ingest: a resent sample conflicts here and is skipped. Its index
+            # (run first) also serves the run page's chart query by run and time.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index", "ts"], name="gpusample_natural_key"),
+        ]
+        indexes = [
+            # Retention (runs/retention.py): the oldest samples before the cutoff, in batches.
+            models.Index(fields=["ts"], name="gpusample_ts_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.ts.isoformat()}"
+
+
+class GpuSampleBlock(models.Model):
+    """One minute of one node's raw samples, every GPU, compacted: the cold part of the raw tier.
+
+    GpuSample rows are the hot part (the last AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES); the
+    compaction pass (runs/blocks.py) folds each older (run, node, minute, source) into one row
+    here whose `data` holds the second-by-second values, column by column, compressed with
+    pcodec: a GPU sample costs tens of bytes here instead of the ~260 of a row and its indexes.
+    """
+
+    # No index of its own: the natural key below leads with the run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_sample_blocks", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_sample_blocks")
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+    source = models.CharField(max_length=16, choices=TelemetrySource.choices, default=TelemetrySource.API)
+    samples = models.PositiveIntegerField(help_text="Samples in `data`, all GPUs.")
+    data = models.BinaryField(help_text="runs.blocks.encode_block: GPUs, offsets and columns, pcodec-compressed.")
+
+    class Meta:
+        constraints = [
+            # Compaction upserts on it; run first, so a chart reads one run's blocks in time order.
+            models.UniqueConstraint(fields=["run", "node", "minute", "source"], name="gpusampleblock_natural_key"),
+        ]
+        indexes = [
+            # SQLite retention deletes blocks before the cutoff (PostgreSQL drops partitions).
+            models.Index(fields=["minute"], name="gpusampleblock_minute_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}@{self.minute.isoformat()} x{self.samples}"
+
+
+# Fields of GpuSample folded into the per-minute rollup as min / avg / max.
+ROLLUP_FIELDS = (
+    "utilization_gpu",
+    "utilization_memory",
+    "memory_used_bytes",
+    "power_watts",
+    "temperature_c",
+    "sm_clock_mhz",
+)
+
+
+class GpuRollupStats(models.Model):
+    """The min / avg / max of each ROLLUP_FIELDS field over a time bucket (abstract)."""
+
+    samples = models.PositiveIntegerField(default=0)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    power_limit_watts = models.FloatField(null=True, blank=True)
+    utilization_gpu_min = models.FloatField(null=True, blank=True)
+    utilization_gpu_avg = models.FloatField(null=True, blank=True)
+    utilization_gpu_max = models.FloatField(null=True, blank=True)
+    utilization_memory_min = models.FloatField(null=True, blank=True)
+    utilization_memory_avg = models.FloatField(null=True, blank=True)
+    utilization_memory_max = models.FloatField(null=True, blank=True)
+    memory_used_bytes_min = models.FloatField(null=True, blank=True)
+    memory_used_bytes_avg = models.FloatField(null=True, blank=True)
+    memory_used_bytes_max = models.FloatField(null=True, blank=True)
+    power_watts_min = models.FloatField(null=True, blank=True)
+    power_watts_avg = models.FloatField(null=True, blank=True)
+    power_watts_max = models.FloatField(null=True, blank=True)
+    temperature_c_min = models.FloatField(null=True, blank=True)
+    temperature_c_avg = models.FloatField(null=True, blank=True)
+    temperature_c_max = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_min = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_avg = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class GpuMinute(GpuRollupStats):
+    """Per-minute rollup of GpuSample (min / avg / max per field); long runs chart from it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_minutes")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_minutes")
+    gpu_index = models.PositiveSmallIntegerField()
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+
+    class Meta:
+        constraints = [
+            # One row per GPU-minute; the rollup step upserts on it. Run first: the chart
+            # query reads one run's minutes in time order.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index", "minute"], name="gpuminute_natural_key"),
+        ]
+        indexes = [
+            # Fleet page: the last few minutes of every GPU, across all running runs.
+            models.Index(fields=["minute"], name="gpuminute_minute_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.minute.isoformat()}"
+
+
+class GpuHour(GpuRollupStats):
+    """Per-hour rollup of GpuMinute (same shape); the fleet page and very long ranges chart from it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_hours")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_hours")
+    gpu_index = models.PositiveSmallIntegerField()
+    hour = models.DateTimeField(help_text="Start of the hour, UTC.")
+
+    class Meta:
+        constraints = [
+            # One row per GPU-hour; refresh_hours upserts on it; run first for a run's chart.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index", "hour"], name="gpuhour_natural_key"),
+        ]
+        indexes = [
+            # Fleet page: every run's hours in a time window, grouped by team / accelerator.
+            models.Index(fields=["hour"], name="gpuhour_hour_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.hour.isoformat()}"

@@ -1,0 +1,580 @@
+"""Plotly figures for the run page, built as plain dicts (no plotly.py objects, no HTML).
+
+The figure functions are pure: data in, `{"data": [...], "layout": {...}}` out, or None when
+there is nothing to draw, so the template shows an empty state instead of blank axes. The
+template hands each figure to the browser through `json_script`; `static/js/charts.js` calls
+`Plotly.newPlot`. The two query helpers at the top (`gpu_series`, `metric_points`) are the
+only code here that touches the database, and they read values, never model instances.
+
+Times go to Plotly as naive UTC strings ("2026-11-02 09:00:00"): plotly.js has no time zones
+and would misread an offset, so the axes say "UTC" instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import groupby, pairwise
+from typing import Any
+
+from django.db.models import FloatField, Func, Max
+from django.utils import timezone
+
+from dashboard.figures import base_layout
+from runs.choices import RunEventKind, RunStatus
+from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run, RunEvent
+from runs.telemetry import blocks
+from runs.telemetry.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
+from runs.telemetry.importers import gpu_label
+
+Figure = dict[str, Any]
+
+# Above this many raw samples (at 1 Hz) in one GPU's series for the range asked, the chart
+# reads the per-minute rollup: ~33 minutes, and 8 GPUs x 2,000 points is about what an SVG
+# line chart draws without stutter. Zooming in below it re-reads raw samples.
+RAW_POINTS_PER_SERIES = 2_000
+# Metric keys under this prefix are MLflow's own system metrics, charted from GPU telemetry.
+SYSTEM_METRIC_PREFIX = "system/"
+# Bytes in the memory chart's unit (GB, decimal, as NVIDIA quotes "80 GB").
+BYTES_PER_GB = 1e9
+# One unified hover box per x is readable for one node; for 16+ series it would fill the screen.
+UNIFIED_HOVER_MAX_SERIES = 8
+
+STATUS_COLORS = {
+    RunStatus.QUEUED: "#94a3b8",
+    RunStatus.RUNNING: "#3b82f6",
+    RunStatus.SUCCEEDED: "#22c55e",
+    RunStatus.FAILED: "#ef4444",
+    RunStatus.CANCELLED: "#a1a1aa",
+    RunStatus.TIMED_OUT: "#f59e0b",
+}
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """One GPU's values over time: raw samples, or per-minute max with the minute's average."""
+
+    name: str
+    x: list[str]
+    y: list[float | None]
+    tier: Tier
+    avg: list[float | None] | None = None
+
+    @property
+    def has_values(self) -> bool:
+        return any(v is not None for v in self.y)
+
+
+def plotly_time(ts: datetime) -> str:
+    """A datetime as the naive UTC string plotly.js reads without guessing a zone."""
+    if ts.tzinfo is not None:
+        if ts.utcoffset():  # the database hands back UTC already; convert only what is not
+            ts = ts.astimezone(UTC)
+        ts = ts.replace(tzinfo=None)
+    return ts.isoformat(sep=" ")
+
+
+# --- Queries ----------------------------------------------------------------------------
+
+
+class EpochSeconds(Func):
+    """A datetime column as seconds since 1970 (a float), computed by the database.
+
+    The chart only needs numbers to bucket: building ~33,000 aware datetimes in the driver
+    just to call `.timestamp()` on them was most of a long run's chart time.
+    """
+
+    output_field = FloatField()
+    arity = 1
+    # date_part, not EXTRACT: EXTRACT(EPOCH ...) is numeric on PostgreSQL 14+, which the
+    # driver loads as Decimal (slower again); date_part stays double precision.
+    template = "date_part('epoch', %(expressions)s)"
+
+    @property
+    def convert_value(self) -> Callable[..., Any]:
+        # Both databases hand back a float already: no per-row float() converter.
+        return self._convert_value_noop
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        # Django stores "YYYY-MM-DD HH:MM:SS[.ffffff]" in UTC. strftime('%s') is exact whole
+        # seconds; julianday arithmetic would turn 09:00:00 into 08:59:59.99998. '%f' - '%S'
+        # adds the milliseconds back. (%%%% here becomes %% in SQL, which Django makes %.)
+        template = (
+            "(CAST(strftime('%%%%s', %(expressions)s) AS REAL)"
+            " + (strftime('%%%%f', %(expressions)s) - strftime('%%%%S', %(expressions)s)))"
+        )
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+def _series_names(run: Run) -> dict[int, tuple[int, int, str]]:
+    """node_id -> (attempt number, node index, label prefix); attempts named only on retried runs."""
+    nodes = list(Node.objects.filter(attempt__run=run).values_list("pk", "index", "attempt__number"))
+    retried = len({attempt for _, _, attempt in nodes}) > 1
+    return {
+        pk: (attempt, index, f"attempt {attempt} · node {index}" if retried else f"node {index}")
+        for pk, index, attempt in nodes
+    }
+
+
+def gpu_series(
+    run: Run, field: str, start: datetime | None = None, end: datetime | None = None, max_points: int = MAX_POINTS
+) -> list[GpuSeries]:
+    """Per-GPU series of one telemetry field for a run over [start, end], at most `max_points` each.
+
+    1. With no range given, the range is the run's data: the first and last minute rollup
+       (a short aggregate on the natural-key index), else the first and last raw sample.
+    2. Choose the tier by the range (`downsample.choose_tier`): raw when it holds at most
+       RAW_POINTS_PER_SERIES samples per GPU at 1 Hz, minutes for longer, hours for ranges
+       longer than ~5.5 days. An empty rollup tier (not computed yet) falls back to the
+       finer tier, down to raw, and a range whose raw samples were pruned reads minutes,
+       rather than show nothing.
+    3. Rollup tiers draw `<field>_max` as the line, so a one-second spike or an OOM-level
+       memory peak survives the fold, with `<field>_min` as each row's low and
+       `<field>_avg` in the hover.
+    4. Each series goes through `minmax_buckets`: every bucket keeps its min and its max.
+    5. Queries order by (node, gpu_index, time), the column order of the natural-key unique
+       index that starts with run, so the database walks one index range in order. Times
+       come back as epoch seconds (`EpochSeconds`) and become labels once per instant.
+    """
+    if field not in ROLLUP_FIELDS:
+        raise ValueError(f"{field!r} is not a telemetry field with a rollup: {ROLLUP_FIELDS}")
+    if start is None or end is None:
+        extent = _extent(run)
+        if extent is None:
+            return []
+        start, end = start or extent[0], end or extent[1]
+    names = _series_names(run)
+    tier = choose_tier(start, end, RAW_POINTS_PER_SERIES)
+    # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes;
+    # minutes pruned (AIRBOARD_TELEMETRY_MINUTE_DAYS) -> hours.
+    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
+        tier, ["raw", "minute", "hour"]
+    )
+    for candidate in order:
+        series = _collect(_tier_rows(run, field, candidate, start, end), names, candidate, max_points)
+        if series:
+            return series
+    return []
+
+
+def _extent(run: Run) -> tuple[datetime, datetime] | None:
+    """First and last instant of a run's GPU telemetry: from the minute rollups, else the hours
+    (minutes past AIRBOARD_TELEMETRY_MINUTE_DAYS are pruned), else raw samples."""
+    minutes = blocks.time_span(GpuMinute.objects.filter(run=run), "minute")
+    if minutes is not None:
+        return minutes[0], minutes[1] + timedelta(seconds=59)
+    hours = blocks.time_span(GpuHour.objects.filter(run=run), "hour")
+    if hours is not None:
+        return hours[0], hours[1] + timedelta(minutes=59, seconds=59)
+    return blocks.raw_extent(run.pk)
+
+
+def _tier_rows(run: Run, field: str, tier: Tier, start: datetime, end: datetime) -> Iterable[tuple]:
+    """(node_id, gpu, epoch seconds, value, low, avg) rows of one tier in [start, end], in series and time order."""
+    if tier == "raw":
+        # Both parts of the raw tier: hot rows and compacted minutes (runs/blocks.py).
+        rows = blocks.raw_rows(run.pk, start, end, [field])
+        return [(node, gpu, ts.timestamp(), value) for node, gpu, ts, value in rows]
+    model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
+    # A bucket that starts before `start` still overlaps it: widen the lower bound by one row.
+    lower = start - tier_step(tier)
+    return (
+        model.objects.filter(run=run, **{f"{time_field}__gt": lower, f"{time_field}__lte": end})
+        .order_by("node_id", "gpu_index", time_field)
+        .values_list("node_id", "gpu_index", EpochSeconds(time_field), f"{field}_max", f"{field}_min", f"{field}_avg")
+    )
+
+
+def _collect(
+    rows: Iterable[tuple], names: dict[int, tuple[int, int, str]], tier: Tier, max_points: int = MAX_POINTS
+) -> list[GpuSeries]:
+    """Group (node_id, gpu, epoch, value[, low, avg]) rows into downsampled series, in attempt, node, GPU order."""
+    keyed: list[tuple[tuple[int, int, int], GpuSeries]] = []
+    # The GPUs of a node share their timestamps: format each instant once for all of them.
+    labels: dict[float, str] = {}
+    # One fetch, not a server-side cursor: the tier is chosen so that a range has at most a few
+    # tens of thousands of rows, and fetchmany round trips cost more than holding them.
+    for (node_id, gpu), group in groupby(list(rows), key=lambda r: (r[0], r[1])):
+        points = list(group)
+        attempt, index, prefix = names.get(node_id, (0, node_id, f"node #{node_id}"))
+        x: list[float] = [p[2] for p in points]
+        y: list[float | None] = [p[3] for p in points]
+        avg = [p[5] for p in points] if tier != "raw" else None
+        lows = [p[4] for p in points] if tier != "raw" else None
+        # Gaps before any reduction: a bucket of the reduced series keeps its None (downsample).
+        if avg is None or lows is None:
+            x, (y,) = with_gaps(x, [y], GAP_SECONDS[tier])
+        else:
+            x, (y, avg, lows) = with_gaps(x, [y, avg, lows], GAP_SECONDS[tier])
+        if len(x) > max_points:
+            reduced = minmax_buckets(x, y, max_points, lows=lows)
+            x = [t for t, _ in reduced]
+            y = [v for _, v in reduced]
+            avg = None  # a bucket's min and max points are not any one row's average
+        keyed.append(
+            (
+                (attempt, index, gpu),
+                GpuSeries(name=f"{prefix} · {gpu_label(gpu)}", x=_epoch_labels(x, labels), y=y, avg=avg, tier=tier),
+            )
+        )
+    # Node ids need not follow node indexes (a retry's nodes are inserted later), so sort here.
+    keyed.sort(key=lambda pair: pair[0])
+    return [s for _, s in keyed]
+
+
+# A silence longer than this between two points of a tier is a gap in the data: the chart
+# breaks the line there (a None point) instead of drawing a straight line across it. The agent
+# ships at least once a minute, so raw samples a minute apart are a lost batch or a stopped
+# agent (a shorter hole may still be in flight: the live page appends after its last point);
+# rollups come every minute or hour.
+GAP_SECONDS: dict[str, float] = {"raw": 60.0, "minute": 150.0, "hour": 2 * 3600.0 + 60}
+
+
+def with_gaps(x: list[float], columns: list[list[Any]], gap: float) -> tuple[list[float], list[list[Any]]]:
+    """x and its parallel `columns` with a None row (at the midpoint) wherever two neighbours are more than
+    `gap` s (and three median steps) apart; unchanged when there is no such silence."""
+    if len(x) < 2:
+        return x, columns
+    # A series sampled every 15 s (nvidia-smi -l 15, a slower agent) is not a row of gaps: a gap
+    # is also more than three of the series' own usual steps.
+    steps = sorted(b - a for a, b in pairwise(x))
+    gap = max(gap, 3 * steps[len(steps) // 2])
+    if steps[-1] <= gap:
+        return x, columns
+    out_x: list[float] = [x[0]]
+    out = [[column[0]] for column in columns]
+    for i in range(1, len(x)):
+        if x[i] - x[i - 1] > gap:
+            out_x.append((x[i] + x[i - 1]) / 2)
+            for column in out:
+                column.append(None)
+        out_x.append(x[i])
+        for column, source in zip(out, columns, strict=True):
+            column.append(source[i])
+    return out_x, out
+
+
+def _epoch_labels(epochs: Iterable[float], cache: dict[float, str]) -> list[str]:
+    """Epoch seconds as plotly_time strings, memoized in `cache` across the series of one chart."""
+    out = []
+    for t in epochs:
+        label = cache.get(t)
+        if label is None:
+            label = cache[t] = plotly_time(datetime.fromtimestamp(t, UTC))
+        out.append(label)
+    return out
+
+
+def metric_points(run: Run) -> list[tuple[str, int, float | None]]:
+    """(key, step, value) of a run's MLflow metrics, system metrics excluded, by key and step."""
+    return list(
+        MetricPoint.objects.filter(run=run)
+        .exclude(key__startswith=SYSTEM_METRIC_PREFIX)
+        .order_by("key", "step", "ts")
+        .values_list("key", "step", "value")
+    )
+
+
+# --- Figures ----------------------------------------------------------------------------
+
+
+def time_layout(title: str, y_title: str, *, series_count: int, height: int = 340, **extra: Any) -> dict[str, Any]:
+    """A time chart's layout on the shared base (dashboard/figures.py).
+
+    An empty `title` leaves the heading to the page (one chart per section needs none).
+    """
+    layout = base_layout(
+        height=height,
+        # Untitled charts still keep 36 px on top: the modebar sits there, clear of the legend.
+        top=44 if title else 36,
+        hovermode="x unified" if series_count <= UNIFIED_HOVER_MAX_SERIES else "closest",
+        # Plotly's default place, right of the plot: a legend of 64 GPUs scrolls there instead
+        # of squeezing the plot, as one below it would.
+        legend={"font": {"size": 11}},
+        xaxis={"type": "date", "automargin": True},
+        yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
+    )
+    if title:
+        layout["title"] = {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}}
+    layout.update(extra)
+    return layout
+
+
+def _gpu_figure(
+    series: Sequence[GpuSeries], *, field: str, title: str, y_title: str, unit: str, scale: float, digits: int
+) -> Figure | None:
+    drawn = [s for s in series if s.has_values]
+    if not drawn:
+        return None
+
+    def scaled(values: list[float | None]) -> list[float | None]:
+        return [None if v is None else round(v / scale, digits) for v in values]
+
+    traces = []
+    for s in drawn:
+        trace: dict[str, Any] = {
+            "type": "scatter",
+            "mode": "lines",
+            "name": s.name,
+            "x": s.x,
+            "y": scaled(s.y),
+            "line": {"width": 1.5},
+            # A gap in telemetry stays a gap, not a straight line across it.
+            "connectgaps": False,
+            "hovertemplate": f"%{{y:.{digits}f}} {unit}<extra>%{{fullData.name}}</extra>",
+        }
+        if s.tier != "raw" and s.avg is not None:
+            trace["customdata"] = scaled(s.avg)
+            trace["hovertemplate"] = (
+                f"max %{{y:.{digits}f}} {unit} · avg %{{customdata:.{digits}f}} {unit}<extra>%{{fullData.name}}</extra>"
+            )
+        traces.append(trace)
+    tier = drawn[0].tier
+    if tier == "raw":
+        tier_note = "raw samples"
+    elif drawn[0].avg is not None:
+        tier_note = f"per-{tier} max, avg in hover"
+    else:
+        tier_note = f"per-{tier} min/max"
+    layout = time_layout(
+        f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
+    )
+    # A vertical spike line at the hovered time: with charts.js's shared hover, one crosshair
+    # runs through every GPU panel of the run page.
+    layout["xaxis"] = {**layout["xaxis"], "showspikes": True, "spikemode": "across", "spikesnap": "cursor",
+                       "spikethickness": 1, "spikedash": "dot"}  # fmt: skip
+    # charts.js reads this to re-query finer data (telemetry.json) when the user zooms.
+    layout["meta"] = {"telemetry_field": field, "tier": tier}
+    return {"data": traces, "layout": layout}
+
+
+def utilization_figure(series: Sequence[GpuSeries]) -> Figure | None:
+    """GPU utilization (%) per node/GPU; None when no GPU reported any value."""
+    figure = _gpu_figure(
+        series, field="utilization_gpu", title="GPU utilization", y_title="utilization (%)", unit="%", scale=1, digits=0
+    )
+    if figure is not None:
+        figure["layout"]["yaxis"]["range"] = [0, 105]
+    return figure
+
+
+def memory_figure(series: Sequence[GpuSeries]) -> Figure | None:
+    """GPU memory used per node/GPU in GB (bytes / 1e9); None when nothing was reported."""
+    return _gpu_figure(
+        series,
+        field="memory_used_bytes",
+        title="GPU memory used",
+        y_title="memory used (GB)",
+        unit="GB",
+        scale=BYTES_PER_GB,
+        digits=2,
+    )
+
+
+# Units of the fields a zoomed chart may ask for: (title, y axis, unit, scale, digits).
+FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
+    "utilization_memory": ("GPU memory utilization", "memory utilization (%)", "%", 1, 0),
+    "power_watts": ("GPU power", "power (W)", "W", 1, 0),
+    "temperature_c": ("GPU temperature", "temperature (°C)", "°C", 1, 0),
+    "sm_clock_mhz": ("SM clock", "clock (MHz)", "MHz", 1, 0),
+}
+
+
+# The run page's panels after utilization and memory, one per signal kept in the rollups.
+PANEL_FIELDS = ("power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory")
+
+
+def power_limit(run: Run) -> float | None:
+    """The highest power limit the run's GPUs reported (NVML's enforced limit), for the power panel."""
+    found = GpuMinute.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    if found is None:
+        found = GpuSample.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    return found
+
+
+def with_limit(figure: Figure | None, limit: float | None, label: str) -> Figure | None:
+    """The figure with a dashed horizontal line at `limit` (power against its limit)."""
+    if figure is None or limit is None:
+        return figure
+    layout = figure["layout"]
+    layout["shapes"] = [*layout.get("shapes", []), {
+        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": limit, "y1": limit,
+        "line": {"dash": "dash", "width": 1.5, "color": "#dc2626"},
+    }]  # fmt: skip
+    layout["annotations"] = [*layout.get("annotations", []), {
+        "xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": limit, "yanchor": "bottom",
+        "text": f"{label} {limit:.0f} W", "showarrow": False, "font": {"size": 11, "color": "#dc2626"},
+    }]  # fmt: skip
+    return figure
+
+
+# Events drawn on the GPU panels as markers: what the agent reports about the GPUs themselves.
+MARKED_EVENTS = (RunEventKind.XID, RunEventKind.GPU_LOST, RunEventKind.ECC)
+MAX_MARKERS = 50
+
+
+def gpu_events(run: Run) -> list[tuple[datetime, str]]:
+    """(time, short label) of the run's Xid, GPU-lost and ECC events, oldest first, at most MAX_MARKERS."""
+    rows = (
+        RunEvent.objects.filter(run=run, kind__in=MARKED_EVENTS)
+        .order_by("ts")
+        .values_list("ts", "kind", "details", "gpu_index")[:MAX_MARKERS]
+    )
+    out = []
+    for ts, kind, details, gpu in rows:
+        xid = details.get("xid") if isinstance(details, dict) else None
+        label = f"Xid {xid}" if xid is not None else RunEventKind(kind).label
+        out.append((ts, label if gpu is None else f"{label} · GPU {gpu}"))
+    return out
+
+
+def with_events(figure: Figure | None, events: Sequence[tuple[datetime, str]]) -> Figure | None:
+    """The figure with a dotted vertical line and a label at each event (Xid markers)."""
+    if figure is None or not events:
+        return figure
+    layout = figure["layout"]
+    shapes, notes = list(layout.get("shapes", [])), list(layout.get("annotations", []))
+    for ts, label in events:
+        x = plotly_time(ts)
+        shapes.append({"type": "line", "xref": "x", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
+                       "line": {"dash": "dot", "width": 1.5, "color": "#b45309"}})  # fmt: skip
+        notes.append({"xref": "x", "x": x, "yref": "paper", "y": 1, "yanchor": "bottom", "text": label,
+                      "showarrow": False, "font": {"size": 10, "color": "#b45309"}})  # fmt: skip
+    layout["shapes"], layout["annotations"] = shapes, notes
+    return figure
+
+
+def panel_figures(
+    run: Run, start: datetime | None = None, end: datetime | None = None
+) -> list[tuple[str, Figure | None]]:
+    """(field, figure) of each PANEL_FIELDS signal of the run over [start, end]; power carries its limit line."""
+    out = []
+    events = gpu_events(run)
+    for field in PANEL_FIELDS:
+        figure = gpu_figure(field, gpu_series(run, field, start, end))
+        if field == "power_watts":
+            figure = with_limit(figure, power_limit(run), "limit")
+        out.append((field, with_events(figure, events)))
+    return out
+
+
+def gpu_figure(field: str, series: Sequence[GpuSeries]) -> Figure | None:
+    """The figure of any rollup field: the run page's two, or a plain one for the others."""
+    if field == "utilization_gpu":
+        return utilization_figure(series)
+    if field == "memory_used_bytes":
+        return memory_figure(series)
+    title, y_title, unit, scale, digits = FIELD_UNITS[field]
+    return _gpu_figure(series, field=field, title=title, y_title=y_title, unit=unit, scale=scale, digits=digits)
+
+
+# Height of each metric's own row in the metrics chart, in pixels.
+METRIC_ROW_HEIGHT = 170
+
+
+def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | None:
+    """One row per MLflow metric key against a shared step axis; `system/` keys are left out.
+
+    Each metric gets its own y axis: loss (around 1), learning rate (around 1e-5) and
+    throughput (thousands) on one axis would flatten all but the largest. None when empty.
+    """
+    ordered = sorted(
+        (p for p in points if not p[0].startswith(SYSTEM_METRIC_PREFIX)),
+        key=lambda p: (p[0], p[1]),
+    )
+    traces = []
+    for row, (key, group) in enumerate(groupby(ordered, key=lambda p: p[0]), start=1):
+        rows = list(group)
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers" if len(rows) < 50 else "lines",
+                "name": key,
+                "x": [r[1] for r in rows],
+                "y": [r[2] for r in rows],
+                "xaxis": "x",
+                "yaxis": "y" if row == 1 else f"y{row}",
+                "line": {"width": 1.5},
+                "marker": {"size": 4},
+                "hovertemplate": "step %{x}: %{y:.4g}<extra>%{fullData.name}</extra>",
+            }
+        )
+    if not traces or all(v is None for t in traces for v in t["y"]):
+        return None
+    axes = {
+        ("yaxis" if row == 1 else f"yaxis{row}"): {"title": {"text": trace["name"], "font": {"size": 11}}}
+        for row, trace in enumerate(traces, start=1)
+    }
+    layout = time_layout(
+        "",
+        "",
+        series_count=1,  # hover one metric at a time: their scales differ
+        height=METRIC_ROW_HEIGHT * len(traces) + 60,
+        xaxis={"title": {"text": "step"}, "automargin": True},
+        grid={"rows": len(traces), "columns": 1, "pattern": "coupled", "roworder": "top to bottom"},
+        showlegend=False,
+        **axes,
+    )
+    return {"data": traces, "layout": layout}
+
+
+def timeline_figure(attempts: Iterable[Attempt], now: datetime | None = None) -> Figure | None:
+    """Horizontal bars, one per attempt and one per node, coloured by status; None if none started.
+
+    Each bar is drawn as Plotly's timeline trick: `base` is the start and `x` the length in
+    milliseconds on a date axis. Unfinished attempts and nodes run to `now`. Nodes without
+    their own times take their attempt's. Use prefetch_related("nodes") to avoid a query per
+    attempt.
+    """
+    now = now or timezone.now()
+    rows: list[tuple[str, str, datetime, datetime, str]] = []  # label, status, start, end, detail
+    for attempt in attempts:
+        if attempt.started_at is None:
+            continue
+        end = attempt.ended_at or now
+        detail = f"exit {attempt.exit_code}" if attempt.exit_code is not None else attempt.get_status_display()
+        rows.append((f"attempt {attempt.number}", attempt.status, attempt.started_at, end, detail))
+        for node in attempt.nodes.all():
+            start = node.started_at or attempt.started_at
+            node_end = node.ended_at or attempt.ended_at or now
+            node_detail = f"exit {node.exit_code}" if node.exit_code is not None else node.get_status_display()
+            label = f"attempt {attempt.number} · node {node.index}"
+            rows.append((label, node.status, start, node_end, node_detail))
+    if not rows:
+        return None
+
+    traces = []
+    for status in RunStatus:
+        bars = [r for r in rows if r[1] == status]
+        if not bars:
+            continue
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": status.label,
+                "y": [r[0] for r in bars],
+                "base": [plotly_time(r[2]) for r in bars],
+                "x": [max((r[3] - r[2]).total_seconds(), 0) * 1000 for r in bars],
+                "customdata": [[plotly_time(r[3]), r[4]] for r in bars],
+                "marker": {"color": STATUS_COLORS[status]},
+                "hovertemplate": "%{base} → %{customdata[0]}<br>%{customdata[1]}<extra>%{y}</extra>",
+            }
+        )
+    labels = [r[0] for r in rows]
+    layout = time_layout(
+        "",
+        "",
+        series_count=len(traces),
+        height=90 + 26 * len(labels),
+        hovermode="closest",
+        barmode="overlay",
+        # Few statuses: a one-line legend above the bars, left, clear of the date ticks below
+        # and of the modebar on the right.
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom", "font": {"size": 11}},
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": labels, "autorange": "reversed"},
+    )
+    layout["margin"] = {"l": 150, "r": 16, "t": 36, "b": 40}
+    layout["xaxis"]["title"] = {"text": "UTC"}
+    return {"data": traces, "layout": layout}
