@@ -160,6 +160,10 @@ def test_node_selector_filters_every_panel_and_is_linkable(world: World) -> None
     assert one.context["utilization"]["layout"]["meta"]["node"] == 1  # zoom asks for node 1 again
     html = one.content.decode()
     assert '<option value="1" selected>' in html and "Signals from node 1:" in html
+    silent = run.attempts.get().nodes.create(index=2, host="10.0.0.3")  # sent nothing
+    quiet = client.get(url, {"gpu_node": str(silent.index)})
+    assert quiet.context["utilization"] is None
+    assert "No GPU utilization samples from this node" in quiet.content.decode()
     zero = client.get(url, {"gpu_node": "0", "range": "15m"})
     assert names(dict(zero.context["panels"])["sm_active"]) == {"node 0 · GPU 0"}
 
