@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from runs import charts
 from runs.choices import RunEventKind
-from runs.models import GpuSample, MetricPoint, RunEvent
+from runs.models import GpuMinute, GpuSample, MetricPoint, RunEvent
 from runs.telemetry import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
@@ -133,6 +133,16 @@ def test_signals_come_from_rollups_or_raw_rows_in_one_query(world: World, django
         found = charts.signals_present(run)
     assert {"sm_active", "tensor_active", "pcie_tx_kbps", "pcie_rx_kbps", "utilization_gpu"} <= found
     assert "memory_used_bytes" not in found
+    # Minutes written without hours (a bulk load), then raw rows not rolled up yet.
+    minutes_only = make_run(world.vision, "minutes-only")
+    node = minutes_only.attempts.get().nodes.get()
+    GpuMinute.objects.create(run=minutes_only, node=node, gpu_index=0, minute=T0, samples=60, sm_active_max=80.0)
+    assert charts.signals_present(minutes_only) == {"sm_active"}
+    raw_only = make_run(world.vision, "raw-only")
+    node = raw_only.attempts.get().nodes.get()
+    GpuSample.objects.create(run=raw_only, node=node, gpu_index=0, ts=T0, pcie_rx_kbps=1024.0)
+    assert charts.signals_present(raw_only) == {"pcie_rx_kbps"}
+    assert charts.signals_present(raw_only, node_ids=[]) == frozenset()
 
 
 def _two_nodes(world: World):
