@@ -16,7 +16,7 @@ from django.db.models import Avg
 
 from dashboard.figures import base_layout
 from runs.models import GpuMinute, MetricPoint, Run
-from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure
+from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure, plotly_time
 
 MAX_RUNS = 10
 # The fields of a run compared beside its parameters: what differs between two tries.
@@ -69,8 +69,19 @@ def _label(run: Run) -> str:
     return f"{run.external_id}"
 
 
+# The x axes a metrics figure can have: what the points are placed by, and the axis title.
+X_AXES = {"step": "step", "time": "minutes since the run started", "utc": "UTC"}
+
+
 def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
-    """One panel per metric key, a line per run; x is the step, or minutes since the run started."""
+    """One panel per metric key, a line per run; x is the step, minutes since the run started
+    ("time", to line runs up), or the UTC time ("utc", to line one run up with its telemetry).
+
+    The run page draws its own metrics with this too (one run: lines named by metric, no legend).
+    None when no run has a metric value.
+    """
+    if x_axis not in X_AXES:
+        raise ValueError(f"x_axis must be one of {', '.join(X_AXES)}")
     by_key: dict[str, dict[int, list[tuple[float, float | None]]]] = defaultdict(lambda: defaultdict(list))
     starts = {run.pk: run.started_at for run in runs}
     rows = (
@@ -80,16 +91,20 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
         .values_list("key", "run_id", "step", "ts", "value")
     )
     for key, run_id, step, ts, value in rows:
+        x: float | str
         if x_axis == "time":
             start = starts.get(run_id)
             if start is None:
                 continue
             x = round((ts - start).total_seconds() / 60, 2)
+        elif x_axis == "utc":
+            x = plotly_time(ts)
         else:
             x = step
         by_key[key][run_id].append((x, value))
-    if not by_key:
+    if not by_key or all(v is None for series in by_key.values() for points in series.values() for _, v in points):
         return None
+    single = len(runs) == 1
     names = {run.pk: _label(run) for run in runs}
     traces = []
     for row, key in enumerate(sorted(by_key), start=1):
@@ -98,9 +113,11 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
             if not points:
                 continue
             traces.append({
-                "type": "scatter", "mode": "lines", "name": names[run.pk], "legendgroup": names[run.pk],
-                "showlegend": row == 1, "x": [p[0] for p in points], "y": [p[1] for p in points],
+                "type": "scatter", "mode": "lines+markers" if len(points) < 50 else "lines",
+                "name": key if single else names[run.pk], "legendgroup": names[run.pk],
+                "showlegend": row == 1 and not single, "x": [p[0] for p in points], "y": [p[1] for p in points],
                 "xaxis": "x", "yaxis": "y" if row == 1 else f"y{row}", "line": {"width": 1.5, "color": COLORS[index]},
+                "marker": {"size": 4},
                 "hovertemplate": f"{key} %{{y:.4g}}<extra>%{{fullData.name}}</extra>",
             })  # fmt: skip
     rows_count = len(by_key)
@@ -110,7 +127,7 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
     }
     layout = base_layout(
         height=METRIC_ROW_HEIGHT * rows_count + 80, hovermode="x",
-        xaxis={"title": {"text": "step" if x_axis == "step" else "minutes since the run started"}},
+        xaxis={"title": {"text": X_AXES[x_axis]}, **({"type": "date"} if x_axis == "utc" else {})},
         grid={"rows": rows_count, "columns": 1, "pattern": "coupled", "roworder": "top to bottom"},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"}, **axes,
     )  # fmt: skip

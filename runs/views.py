@@ -275,6 +275,19 @@ def _selected_node(attempts: list[Attempt], attempt_number: str | None, node_ind
     return by_index.get(node_index or "") or (nodes[0] if nodes else None)
 
 
+def _gpu_node(value: str | None, indexes: list[int]) -> tuple[int | None, str]:
+    """The node index ?gpu_node= picks for the GPU panels, and why it was ignored ("" when it was not).
+
+    Absent or "all": every node. Anything that is not one of the run's node indexes falls back
+    to every node, and the page says so beside the selector.
+    """
+    if value in (None, "", "all"):
+        return None, ""
+    if value.isdigit() and int(value) in indexes:
+        return int(value), ""
+    return None, f"This run has no node {value[:20]!r}: showing all nodes."
+
+
 @login_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.for_user(request.user).select_related("team", "user"), pk=pk)
@@ -285,6 +298,10 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     picked = request.GET.get("range", "all")
     picked = picked if picked in glance.RANGES else "all"
     start, end = glance.time_range(run, picked)
+    node_indexes = sorted({n.index for a in attempts for n in a.nodes.all()})
+    gpu_node, node_error = _gpu_node(request.GET.get("gpu_node"), node_indexes)
+    x_axis = "time" if request.GET.get("x") == "time" else "step"
+    telemetry = charts.run_panels(run, start, end, gpu_node)
 
     ctx = {
         "run": run,
@@ -299,12 +316,16 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "range": picked,
         "ranges": ["15m", "1h", "6h", "24h", "all"],
         "node_skew": glance.node_skew(run),
-        "utilization": charts.with_events(
-            charts.utilization_figure(charts.gpu_series(run, "utilization_gpu", start, end)), charts.gpu_events(run)
-        ),
-        "memory": charts.memory_figure(charts.gpu_series(run, "memory_used_bytes", start, end)),
-        "panels": charts.panel_figures(run, start, end),
-        "metrics": charts.metrics_figure(charts.metric_points(run)),
+        "node_indexes": node_indexes,
+        "gpu_node": gpu_node,
+        "node_error": node_error,
+        "signals": telemetry,
+        "utilization": telemetry.utilization,
+        "memory": telemetry.memory,
+        "panels": telemetry.panels,
+        "x_axis": x_axis,
+        # The compare page's figure for one run: the same switch, by step or by UTC time.
+        "metrics": compare.metrics_overlay([run], "utc" if x_axis == "time" else "step"),
         "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
     }
     return render(request, "runs/run_detail.html", ctx)
@@ -400,9 +421,19 @@ def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
         return JsonResponse({"error": "from and to must be ISO 8601 times"}, status=400)
     if start and end and end <= start:
         return JsonResponse({"error": "to must be after from"}, status=400)
-    series = charts.gpu_series(run, field, start, end)
+    names = charts.series_names(run)
+    node_ids = None
+    wanted = request.GET.get("gpu_node", "")
+    if wanted not in ("", "all"):
+        node_ids = charts.node_pks(names, int(wanted)) if wanted.isdigit() else []
+        if not node_ids:
+            return JsonResponse({"error": "gpu_node must be one of this run's node indexes, or all"}, status=400)
+    series = charts.gpu_series(run, field, start, end, node_ids=node_ids, names=names)
     tier = series[0].tier if series else None
-    return JsonResponse({"field": field, "tier": tier, "figure": charts.gpu_figure(field, series)})
+    figure = charts.gpu_figure(field, series)
+    if figure is not None and node_ids is not None:
+        figure["layout"]["meta"]["node"] = int(wanted)  # the next zoom asks for the same node
+    return JsonResponse({"field": field, "tier": tier, "figure": figure})
 
 
 @login_required

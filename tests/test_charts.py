@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from runs import compare
 from runs.choices import RunStatus
 from runs.models import Attempt, GpuMinute, GpuSample, MetricPoint, Node, Run
 from runs.telemetry import charts
@@ -144,7 +145,7 @@ def test_metrics_figure_one_trace_per_key_without_system_metrics(world: World) -
         MetricPoint.objects.create(run=run, key="system/gpu_0_utilization_percentage", step=step, ts=T0, value=90)
     MetricPoint.objects.create(run=run, key="loss", step=3, ts=T0, value=None)  # NaN in MLflow
 
-    figure = charts.metrics_figure(charts.metric_points(run))
+    figure = compare.metrics_overlay([run])
 
     assert figure is not None
     assert [trace["name"] for trace in figure["data"]] == ["loss", "lr"]
@@ -154,8 +155,12 @@ def test_metrics_figure_one_trace_per_key_without_system_metrics(world: World) -
     assert [trace["yaxis"] for trace in figure["data"]] == ["y", "y2"]
     assert figure["layout"]["yaxis2"]["title"]["text"] == "lr"
     assert figure["layout"]["grid"]["rows"] == 2
-    assert charts.metrics_figure([("system/cpu", 0, 1.0)]) is None
-    assert charts.metrics_figure([]) is None
+    assert figure["data"][0]["mode"] == "lines+markers"  # four points: each one visible
+    assert not any(trace["showlegend"] for trace in figure["data"])  # one run: the axes name the metrics
+    only_system = make_run(world.vision, "system-only")
+    MetricPoint.objects.create(run=only_system, key="system/cpu", step=0, ts=T0, value=1.0)
+    assert compare.metrics_overlay([only_system]) is None
+    assert compare.metrics_overlay([make_run(world.vision, "nothing")]) is None
 
 
 def test_timeline_has_a_bar_per_attempt_and_node_coloured_by_status(world: World) -> None:

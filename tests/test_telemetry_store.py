@@ -20,6 +20,7 @@ def sample(run: Run, node: Node, gpu: int, second: int, value: float) -> GpuSamp
         run=run, node=node, gpu_index=gpu, ts=T0 + timedelta(seconds=second), utilization_gpu=value,
         memory_used_bytes=int(value * 10**8), memory_total_bytes=80 * 10**9, power_watts=value * 7,
         temperature_c=60 + value / 10, sm_clock_mhz=1980.0, utilization_memory=value / 2,
+        sm_active=value * 0.82, tensor_active=value * 0.48, pcie_tx_kbps=value * 2_048.0, pcie_rx_kbps=value * 9_000.0,
         processes=[{"pid": 7, "used_memory_bytes": 1}] if second == 0 else None,
     )  # fmt: skip
 
@@ -94,3 +95,25 @@ def test_rollups_after_out_of_order_and_duplicate_batches_match_a_scratch_build(
     for key, agg in scratch_hours.items():
         for name, value in agg.items():
             assert getattr(hours[key], name) == pytest.approx(value), name
+
+
+def test_sm_tensor_and_pcie_roll_up_and_a_gpu_without_them_stays_null(world: World) -> None:
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    hopper = [sample(run, node, 0, s, float(v)) for s, v in enumerate([10, 90, 50, 30] * 15)]
+    # An A100 (no GPM) under MIG (no PCIe counters): NVML answers NotSupported, stored as None.
+    older = [sample(run, node, 1, s, 40.0) for s in range(60)]
+    for s in older:
+        s.sm_active = s.tensor_active = s.pcie_tx_kbps = s.pcie_rx_kbps = None
+    store_gpu_samples(hopper + older)
+    minute = GpuMinute.objects.get(run=run, gpu_index=0)
+    # A one-second burst survives in the max; the average is the minute's.
+    assert (minute.sm_active_min, minute.sm_active_max) == pytest.approx((8.2, 73.8))
+    assert minute.sm_active_avg == pytest.approx(45 * 0.82)
+    assert (minute.pcie_rx_kbps_max, minute.pcie_tx_kbps_avg) == pytest.approx((810_000.0, 45 * 2_048.0))
+    assert minute.tensor_active_max == pytest.approx(90 * 0.48)
+    hour = GpuHour.objects.get(run=run, gpu_index=0)
+    assert (hour.sm_active_avg, hour.pcie_rx_kbps_max) == pytest.approx((45 * 0.82, 810_000.0))
+    for row in (GpuMinute.objects.get(run=run, gpu_index=1), GpuHour.objects.get(run=run, gpu_index=1)):
+        assert row.utilization_gpu_avg == 40.0
+        assert {row.sm_active_max, row.tensor_active_avg, row.pcie_tx_kbps_max, row.pcie_rx_kbps_min} == {None}

@@ -208,10 +208,20 @@ def minute_rollups(
             clock_max = profile.max_sm_clock_mhz if busy else profile.idle_sm_clock_mhz
             util_min = min(utils) if rng.random() > 0.05 or min(utils) < 50 else rng.uniform(0, 20)  # a stall
             used = profile.memory_total_bytes * min(memory, 0.999)
+            # SM and tensor activity on GPM GPUs, by `_gpu_fields`' rule without its noise (no
+            # extra draws: the seeded demo stays the same run for run).
+            gpm: dict[str, float] = {}
+            if profile.has_gpm:
+                sm = [u * 0.82 * pf**2 for u, (_, _, pf) in zip(utils, probes, strict=True)]
+                tensor = [max(0.0, u * 0.48 * (pf - 0.3) / 0.7) for u, (_, _, pf) in zip(utils, probes, strict=True)]
+                for name, values in (("sm_active", sm), ("tensor_active", tensor)):
+                    gpm |= {f"{name}_min": round(min(values), 2), f"{name}_avg": round(sum(values) / 4, 2),
+                            f"{name}_max": round(max(values), 2)}  # fmt: skip
             yield (
                 gpu,
                 minute,
                 {
+                    **gpm,
                     "samples": max(1, min(60, int(covered.total_seconds()))),
                     "memory_total_bytes": profile.memory_total_bytes,
                     "power_limit_watts": profile.power_limit_watts,

@@ -94,6 +94,13 @@ ROLLUP_FIELDS = (
     "power_watts",
     "temperature_c",
     "sm_clock_mhz",
+    # Optional signals, NULL where the GPU or importer has none: SM and tensor-pipe activity
+    # (Hopper GPM, DCGM_FI_PROF_SM_ACTIVE / _PIPE_TENSOR_ACTIVE) and PCIe throughput (NVML
+    # nvmlDeviceGetPcieThroughput, nvidia-smi dmon rxpci/txpci), KB/s.
+    "sm_active",
+    "tensor_active",
+    "pcie_tx_kbps",
+    "pcie_rx_kbps",
 )
 
 
@@ -121,6 +128,20 @@ class GpuRollupStats(models.Model):
     sm_clock_mhz_min = models.FloatField(null=True, blank=True)
     sm_clock_mhz_avg = models.FloatField(null=True, blank=True)
     sm_clock_mhz_max = models.FloatField(null=True, blank=True)
+    # min / avg / max like the others: the chart draws max (a one-second PCIe burst or a
+    # tensor-core stall survives the fold), the stall rule reads averages.
+    sm_active_min = models.FloatField(null=True, blank=True)
+    sm_active_avg = models.FloatField(null=True, blank=True)
+    sm_active_max = models.FloatField(null=True, blank=True)
+    tensor_active_min = models.FloatField(null=True, blank=True)
+    tensor_active_avg = models.FloatField(null=True, blank=True)
+    tensor_active_max = models.FloatField(null=True, blank=True)
+    pcie_tx_kbps_min = models.FloatField(null=True, blank=True)
+    pcie_tx_kbps_avg = models.FloatField(null=True, blank=True)
+    pcie_tx_kbps_max = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps_min = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps_avg = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps_max = models.FloatField(null=True, blank=True)
 
     class Meta:
         abstract = True

@@ -332,18 +332,29 @@ def reopen_minutes(keys: Iterable[tuple[int, int, int, datetime]]) -> list[list[
 
 
 def raw_rows(
-    run_id: int, start: datetime, end: datetime, fields: Sequence[str], gpu_index: int | None = None
+    run_id: int,
+    start: datetime,
+    end: datetime,
+    fields: Sequence[str],
+    gpu_index: int | None = None,
+    node_ids: Iterable[int] | None = None,
 ) -> list[tuple]:
     """(node_id, gpu_index, ts, *fields) of one run's raw samples in [start, end], both parts, in series and time order.
 
     `fields` are GpuSample value fields or "processes". Where a late row sits beside a block
     at the same instant, the block's sample is the stored one and the row is skipped.
+    `node_ids`, when given, keeps only those nodes' samples (a block holds one node).
     """
-    return raw_rows_of_runs([run_id], start, end, fields, gpu_index).get(run_id, [])
+    return raw_rows_of_runs([run_id], start, end, fields, gpu_index, node_ids).get(run_id, [])
 
 
 def raw_rows_of_runs(
-    run_ids: Iterable[int], start: datetime, end: datetime, fields: Sequence[str], gpu_index: int | None = None
+    run_ids: Iterable[int],
+    start: datetime,
+    end: datetime,
+    fields: Sequence[str],
+    gpu_index: int | None = None,
+    node_ids: Iterable[int] | None = None,
 ) -> dict[int, list[tuple]]:
     """`raw_rows` of many runs in two queries (hot rows, blocks), whatever their number: run id -> rows."""
     run_ids = list(run_ids)
@@ -351,6 +362,9 @@ def raw_rows_of_runs(
         return {}
     hot = GpuSample.objects.filter(run_id__in=run_ids, ts__gte=start, ts__lte=end)
     cold = GpuSampleBlock.objects.filter(run_id__in=run_ids, minute__gte=_minute(start), minute__lte=end)
+    if node_ids is not None:
+        node_ids = list(node_ids)
+        hot, cold = hot.filter(node_id__in=node_ids), cold.filter(node_id__in=node_ids)
     if gpu_index is not None:
         hot = hot.filter(gpu_index=gpu_index)
     merged: dict[tuple[int, int, int, datetime], tuple] = {}

@@ -3,8 +3,10 @@
 The figure functions are pure: data in, `{"data": [...], "layout": {...}}` out, or None when
 there is nothing to draw, so the template shows an empty state instead of blank axes. The
 template hands each figure to the browser through `json_script`; `static/js/charts.js` calls
-`Plotly.newPlot`. The two query helpers at the top (`gpu_series`, `metric_points`) are the
-only code here that touches the database, and they read values, never model instances.
+`Plotly.newPlot`. The query helpers (`gpu_series`, `signals_present`, `run_panels`, the events
+and the power limit) are the only code here that touches the database, and they read values,
+never model instances. MLflow metrics are drawn by `runs.compare.metrics_overlay`, for one run
+as for ten.
 
 Times go to Plotly as naive UTC strings ("2026-11-02 09:00:00"): plotly.js has no time zones
 and would misread an offset, so the axes say "UTC" instead.
@@ -12,18 +14,18 @@ and would misread an offset, so the axes say "UTC" instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import groupby, pairwise
 from typing import Any
 
-from django.db.models import FloatField, Func, Max
+from django.db.models import Count, FloatField, Func, Max, Q
 from django.utils import timezone
 
 from dashboard.figures import base_layout
 from runs.choices import RunEventKind, RunStatus
-from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, MetricPoint, Node, Run, RunEvent
+from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, Node, Run, RunEvent
 from runs.telemetry import blocks
 from runs.telemetry.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
 from runs.telemetry.importers import gpu_label
@@ -107,7 +109,7 @@ class EpochSeconds(Func):
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
-def _series_names(run: Run) -> dict[int, tuple[int, int, str]]:
+def series_names(run: Run) -> dict[int, tuple[int, int, str]]:
     """node_id -> (attempt number, node index, label prefix); attempts named only on retried runs."""
     nodes = list(Node.objects.filter(attempt__run=run).values_list("pk", "index", "attempt__number"))
     retried = len({attempt for _, _, attempt in nodes}) > 1
@@ -118,7 +120,14 @@ def _series_names(run: Run) -> dict[int, tuple[int, int, str]]:
 
 
 def gpu_series(
-    run: Run, field: str, start: datetime | None = None, end: datetime | None = None, max_points: int = MAX_POINTS
+    run: Run,
+    field: str,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    max_points: int = MAX_POINTS,
+    *,
+    node_ids: Collection[int] | None = None,
+    names: dict[int, tuple[int, int, str]] | None = None,
 ) -> list[GpuSeries]:
     """Per-GPU series of one telemetry field for a run over [start, end], at most `max_points` each.
 
@@ -136,6 +145,8 @@ def gpu_series(
     5. Queries order by (node, gpu_index, time), the column order of the natural-key unique
        index that starts with run, so the database walks one index range in order. Times
        come back as epoch seconds (`EpochSeconds`) and become labels once per instant.
+    6. `node_ids` keeps only those nodes' GPUs (the run page's node selector); `names` is
+       `series_names(run)` when the caller draws several panels and has it already.
     """
     if field not in ROLLUP_FIELDS:
         raise ValueError(f"{field!r} is not a telemetry field with a rollup: {ROLLUP_FIELDS}")
@@ -144,7 +155,7 @@ def gpu_series(
         if extent is None:
             return []
         start, end = start or extent[0], end or extent[1]
-    names = _series_names(run)
+    names = names if names is not None else series_names(run)
     tier = choose_tier(start, end, RAW_POINTS_PER_SERIES)
     # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes;
     # minutes pruned (AIRBOARD_TELEMETRY_MINUTE_DAYS) -> hours.
@@ -152,7 +163,7 @@ def gpu_series(
         tier, ["raw", "minute", "hour"]
     )
     for candidate in order:
-        series = _collect(_tier_rows(run, field, candidate, start, end), names, candidate, max_points)
+        series = _collect(_tier_rows(run, field, candidate, start, end, node_ids), names, candidate, max_points)
         if series:
             return series
     return []
@@ -170,19 +181,22 @@ def _extent(run: Run) -> tuple[datetime, datetime] | None:
     return blocks.raw_extent(run.pk)
 
 
-def _tier_rows(run: Run, field: str, tier: Tier, start: datetime, end: datetime) -> Iterable[tuple]:
+def _tier_rows(
+    run: Run, field: str, tier: Tier, start: datetime, end: datetime, node_ids: Collection[int] | None = None
+) -> Iterable[tuple]:
     """(node_id, gpu, epoch seconds, value, low, avg) rows of one tier in [start, end], in series and time order."""
     if tier == "raw":
         # Both parts of the raw tier: hot rows and compacted minutes (runs/blocks.py).
-        rows = blocks.raw_rows(run.pk, start, end, [field])
+        rows = blocks.raw_rows(run.pk, start, end, [field], node_ids=node_ids)
         return [(node, gpu, ts.timestamp(), value) for node, gpu, ts, value in rows]
     model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
     # A bucket that starts before `start` still overlaps it: widen the lower bound by one row.
     lower = start - tier_step(tier)
-    return (
-        model.objects.filter(run=run, **{f"{time_field}__gt": lower, f"{time_field}__lte": end})
-        .order_by("node_id", "gpu_index", time_field)
-        .values_list("node_id", "gpu_index", EpochSeconds(time_field), f"{field}_max", f"{field}_min", f"{field}_avg")
+    rows = model.objects.filter(run=run, **{f"{time_field}__gt": lower, f"{time_field}__lte": end})
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=node_ids)
+    return rows.order_by("node_id", "gpu_index", time_field).values_list(
+        "node_id", "gpu_index", EpochSeconds(time_field), f"{field}_max", f"{field}_min", f"{field}_avg"
     )
 
 
@@ -264,16 +278,6 @@ def _epoch_labels(epochs: Iterable[float], cache: dict[float, str]) -> list[str]
             label = cache[t] = plotly_time(datetime.fromtimestamp(t, UTC))
         out.append(label)
     return out
-
-
-def metric_points(run: Run) -> list[tuple[str, int, float | None]]:
-    """(key, step, value) of a run's MLflow metrics, system metrics excluded, by key and step."""
-    return list(
-        MetricPoint.objects.filter(run=run)
-        .exclude(key__startswith=SYSTEM_METRIC_PREFIX)
-        .order_by("key", "step", "ts")
-        .values_list("key", "step", "value")
-    )
 
 
 # --- Figures ----------------------------------------------------------------------------
@@ -378,11 +382,32 @@ FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
     "power_watts": ("GPU power", "power (W)", "W", 1, 0),
     "temperature_c": ("GPU temperature", "temperature (°C)", "°C", 1, 0),
     "sm_clock_mhz": ("SM clock", "clock (MHz)", "MHz", 1, 0),
+    # GPM (Hopper+) or DCGM profiling: the share of time SMs / tensor pipes were busy. A GPU at
+    # 100% "utilization" with SMs near 0 is spinning in a collective, not computing.
+    "sm_active": ("SM activity", "SMs active (%)", "%", 1, 0),
+    "tensor_active": ("Tensor core activity", "tensor pipe active (%)", "%", 1, 0),
+    # Stored in KB/s as NVML reports (dmon's MB/s x 1024, runs/importers.py): drawn in MB/s.
+    "pcie_tx_kbps": ("PCIe transmit", "PCIe TX (MB/s)", "MB/s", 1024, 1),
+    "pcie_rx_kbps": ("PCIe receive", "PCIe RX (MB/s)", "MB/s", 1024, 1),
 }
+# Percent fields: the y axis runs to 100 whatever the data, so 40% looks like 40%.
+PERCENT_FIELDS = ("utilization_gpu", "sm_active", "tensor_active", "utilization_memory")
 
 
-# The run page's panels after utilization and memory, one per signal kept in the rollups.
-PANEL_FIELDS = ("power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory")
+# The run page's panels after utilization and memory, one per signal kept in the rollups; a
+# signal the run's GPUs never reported (no GPM before Hopper, no PCIe counters under MIG) gets
+# no panel, and the coverage line names it.
+PANEL_FIELDS = (
+    "sm_active", "tensor_active", "power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory",
+    "pcie_tx_kbps", "pcie_rx_kbps",
+)  # fmt: skip
+# What the coverage line calls each signal, in panel order.
+SIGNAL_NAMES = {
+    "utilization_gpu": "utilization", "memory_used_bytes": "memory", "sm_active": "SM activity",
+    "tensor_active": "tensor activity", "power_watts": "power", "temperature_c": "temperature",
+    "sm_clock_mhz": "SM clock", "utilization_memory": "memory-controller busy", "pcie_tx_kbps": "PCIe TX",
+    "pcie_rx_kbps": "PCIe RX",
+}  # fmt: skip
 
 
 def power_limit(run: Run) -> float | None:
@@ -414,13 +439,14 @@ MARKED_EVENTS = (RunEventKind.XID, RunEventKind.GPU_LOST, RunEventKind.ECC)
 MAX_MARKERS = 50
 
 
-def gpu_events(run: Run) -> list[tuple[datetime, str]]:
-    """(time, short label) of the run's Xid, GPU-lost and ECC events, oldest first, at most MAX_MARKERS."""
-    rows = (
-        RunEvent.objects.filter(run=run, kind__in=MARKED_EVENTS)
-        .order_by("ts")
-        .values_list("ts", "kind", "details", "gpu_index")[:MAX_MARKERS]
-    )
+def gpu_events(run: Run, node_ids: Collection[int] | None = None) -> list[tuple[datetime, str]]:
+    """(time, short label) of the run's Xid, GPU-lost and ECC events, oldest first, at most MAX_MARKERS.
+
+    With `node_ids`, only those nodes' events and the ones that name no node."""
+    events = RunEvent.objects.filter(run=run, kind__in=MARKED_EVENTS)
+    if node_ids is not None:
+        events = events.filter(Q(node_id__in=node_ids) | Q(node__isnull=True))
+    rows = events.order_by("ts").values_list("ts", "kind", "details", "gpu_index")[:MAX_MARKERS]
     out = []
     for ts, kind, details, gpu in rows:
         xid = details.get("xid") if isinstance(details, dict) else None
@@ -445,18 +471,104 @@ def with_events(figure: Figure | None, events: Sequence[tuple[datetime, str]]) -
     return figure
 
 
-def panel_figures(
-    run: Run, start: datetime | None = None, end: datetime | None = None
-) -> list[tuple[str, Figure | None]]:
-    """(field, figure) of each PANEL_FIELDS signal of the run over [start, end]; power carries its limit line."""
-    out = []
-    events = gpu_events(run)
+def signals_present(run: Run, node_ids: Collection[int] | None = None) -> frozenset[str]:
+    """ROLLUP_FIELDS the run's GPUs (or those of `node_ids`) reported at least once.
+
+    One aggregate over the hour rollups (60 times fewer rows than minutes; ingest keeps them
+    current), else the minutes (rollups written without hours), else the raw rows not rolled up.
+    """
+    counts = {field: Count(f"{field}_max") for field in ROLLUP_FIELDS}
+    for model in (GpuHour, GpuMinute):
+        rows = model.objects.filter(run=run)
+        if node_ids is not None:
+            rows = rows.filter(node_id__in=node_ids)
+        found = rows.aggregate(rows=Count("pk"), **counts)
+        if found["rows"]:
+            return frozenset(field for field in ROLLUP_FIELDS if found[field])
+    raw = GpuSample.objects.filter(run=run)
+    if node_ids is not None:
+        raw = raw.filter(node_id__in=node_ids)
+    found = raw.aggregate(**{field: Count(field) for field in ROLLUP_FIELDS})
+    return frozenset(field for field in ROLLUP_FIELDS if found[field])
+
+
+@dataclass(frozen=True)
+class RunPanels:
+    """The run page's GPU panels for one range and node choice, and the signals behind them."""
+
+    utilization: Figure | None
+    memory: Figure | None
+    panels: list[tuple[str, Figure | None]]
+    signals: frozenset[str]
+
+    @property
+    def reported(self) -> list[str]:
+        """Names of the signals the run has, in panel order."""
+        return [name for field, name in SIGNAL_NAMES.items() if field in self.signals]
+
+    @property
+    def not_reported(self) -> list[str]:
+        """Names of the signals its GPUs never reported: no panel is drawn for them."""
+        return [name for field, name in SIGNAL_NAMES.items() if field not in self.signals]
+
+
+def node_pks(names: dict[int, tuple[int, int, str]], node: int | None) -> list[int] | None:
+    """Pks of the run's nodes with index `node` (one per attempt that had it); None for all nodes."""
+    if node is None:
+        return None
+    return [pk for pk, (_, index, _) in names.items() if index == node]
+
+
+def run_panels(
+    run: Run, start: datetime | None = None, end: datetime | None = None, node: int | None = None
+) -> RunPanels:
+    """Every GPU panel of the run page over [start, end], for node index `node` or all nodes.
+
+    The queries are shared: node names, signal presence, extent, events and the power limit
+    once each, then one read per panel the run has data for; an absent signal costs nothing.
+    """
+    names = series_names(run)
+    node_ids = node_pks(names, node)
+    signals = signals_present(run, node_ids)
+    empty = RunPanels(None, None, [(field, None) for field in PANEL_FIELDS], signals)
+    if not signals:
+        return empty
+    if start is None or end is None:
+        extent = _extent(run)
+        if extent is None:
+            return empty
+        start, end = start or extent[0], end or extent[1]
+    events = gpu_events(run, node_ids)
+
+    def figure(field: str) -> Figure | None:
+        if field not in signals:
+            return None
+        drawn = gpu_figure(field, gpu_series(run, field, start, end, node_ids=node_ids, names=names))
+        if drawn is not None and node is not None:
+            # charts.js and live.js ask telemetry.json for the same node on zoom and refresh.
+            drawn["layout"]["meta"]["node"] = node
+        return drawn
+
+    panels = []
     for field in PANEL_FIELDS:
-        figure = gpu_figure(field, gpu_series(run, field, start, end))
+        drawn = figure(field)
         if field == "power_watts":
-            figure = with_limit(figure, power_limit(run), "limit")
-        out.append((field, with_events(figure, events)))
-    return out
+            drawn = with_limit(drawn, power_limit(run), "limit")
+        panels.append((field, with_events(drawn, events)))
+    return RunPanels(
+        utilization=with_events(figure("utilization_gpu"), events),
+        memory=figure("memory_used_bytes"),
+        panels=panels,
+        signals=signals,
+    )
+
+
+def panel_figures(
+    run: Run, start: datetime | None = None, end: datetime | None = None, node: int | None = None
+) -> list[tuple[str, Figure | None]]:
+    """(field, figure) of each PANEL_FIELDS signal of the run over [start, end]; power carries its
+    limit line; None where the run has no data for the signal."""
+    return run_panels(run, start, end, node).panels
 
 
 def gpu_figure(field: str, series: Sequence[GpuSeries]) -> Figure | None:
@@ -466,57 +578,14 @@ def gpu_figure(field: str, series: Sequence[GpuSeries]) -> Figure | None:
     if field == "memory_used_bytes":
         return memory_figure(series)
     title, y_title, unit, scale, digits = FIELD_UNITS[field]
-    return _gpu_figure(series, field=field, title=title, y_title=y_title, unit=unit, scale=scale, digits=digits)
+    figure = _gpu_figure(series, field=field, title=title, y_title=y_title, unit=unit, scale=scale, digits=digits)
+    if figure is not None and field in PERCENT_FIELDS:
+        figure["layout"]["yaxis"]["range"] = [0, 105]
+    return figure
 
 
 # Height of each metric's own row in the metrics chart, in pixels.
 METRIC_ROW_HEIGHT = 170
-
-
-def metrics_figure(points: Iterable[tuple[str, int, float | None]]) -> Figure | None:
-    """One row per MLflow metric key against a shared step axis; `system/` keys are left out.
-
-    Each metric gets its own y axis: loss (around 1), learning rate (around 1e-5) and
-    throughput (thousands) on one axis would flatten all but the largest. None when empty.
-    """
-    ordered = sorted(
-        (p for p in points if not p[0].startswith(SYSTEM_METRIC_PREFIX)),
-        key=lambda p: (p[0], p[1]),
-    )
-    traces = []
-    for row, (key, group) in enumerate(groupby(ordered, key=lambda p: p[0]), start=1):
-        rows = list(group)
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers" if len(rows) < 50 else "lines",
-                "name": key,
-                "x": [r[1] for r in rows],
-                "y": [r[2] for r in rows],
-                "xaxis": "x",
-                "yaxis": "y" if row == 1 else f"y{row}",
-                "line": {"width": 1.5},
-                "marker": {"size": 4},
-                "hovertemplate": "step %{x}: %{y:.4g}<extra>%{fullData.name}</extra>",
-            }
-        )
-    if not traces or all(v is None for t in traces for v in t["y"]):
-        return None
-    axes = {
-        ("yaxis" if row == 1 else f"yaxis{row}"): {"title": {"text": trace["name"], "font": {"size": 11}}}
-        for row, trace in enumerate(traces, start=1)
-    }
-    layout = time_layout(
-        "",
-        "",
-        series_count=1,  # hover one metric at a time: their scales differ
-        height=METRIC_ROW_HEIGHT * len(traces) + 60,
-        xaxis={"title": {"text": "step"}, "automargin": True},
-        grid={"rows": len(traces), "columns": 1, "pattern": "coupled", "roworder": "top to bottom"},
-        showlegend=False,
-        **axes,
-    )
-    return {"data": traces, "layout": layout}
 
 
 def timeline_figure(attempts: Iterable[Attempt], now: datetime | None = None) -> Figure | None:

@@ -96,6 +96,10 @@
       return;
     }
     var params = new URLSearchParams({ field: item.layout.meta.telemetry_field });
+    // A panel filtered to one node (the node selector) asks for that node again.
+    if (item.layout.meta.node !== undefined) {
+      params.set("gpu_node", item.layout.meta.node);
+    }
     if (from !== undefined) {
       params.set("from", from);
       params.set("to", to);

@@ -132,6 +132,10 @@
       }
       var start = Date.parse(from.replace(" ", "T") + "Z");
       var params = new URLSearchParams({ field: meta.telemetry_field, from: from, to: toUtcString(start + WINDOW_MS) });
+      // A panel filtered to one node (the node selector) asks for that node again.
+      if (meta.node !== undefined) {
+        params.set("gpu_node", meta.node);
+      }
       // Relative to the run page (/runs/<pk>/), as charts.js asks on zoom.
       getJson("telemetry.json?" + params.toString()).then(function (body) {
         if (body && body.figure) {
