@@ -41,9 +41,9 @@ from django.test import Client
 
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, UsagePolicy
-from billing.policies import budget as policies
 from dashboard.models import ApiKey, ApiKeyRole
 from runs.choices import RunStatus
+from runs.launch.admission import admit_yaml
 from runs.models import Attempt, Run
 
 NOW = datetime.now(UTC)
@@ -116,7 +116,7 @@ def main() -> None:
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(count):
-        policies.admit_yaml(WORKLOAD, team, region="us-west-2")
+        admit_yaml(WORKLOAD, team, region="us-west-2")
     timings = []
     for _ in range(args.requests):
         began = time.perf_counter()

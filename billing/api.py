@@ -17,12 +17,10 @@ from pydantic import BaseModel, Field, field_validator
 
 from billing.choices import GroupBy
 from billing.costs import egress, reports, spend
-from billing.policies import budget as policies
 from billing.prices.money import estimate
-from dashboard.api import Access, InvalidRows, bearer, read_auth
-from runs.api import ERRORS, batch_runs
+from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
+from dashboard.schemas import ERRORS, ExternalId, RegionName, Timestamp, refuse_nul
 from runs.choices import RunSource
-from runs.schemas import ExternalId, RegionName, Timestamp, _refuse_nul
 
 router = Router(tags=["costs"])
 
@@ -111,7 +109,7 @@ Region = Annotated[RegionName, Field(min_length=2)]
 
 
 class EgressRecordIn(BaseModel):
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    _no_nul = field_validator("*", mode="before")(refuse_nul)
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
     source_region: Region
@@ -165,44 +163,3 @@ def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
     except egress.EgressConflict as exc:
         raise EgressConflictError(exc.rows[:500]) from None
     return Status(201 if result.inserted else 200, {"inserted": result.inserted, "duplicates": result.duplicates})
-
-
-# --- Admission (dry run) --------------------------------------------------------------------
-
-
-class AdmissionIn(Schema):
-    workload_yaml: str = Field(..., max_length=1_000_000)
-    team: str = Field(..., max_length=150)
-    user: str = Field("", max_length=150)
-    region: str | None = Field(None, max_length=32)
-
-
-class ViolationOut(Schema):
-    rule: str
-    message: str
-
-
-class AdmissionOut(Schema):
-    decision: Literal["allow", "deny"]
-    violations: list[ViolationOut]
-    warnings: list[str]
-    policy: str | None
-    region: str
-    remaining_budget_usd: str | None
-    estimated_usd_per_hour: str | None
-
-
-@router.post("/admission", auth=read_auth, response={200: AdmissionOut, **ERRORS}, tags=["policies"])
-def admission(request: HttpRequest, payload: AdmissionIn) -> dict:
-    """Would this workload be admitted for this team now? A dry run: nothing is stored.
-
-    A key (ingest or read) answers only for its own team (403 otherwise); a user only for a
-    team they belong to (404 otherwise, as for a team that does not exist).
-    """
-    access = Access(request)
-    if access.key is not None and access.key.team.name != payload.team:
-        raise HttpError(403, "This API key belongs to another team; use a key of the team you ask about.")
-    team = access.teams().filter(name=payload.team).first()
-    if team is None:
-        raise HttpError(404, f"No team named {payload.team!r} that you belong to.")
-    return policies.admit_yaml(payload.workload_yaml, team, region=payload.region or None).as_dict()

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 from celery import shared_task
 from django.db import IntegrityError, OperationalError
 
-from billing.costs import rollups
+from billing.costs import egress, rollups
 from billing.policies import enforcement
 from billing.reconcile import usage_source
+
+
+# Sent by name by runs.ingest after a metrics batch with network counters; routed to the billing
+# queue. Idempotent: it recomputes whole days of the given runs' derived egress.
+@shared_task(name="billing.derive_egress", acks_late=True, reject_on_worker_lost=True,
+             autoretry_for=(OperationalError,), retry_backoff=5, max_retries=3)  # fmt: skip
+def derive_egress(run_days: dict[str, list[str]]) -> int:
+    """Re-derive the egress of runs (id -> ISO UTC days their new network counters touched)."""
+    days = {int(run): {date.fromisoformat(day) for day in dates} for run, dates in run_days.items()}
+    return egress.derive_for_runs(days.keys(), days=days)
 
 
 # Routed to the billing queue by CELERY_TASK_ROUTES ("billing.*").

@@ -8,6 +8,9 @@ for invalid input, `errors`: one entry per bad field or row, with its location.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
@@ -16,12 +19,14 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, DataError, IntegrityError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
 from dashboard import access, ratelimit
 from dashboard.models import ApiKey
+from runs.models import Run
 
 logger = logging.getLogger(__name__)
 
@@ -174,5 +179,57 @@ class Access:
 # Reads accept a key or a logged-in session; writes check the key's role in the view.
 read_auth = [bearer, django_auth]
 
-api.add_router("/", "runs.api.router")
-api.add_router("/", "billing.api.router")
+
+# --- The runs a pushed batch names: shared by the runs and billing APIs ---------------------
+
+
+def resolve_runs(request: HttpRequest, refs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Run]:
+    wanted = set(refs)
+    external_ids = {ext for _, ext in wanted}
+    runs = Run.objects.filter(team__in=Access(request).teams(), external_id__in=external_ids)
+    return {(r.source, r.external_id): r for r in runs if (r.source, r.external_id) in wanted}
+
+
+def check_count(rows: list[Any], what: str) -> None:
+    cap = settings.AIRBOARD_MAX_SAMPLES_PER_BATCH
+    if len(rows) > cap:
+        raise HttpError(413, f"{len(rows)} {what} in one request; the limit is {cap}. Split the batch.")
+
+
+def batch_runs(
+    request: HttpRequest,
+    rows: list[Any],
+    what: str,
+    skew_checked: bool = True,
+    check: Callable[[str, Any], list[dict[str, str]]] | None = None,
+    key: Callable[[Any], tuple[str, str, Any]] = attrgetter("run_source", "run", "ts"),
+) -> tuple[dict[tuple[str, str], Run], list[dict[str, str]]]:
+    """The runs a pushed batch names, with an error for each row naming a run outside the caller's teams.
+
+    1. More rows than AIRBOARD_MAX_SAMPLES_PER_BATCH is a 413 before anything is read.
+    2. One query for the runs the rows name (`run_source`, `run`), among the caller's teams.
+    3. Each row is checked in order: `{what}[i].run` when its run is not found and, with
+       `skew_checked`, `{what}[i].ts` when it is further in the future than
+       AIRBOARD_MAX_FUTURE_SKEW_SECONDS (a clock error, not data); then the caller's own
+       `check(prefix, row)`, so every error of a row stands together, rows in order.
+    The caller raises InvalidRows if there are any. `key` reads (run source, run, ts) off a
+    row: attributes of a model by default.
+    """
+    check_count(rows, what)
+    keys = [key(r) for r in rows]
+    wanted = {(source, run) for source, run, _ in keys}
+    runs = resolve_runs(request, wanted)
+    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
+    errors: list[dict[str, str]] = []
+    # The common case, checked in bulk: every run found, nothing in the future, no row check.
+    in_time = not skew_checked or max(ts for _, _, ts in keys) <= horizon
+    if check is None and len(runs) == len(wanted) and in_time:
+        return runs, errors
+    for i, (r, (source, run, ts)) in enumerate(zip(rows, keys, strict=True)):
+        if (source, run) not in runs:
+            errors.append({"field": f"{what}[{i}].run", "message": f"no run {run!r} ({source}) in your team"})
+        if skew_checked and ts > horizon:
+            errors.append({"field": f"{what}[{i}].ts", "message": "is more than the allowed skew in the future"})
+        if check is not None:
+            errors += check(f"{what}[{i}]", r)
+    return runs, errors

@@ -5,6 +5,10 @@ from django.urls import include, path
 from dashboard import metrics_views, views
 from dashboard.api import api
 
+# The project wires the two apps' APIs into one (routers by import path: neither app imports the other's).
+api.add_router("/", "runs.api.router")
+api.add_router("/", "billing.api.router")
+
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("login/", views.login_view, name="login"),

@@ -7,11 +7,10 @@ Anything outside that answers 404, exactly as a run that does not exist.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
-from operator import attrgetter, itemgetter
-from typing import Any
+from operator import itemgetter
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
@@ -29,15 +28,16 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from billing.policies.budget import naming_problem
-from dashboard.api import Access, InvalidRows, bearer, read_auth
+from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
+from dashboard.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
+from runs.launch.admission import admit_yaml
 from runs.launch.workload import WorkloadError
 from runs.models import MAX_RUNTIME, Attempt, IngestBatch, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
     BatchOut,
-    ErrorOut,
     GpuSampleBatchIn,
     LogChunkIn,
     LogChunkOut,
@@ -47,14 +47,11 @@ from runs.schemas import (
     RunOut,
     TelemetryFileIn,
     TelemetryFileOut,
-    Timestamp,
     UpsertOut,
 )
 from runs.telemetry.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
 
 router = Router(tags=["runs"])
-
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
 
 
 def _visible_runs(request: HttpRequest) -> QuerySet[Run]:
@@ -247,13 +244,6 @@ def append_log(request: HttpRequest, external_id: str, payload: LogChunkIn, sour
     return Status(201 if status == "stored" else 200, body)
 
 
-def _resolve_runs(request: HttpRequest, refs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Run]:
-    wanted = set(refs)
-    external_ids = {ext for _, ext in wanted}
-    runs = _visible_runs(request).filter(external_id__in=external_ids)
-    return {(r.source, r.external_id): r for r in runs if (r.source, r.external_id) in wanted}
-
-
 # A sample's value columns in row order, read in one C call rather than a lookup each.
 _sample_values = itemgetter(*ingest.SAMPLE_VALUE_COLUMNS)
 _sample_key = itemgetter("run_source", "run", "ts")
@@ -278,51 +268,6 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
         return node
 
     return walk(schema)
-
-
-def _check_count(rows: list[Any], what: str) -> None:
-    cap = settings.AIRBOARD_MAX_SAMPLES_PER_BATCH
-    if len(rows) > cap:
-        raise HttpError(413, f"{len(rows)} {what} in one request; the limit is {cap}. Split the batch.")
-
-
-def batch_runs(
-    request: HttpRequest,
-    rows: list[Any],
-    what: str,
-    skew_checked: bool = True,
-    check: Callable[[str, Any], list[dict[str, str]]] | None = None,
-    key: Callable[[Any], tuple[str, str, Any]] = attrgetter("run_source", "run", "ts"),
-) -> tuple[dict[tuple[str, str], Run], list[dict[str, str]]]:
-    """The runs a pushed batch names, with an error for each row naming a run outside the caller's teams.
-
-    1. More rows than AIRBOARD_MAX_SAMPLES_PER_BATCH is a 413 before anything is read.
-    2. One query for the runs the rows name (`run_source`, `run`), among the caller's teams.
-    3. Each row is checked in order: `{what}[i].run` when its run is not found and, with
-       `skew_checked`, `{what}[i].ts` when it is further in the future than
-       AIRBOARD_MAX_FUTURE_SKEW_SECONDS (a clock error, not data); then the caller's own
-       `check(prefix, row)`, so every error of a row stands together, rows in order.
-    The caller raises InvalidRows if there are any. `key` reads (run source, run, ts) off a
-    row: attributes of a model by default.
-    """
-    _check_count(rows, what)
-    keys = [key(r) for r in rows]
-    wanted = {(source, run) for source, run, _ in keys}
-    runs = _resolve_runs(request, wanted)
-    horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
-    errors: list[dict[str, str]] = []
-    # The common case, checked in bulk: every run found, nothing in the future, no row check.
-    in_time = not skew_checked or max(ts for _, _, ts in keys) <= horizon
-    if check is None and len(runs) == len(wanted) and in_time:
-        return runs, errors
-    for i, (r, (source, run, ts)) in enumerate(zip(rows, keys, strict=True)):
-        if (source, run) not in runs:
-            errors.append({"field": f"{what}[{i}].run", "message": f"no run {run!r} ({source}) in your team"})
-        if skew_checked and ts > horizon:
-            errors.append({"field": f"{what}[{i}].ts", "message": "is more than the allowed skew in the future"})
-        if check is not None:
-            errors += check(f"{what}[{i}]", r)
-    return runs, errors
 
 
 def _batch_out(batch: IngestBatch, duplicate: bool) -> dict[str, Any]:
@@ -497,3 +442,44 @@ def push_metrics(request: HttpRequest, payload: MetricBatchIn) -> Status:
 def get_batch(request: HttpRequest, batch_id: int) -> dict[str, Any]:
     batch = get_object_or_404(IngestBatch, pk=batch_id, team__in=Access(request).teams())
     return _batch_out(batch, duplicate=False)
+
+
+# --- Admission (dry run) --------------------------------------------------------------------
+
+
+class AdmissionIn(Schema):
+    workload_yaml: str = Field(..., max_length=1_000_000)
+    team: str = Field(..., max_length=150)
+    user: str = Field("", max_length=150)
+    region: str | None = Field(None, max_length=32)
+
+
+class ViolationOut(Schema):
+    rule: str
+    message: str
+
+
+class AdmissionOut(Schema):
+    decision: Literal["allow", "deny"]
+    violations: list[ViolationOut]
+    warnings: list[str]
+    policy: str | None
+    region: str
+    remaining_budget_usd: str | None
+    estimated_usd_per_hour: str | None
+
+
+@router.post("/admission", auth=read_auth, response={200: AdmissionOut, **ERRORS}, tags=["policies"])
+def admission(request: HttpRequest, payload: AdmissionIn) -> dict:
+    """Would this workload be admitted for this team now? A dry run: nothing is stored.
+
+    A key (ingest or read) answers only for its own team (403 otherwise); a user only for a
+    team they belong to (404 otherwise, as for a team that does not exist).
+    """
+    access = Access(request)
+    if access.key is not None and access.key.team.name != payload.team:
+        raise HttpError(403, "This API key belongs to another team; use a key of the team you ask about.")
+    team = access.teams().filter(name=payload.team).first()
+    if team is None:
+        raise HttpError(404, f"No team named {payload.team!r} that you belong to.")
+    return admit_yaml(payload.workload_yaml, team, region=payload.region or None).as_dict()

@@ -35,6 +35,7 @@ from runs.choices import (
     accelerator_count_problem,
 )
 from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
+from runs.models.collection import is_network_counter
 from runs.telemetry.store import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows
 
 logger = logging.getLogger(__name__)
@@ -442,19 +443,21 @@ def process_batch(batch_id: int) -> StoreResult | None:
     if batch.kind == BatchKind.METRICS:
         # After the batch is done: the points are what must not be lost. A derivation that
         # fails here is redone by the next batch of the same day, which re-derives that day.
-        derive_network_egress(points)
+        derive_egress_later(points)
     return result
 
 
-def derive_network_egress(points: list[MetricPoint]) -> int:
-    """Refresh the derived egress of the runs whose network counters are among `points`."""
-    from billing.costs import egress
+def derive_egress_later(points: list[MetricPoint]) -> None:
+    """Queue `billing.derive_egress` (by name) for the runs and UTC days these network counters touch.
 
-    days: dict[int, set] = {}
+    Ingest never imports billing: the billing worker re-derives those days of those runs.
+    """
+    days: dict[str, set[str]] = {}
     for point in points:
-        if egress.is_network_key(point.key):
-            days.setdefault(point.run_id, set()).add(point.ts.astimezone(UTC).date())
-    return egress.derive_for_runs(days.keys(), days=days) if days else 0
+        if is_network_counter(point.key):
+            days.setdefault(str(point.run_id), set()).add(point.ts.astimezone(UTC).date().isoformat())
+    if days:
+        enqueue_on_commit("billing.derive_egress", [{run: sorted(dates) for run, dates in days.items()}])
 
 
 def requeue_pending(older_than: datetime, limit: int = 1000, queue: str | None = None) -> int:

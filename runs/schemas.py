@@ -11,62 +11,28 @@ written. Units follow NVML: percent, bytes, watts, Celsius, MHz.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any, NotRequired
 
-from django.core.validators import MaxValueValidator, MinValueValidator
 from ninja import Schema
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, field_validator, model_validator
 
 # pydantic reads TypedDicts from typing_extensions on Python < 3.12.
 from typing_extensions import TypedDict
 
-from dashboard.regions import INTERNET, REGION_PATTERN
+from dashboard.schemas import (
+    ExternalId,
+    RegionName,
+    Timestamp,
+    refuse_nul,
+)
 from runs.choices import AcceleratorType, RunSource, RunStatus, TelemetrySource, accelerator_count_problem
-
-ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/\x00]+$")]
-RegionName = Annotated[str, Field(max_length=32, pattern=rf"^({REGION_PATTERN}|{INTERNET})?$")]
-
-
-# Times outside this window are typing or clock errors, and PostgreSQL refuses some of them.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(2200, 1, 1, tzinfo=UTC)
-# The same window for the date filters of pages: a filter's `day + 1` and its UTC midnight
-# overflow at 0001-01-01 and 9999-12-31 (a 500); outside it a date is a form error.
-DATE_BOUNDS = [MinValueValidator(EARLIEST.date()), MaxValueValidator((LATEST - timedelta(days=1)).date())]
-
-
-def _aware(value: datetime) -> datetime:
-    """Timestamps without an offset are taken as UTC (NVML and MLflow clocks are epoch-based).
-
-    Every time is stored in UTC: PostgreSQL refuses offsets beyond +-15:59 that Python accepts
-    (the fuzz test sent -23:00), so the offset is applied here.
-    """
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    try:
-        value = value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("is out of range") from None
-    if not EARLIEST <= value < LATEST:
-        raise ValueError("must be between 1970 and 2200")
-    return value
-
-
-Timestamp = Annotated[datetime, AfterValidator(_aware)]
 
 
 def _metric_value(value: Any) -> Any:
     """MLflow logs NaN and infinities; JSON carries them as the strings MLflow's REST API uses."""
     if isinstance(value, str) and value.strip().lower() in {"nan", "inf", "infinity", "-inf", "-infinity"}:
         return None
-    return value
-
-
-def _refuse_nul(value: Any) -> Any:
-    """U+0000 cannot be stored in PostgreSQL text: refuse it on every backend, naming the field."""
-    if isinstance(value, str) and "\x00" in value:
-        raise ValueError("contains a NUL (U+0000) character")
     return value
 
 
@@ -81,7 +47,7 @@ MAX_NODES_PER_RUN_REQUEST = 4096
 
 
 class NodeIn(Schema):
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    _no_nul = field_validator("*", mode="before")(refuse_nul)
     index: int = Field(ge=0, le=4096)
     host: str = Field(default="", max_length=255)
     status: RunStatus | None = None
@@ -91,7 +57,7 @@ class NodeIn(Schema):
 
 
 class AttemptIn(Schema):
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    _no_nul = field_validator("*", mode="before")(refuse_nul)
     number: int = Field(ge=1, le=1000)
     status: RunStatus | None = None
     started_at: Timestamp | None = None
@@ -114,7 +80,7 @@ class AttemptIn(Schema):
 class RunIn(Schema):
     """A run as its source reports it. Fields left out keep their stored value."""
 
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    _no_nul = field_validator("*", mode="before")(refuse_nul)
 
     source: RunSource | None = Field(
         default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
@@ -171,7 +137,7 @@ class LogChunkIn(Schema):
 
 
 class GpuProcessIn(BaseModel):
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    _no_nul = field_validator("*", mode="before")(refuse_nul)
     pid: int = Field(ge=0, le=2**31)
     used_memory_bytes: int | None = Field(default=None, ge=0, le=2**50)
     run: str = Field(default="", max_length=200, description="AIRBOARD_RUN_ID found in the process environment.")
@@ -181,7 +147,7 @@ class GpuSampleIn(BaseModel):
     # The two free-text fields only: a NUL anywhere else already fails its number, time or
     # enum parsing (with the field named), and a validator on "*" was called 80,000 times
     # for a 10,000-row batch, a third of its validation time.
-    _no_nul = field_validator("run", "host", mode="before")(_refuse_nul)
+    _no_nul = field_validator("run", "host", mode="before")(refuse_nul)
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
     attempt: int | None = Field(default=None, ge=1, le=1000, description="Default: the run's latest attempt.")
@@ -245,7 +211,7 @@ GPU_SAMPLE_BATCH: TypeAdapter[Any] = TypeAdapter(GpuSampleBatchRows)
 
 
 class MetricPointIn(BaseModel):
-    _no_nul = field_validator("*", mode="before")(_refuse_nul)
+    _no_nul = field_validator("*", mode="before")(refuse_nul)
     run: ExternalId
     run_source: RunSource = RunSource.SERVERLESS
     key: str = Field(min_length=1, max_length=250)
@@ -341,16 +307,6 @@ class BatchOut(Schema):
     duplicates: int | None
     received_at: datetime
     processed_at: datetime | None
-
-
-class ErrorItem(Schema):
-    field: str
-    message: str
-
-
-class ErrorOut(Schema):
-    detail: str
-    errors: list[ErrorItem] | None = None
 
 
 class TelemetryFileIn(Schema):

@@ -28,11 +28,11 @@ from django.views.decorators.http import require_POST
 from billing.costs.engine import run_cost
 from dashboard import access
 from dashboard.csv_export import cell, csv_response
+from dashboard.schemas import DATE_BOUNDS, EARLIEST, LATEST
 from runs import cancel, compare, glance
 from runs.choices import AcceleratorType, CancelOutcome, Region, RunStatus
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run
-from runs.schemas import DATE_BOUNDS, EARLIEST, LATEST
 from runs.telemetry import charts
 from runs.telemetry import fleet as fleet_queries
 

@@ -15,9 +15,9 @@ from django.core.management import call_command
 from billing.choices import SpentAction
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, UsagePolicy
-from billing.policies.budget import admit_yaml
 from dashboard.models import ApiKeyRole
 from runs.choices import RunStatus
+from runs.launch.admission import admit_yaml
 from runs.launch.launcher import admit
 from runs.launch.workload import parse_workload
 from tests.conftest import T0, make_run

@@ -16,6 +16,7 @@ from billing.models import AcceleratorPrice, Admission, UsagePolicy
 from billing.policies import budget as policies
 from billing.policies import split as policy_split
 from billing.templatetags.billing_tags import usd
+from runs.launch.admission import admit_yaml
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db
@@ -71,15 +72,15 @@ def test_spend_splits_add_up_to_the_policy_total(policy: UsagePolicy) -> None:
 
 def test_admissions_are_stored_and_listed_on_the_page(world: World, policy: UsagePolicy) -> None:
     with time_machine.travel(NOW, tick=False):
-        allowed = policies.admit_yaml(WORKLOAD.format(num=8), world.vision, region="us-west-2")
-        denied = policies.admit_yaml(WORKLOAD.format(num=16), world.vision, region="us-west-2")
+        allowed = admit_yaml(WORKLOAD.format(num=8), world.vision, region="us-west-2")
+        denied = admit_yaml(WORKLOAD.format(num=16), world.vision, region="us-west-2")
         # The $100 budget is spent ($320), but this policy's action notifies rather than refuses.
         assert allowed.allowed and not denied.allowed
     assert [a.allowed for a in Admission.objects.order_by("pk")] == [True, False]
     stored = Admission.objects.order_by("pk").last()
     assert not stored.allowed and stored.num_accelerators == 16 and stored.violations[0]["rule"] == "num_accelerators"
     # No policy named: nothing to log under a policy.
-    policies.admit_yaml(WORKLOAD.format(num=8).replace("usage_policy_name: vision-research\n", ""), world.vision)
+    admit_yaml(WORKLOAD.format(num=8).replace("usage_policy_name: vision-research\n", ""), world.vision)
     assert Admission.objects.count() == 2
 
     with time_machine.travel(NOW, tick=False):
@@ -110,8 +111,8 @@ def test_a_shared_policy_shows_each_member_only_their_teams_part(world: World, p
     make_run(world.nlp, "nlp-secret", creator="charlie@example.com", usage_policy_name=policy.name)
     rollups.recompute_days([T0.date()], now=NOW)
     with time_machine.travel(NOW, tick=False):
-        policies.admit_yaml(WORKLOAD.format(num=8), world.nlp, region="us-west-2")
-        policies.admit_yaml(WORKLOAD.format(num=16), world.vision, region="us-west-2")  # denied: vision's own
+        admit_yaml(WORKLOAD.format(num=8), world.nlp, region="us-west-2")
+        admit_yaml(WORKLOAD.format(num=16), world.vision, region="us-west-2")  # denied: vision's own
         alice = world.client_for(world.alice).get(reverse("policy_detail", args=[policy.pk])).content.decode()
         charlie = world.client_for(world.charlie).get(reverse("policy_detail", args=[policy.pk])).content.decode()
     assert "nlp-secret" not in alice and "charlie@example.com" not in alice and "denied" in alice

@@ -16,7 +16,6 @@ derived one.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,8 +29,8 @@ from billing.choices import EgressOrigin
 from billing.models import EgressRecord
 from billing.prices.money import utc_midnight
 from runs.models import MetricPoint, Run
+from runs.models.collection import NETWORK_COUNTER, is_network_counter
 
-NETWORK_KEY = re.compile(r"^system/(?:[^/]+/)?network_(?P<direction>receive|transmit)_megabytes$")
 BYTES_PER_MB = 10**6
 
 
@@ -58,11 +57,6 @@ class EgressRow:
 class StoreResult:
     inserted: int = 0
     duplicates: int = 0
-
-
-def is_network_key(key: str) -> bool:
-    """True for the MLflow network counters that derived egress reads."""
-    return NETWORK_KEY.match(key) is not None
 
 
 def store_reported(rows: Sequence[EgressRow], now: datetime | None = None) -> StoreResult:
@@ -190,7 +184,7 @@ def derive_for_runs(
     wanted: dict[int, set[tuple[str, str, datetime, int]]] = {run_id: set() for run_id in ids}
     totals: dict[tuple[int, str, date], list] = {}
     for (run_id, key), values in series.items():
-        direction = NETWORK_KEY.match(key)["direction"]  # type: ignore[index]
+        direction = NETWORK_COUNTER.match(key)["direction"]  # type: ignore[index]
         for day, (num_bytes, last) in counter_increments(values).items():
             if days is not None and day not in days.get(run_id, ()):
                 continue  # the baseline point's own day
@@ -300,7 +294,7 @@ def _network_series(
     for run_id, key, ts, value in points.order_by("run_id", "key", "ts", "step").values_list(
         "run_id", "key", "ts", "value"
     ):
-        if is_network_key(key):
+        if is_network_counter(key):
             series[(run_id, key)].append((ts, value))
     if days is not None:
         for (run_id, key), values in series.items():

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
@@ -48,8 +48,10 @@ from billing.prices.money import (
 )
 from dashboard.figures import base_layout
 from runs.choices import Region, RunStatus
-from runs.launch.workload import Workload, WorkloadError, parse_workload
 from runs.models import Run
+
+if TYPE_CHECKING:
+    from runs.launch.workload import Workload
 
 # Forecasts from less elapsed time than this are mostly noise (as reports.MIN_FORECAST_DAYS).
 MIN_FORECAST_DAYS = reports.MIN_FORECAST_DAYS
@@ -448,16 +450,6 @@ def _recorded(decision: Decision, policy: UsagePolicy, workload: Workload, team:
         violations=[{"rule": v.rule, "message": v.message} for v in decision.violations],
     )
     return decision
-
-
-def admit_yaml(text: str, team: Group, *, region: str | None = None, now: datetime | None = None) -> Decision:
-    """`admit` for workload YAML text; an invalid workload is denied with its problems."""
-    try:
-        workload = parse_workload(text)
-    except WorkloadError as exc:
-        violations = [Violation("workload", f"Fix the workload file: {p}.") for p in exc.problems]
-        return Decision(violations=violations, region=region or "")
-    return admit(workload, team, region=region, now=now)
 
 
 # --- Versions ----------------------------------------------------------------------------

@@ -22,13 +22,13 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
 from dashboard import access
+from dashboard.schemas import DATE_BOUNDS
 from runs.choices import PostMortemStatus
 from runs.failures import postmortem
 from runs.failures import stats as failure_stats
 from runs.failures.rules import CLASSES
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, highlight, iter_lines, query_pattern
 from runs.models import FailureAnalysis, MetricPoint, Node, PostMortem, Run
-from runs.schemas import DATE_BOUNDS
 from runs.telemetry import charts
 from runs.views import MAX_QUERY_LENGTH
 

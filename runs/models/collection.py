@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.contrib.auth.models import Group
@@ -14,6 +15,15 @@ from runs.choices import (
     CollectorKind,
 )
 from runs.models.record import Run
+
+# MLflow's system network counters (`system/network_receive_megabytes`, and per node
+# `system/<node>/network_transmit_megabytes`): what derived cross-region egress reads.
+NETWORK_COUNTER = re.compile(r"^system/(?:[^/]+/)?network_(?P<direction>receive|transmit)_megabytes$")
+
+
+def is_network_counter(key: str) -> bool:
+    """True for the MLflow network counters that derived egress reads."""
+    return NETWORK_COUNTER.match(key) is not None
 
 
 class MetricPoint(models.Model):

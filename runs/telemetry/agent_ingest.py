@@ -39,11 +39,12 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from dashboard.models import ApiKey
+from dashboard.schemas import aware
 from runs import ingest
 from runs.choices import BatchKind, CollectorKind, RunEventKind, RunSource, TelemetrySource
 from runs.collectors.state import state_for
 from runs.models import CollectorState, IngestBatch, Node, Run, RunEvent
-from runs.schemas import GpuSampleIn, _aware
+from runs.schemas import GpuSampleIn
 
 logger = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ def _event(
     if run is None:
         return f"unknown run {raw.get('run')!r}"
     try:
-        ts = _aware(datetime.fromisoformat(str(raw.get("ts"))))
+        ts = aware(datetime.fromisoformat(str(raw.get("ts"))))
     except ValueError:
         return f"bad ts {raw.get('ts')!r}"
     if ts > horizon:

@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 
 from billing.policies import budget as policies
 from billing.templatetags.billing_tags import usd
+from runs.launch.admission import admit_yaml
 from runs.models import GpuSample, Node
 from runs.telemetry.store import store_gpu_samples
 from tests.e2e.conftest import Browsing, Scene
@@ -94,7 +95,7 @@ def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
 
 
 def test_who_is_over_budget(browsing: Browsing, scene: Scene) -> None:
-    policies.admit_yaml(WORKLOAD, scene.world.vision, region="us-west-2")
+    admit_yaml(WORKLOAD, scene.world.vision, region="us-west-2")
     page = browsing.page
     browsing.login_as(scene.world.alice)
     browsing.goto("/costs/policies/")
