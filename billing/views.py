@@ -20,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from billing import charts, history, reports, spend
+from billing import charts, history, reconcile, reports, spend
 from billing.choices import GroupBy
 from billing.forms import PRICE_FORMS, CostFilterForm, PriceUploadForm, can_edit_prices
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
@@ -53,6 +53,15 @@ def _amounts(row: dict, figure: str) -> list[object]:
     return [*(row[name] for name in AMOUNT_HEADER[:-1]), figure]
 
 
+def _billed_cells(flow: dict) -> list[object]:
+    """An egress flow's billed quantity, unit and USD for the CSV ('' when the route was not billed)."""
+    routes = flow["billed"]
+    if not routes:
+        return ["", "", ""]
+    quantities = "; ".join(reports.decimal_str(r.quantity) for r in routes)
+    return [quantities, "; ".join(r.usage_unit for r in routes), flow["billed_usd"]]
+
+
 @login_required
 def cost_overview(request: HttpRequest) -> HttpResponse:
     teams = _visible_teams(request)
@@ -78,7 +87,10 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
     experiments = reports.grouped(rows, GroupBy.EXPERIMENT_NAME, extra)
     creators = reports.grouped(rows, GroupBy.CREATOR, extra)
     daily = reports.sum_by(reports.rows_for(team_ids, filters, group_by), ["day", group_field], extra)
-    flows = reports.egress_flows(team_ids, filters)
+    # The derived estimate per route, the billed NETWORKING rows beside it (as the run page shows them).
+    flows = reconcile.flows_with_billed(
+        reports.egress_flows(team_ids, filters), reconcile.billed_egress(team_ids, filters)
+    )
     idle = sorted((r for r in experiments if r["idle_usd"] > 0), key=lambda r: -r["idle_usd"])
 
     total = reports.totals(reports.rows_for(team_ids, filters), extra)
@@ -97,9 +109,15 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
             return csv_response(f"costs-idle-{stamp}.csv", ["experiment_name", "idle_usd", "idle_gpu_hours"],
                                 ([r["key"], r["idle_usd"], r["idle_gpu_hours"]] for r in idle))  # fmt: skip
         if table == "egress":
-            # `unpriced`: the page's "(no price)"; a 0 alone would read as free.
+            # `unpriced`: the page's "(no price)"; a 0 alone would read as free. `billed_*`: the
+            # route's NETWORKING usage rows (blank when none), one quantity per unit.
             header = ["source_region", "destination_region", "bytes", "estimated_bytes", "usd", "unpriced"]
-            return csv_response(f"costs-egress-{stamp}.csv", header, ([f[name] for name in header] for f in flows))
+            billed_header = ["billed_quantity", "billed_unit", "billed_usd"]
+            return csv_response(
+                f"costs-egress-{stamp}.csv",
+                [*header, *billed_header],
+                ([*(f[name] for name in header), *_billed_cells(f)] for f in flows),
+            )
         if table == "daily":
             ordered = sorted(daily, key=lambda r: r["day"])
             return csv_response(f"costs-daily-{stamp}.csv", ["day", group_by, *AMOUNT_HEADER],
