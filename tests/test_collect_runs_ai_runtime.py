@@ -126,6 +126,22 @@ def test_a_sweeps_iterations_are_runs_of_one_sweep(world: World, workspace: Sour
     assert not any(call.split()[:3] == ["jobs", "get-run", "7002"] for call in workspace.calls()[before:])
 
 
+def test_an_ended_sweep_listed_by_air_list_is_not_read_again_once_its_iterations_are_stored(
+    settings, world: World, workspace: Source
+) -> None:
+    settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} experimental air list --all-status -o json"
+    settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
+    workspace.finish()
+    collect()
+    assert Run.objects.filter(parameters__sweep_run_id="7001", status=RunStatus.SUCCEEDED).count() == 2
+
+    before = len(workspace.calls())
+    collect()
+
+    again = workspace.calls()[before:]
+    assert not any(call.split()[:3] in (["jobs", "get-run", "7001"], ["jobs", "get-run", "7002"]) for call in again)
+
+
 def test_an_iterations_page_names_its_sweep_and_links_the_other_iterations(world: World, workspace: Source) -> None:
     collect()
     first, second = Run.objects.filter(parameters__sweep_run_id="7001").order_by("external_id")

@@ -400,7 +400,10 @@ def _fingerprint(run: Run | None) -> tuple | None:
     attempts = tuple(
         run.attempts.values_list("number", "status", "started_at", "ended_at", "state_message", "mlflow_run_id")
     )
-    shape = (run.accelerator_type, run.num_accelerators, run.experiment_name, run.mlflow_run_id, run.instance_type)
+    shape = (
+        run.accelerator_type, run.num_accelerators, run.experiment_name, run.mlflow_run_id, run.instance_type,
+        run.usage_policy_name,
+    )  # fmt: skip
     return (run.status, run.state_message, run.started_at, run.ended_at, run.cluster_id, shape, attempts)
 
 
@@ -558,11 +561,12 @@ def fetch_mlflow_outputs(
 
 def settled_sweeps(sweep_ids: list[str]) -> set[str]:
     """Sweeps (by parent run id) whose iterations are all stored finished, as many as the sweep said."""
-    rows = Run.objects.filter(origin=RunOrigin.COLLECTOR, source=RunSource.SERVERLESS).exclude(parameters={})
+    rows = Run.objects.filter(
+        origin=RunOrigin.COLLECTOR, source=RunSource.SERVERLESS, parameters__sweep_run_id__in=list(sweep_ids)
+    )
     found: dict[str, list[tuple[str, int | None]]] = defaultdict(list)
-    for sweep_id in sweep_ids:
-        for status, parameters in rows.filter(parameters__sweep_run_id=sweep_id).values_list("status", "parameters"):
-            found[sweep_id].append((status, parameters.get("sweep_iterations")))
+    for status, parameters in rows.values_list("status", "parameters"):
+        found[str(parameters["sweep_run_id"])].append((status, parameters.get("sweep_iterations")))
     return {
         sweep_id
         for sweep_id, iterations in found.items()
