@@ -363,7 +363,9 @@ def test_the_policy_form_takes_the_databricks_policy_id(world: World) -> None:
         "/costs/policies/new/", form | {"databricks_policy_id": "6F1B2C3D-4E5F-4A6B-8C7D-9E0F1A2B3C4D "}
     )
     assert saved.status_code == 302
-    assert UsagePolicy.objects.get(name="vision-gpu").databricks_policy_id == "6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+    policy = UsagePolicy.objects.get(name="vision-gpu")
+    assert policy.databricks_policy_id == "6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+    assert "6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d" in client.get(f"/costs/policies/{policy.pk}/").content.decode()
     again = client.post(
         "/costs/policies/new/", form | {"name": "other", "databricks_policy_id": "6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}
     )
