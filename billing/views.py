@@ -26,6 +26,7 @@ from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceCh
 from billing.prices import history
 from billing.prices.money import estimate
 from billing.prices.pricebook import export_price_csv, load_price_csv
+from billing.reconcile import matching as reconcile
 from dashboard import access
 from dashboard.csv_export import csv_response as export_csv
 
@@ -45,6 +46,15 @@ AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hour
 def _amounts(row: dict, figure: str) -> list[object]:
     """A row's amounts and what they are (the export's label: estimated or a lower bound, as of when)."""
     return [*(row[name] for name in AMOUNT_HEADER[:-1]), figure]
+
+
+def _billed_cells(flow: dict) -> list[object]:
+    """An egress flow's billed quantity, unit and USD for the CSV ('' when the route was not billed)."""
+    routes = flow["billed"]
+    if not routes:
+        return ["", "", ""]
+    quantities = "; ".join(reports.decimal_str(r.quantity) for r in routes)
+    return [quantities, "; ".join(r.usage_unit for r in routes), flow["billed_usd"]]
 
 
 @login_required
@@ -72,7 +82,10 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
     experiments = reports.grouped(rows, GroupBy.EXPERIMENT_NAME, extra)
     creators = reports.grouped(rows, GroupBy.CREATOR, extra)
     daily = reports.sum_by(reports.rows_for(team_ids, filters, group_by), ["day", group_field], extra)
-    flows = reports.egress_flows(team_ids, filters)
+    # The derived estimate per route, the billed NETWORKING rows beside it (as the run page shows them).
+    flows = reconcile.flows_with_billed(
+        reports.egress_flows(team_ids, filters), reconcile.billed_egress(team_ids, filters)
+    )
     idle = sorted((r for r in experiments if r["idle_usd"] > 0), key=lambda r: -r["idle_usd"])
 
     total = reports.totals(reports.rows_for(team_ids, filters), extra)
@@ -91,9 +104,15 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
             return csv_response(f"costs-idle-{stamp}.csv", ["experiment_name", "idle_usd", "idle_gpu_hours"],
                                 ([r["key"], r["idle_usd"], r["idle_gpu_hours"]] for r in idle))  # fmt: skip
         if table == "egress":
-            # `unpriced`: the page's "(no price)"; a 0 alone would read as free.
+            # `unpriced`: the page's "(no price)"; a 0 alone would read as free. `billed_*`: the
+            # route's NETWORKING usage rows (blank when none), one quantity per unit.
             header = ["source_region", "destination_region", "bytes", "estimated_bytes", "usd", "unpriced"]
-            return csv_response(f"costs-egress-{stamp}.csv", header, ([f[name] for name in header] for f in flows))
+            billed_header = ["billed_quantity", "billed_unit", "billed_usd"]
+            return csv_response(
+                f"costs-egress-{stamp}.csv",
+                [*header, *billed_header],
+                ([*(f[name] for name in header), *_billed_cells(f)] for f in flows),
+            )
         if table == "daily":
             ordered = sorted(daily, key=lambda r: r["day"])
             return csv_response(f"costs-daily-{stamp}.csv", ["day", group_by, *AMOUNT_HEADER],

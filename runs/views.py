@@ -77,6 +77,11 @@ class RunFilterForm(forms.Form):
     submitted_to = forms.DateField(
         required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
     )
+    # A Databricks sweep's parent run id: its iterations are runs naming it (`sweep_run_id`).
+    sweep = forms.RegexField(
+        required=False, max_length=20, regex=r"^[0-9]+$", label="Sweep run id",
+        error_messages={"invalid": "A sweep is named by its Databricks run id (digits)."},
+    )  # fmt: skip
 
     def __init__(self, *args: object, user: User, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -126,7 +131,35 @@ def filter_runs(runs: QuerySet[Run], data: dict) -> QuerySet[Run]:
     if data.get("submitted_to"):
         # Inclusive of the whole end day.
         runs = runs.filter(submitted_at__lt=_day_start(data["submitted_to"] + timedelta(days=1)))
+    if data.get("sweep"):
+        runs = runs.filter(parameters__sweep_run_id=data["sweep"])
     return runs
+
+
+# Sibling iterations a run page lists at most (the runs list, filtered by the sweep, has them all).
+SWEEP_SIBLINGS = 50
+
+
+def sweep_of(run: Run, user: User) -> dict | None:
+    """The sweep a run is an iteration of: its id, name and the sibling iterations the user sees."""
+    parameters = run.parameters if isinstance(run.parameters, dict) else {}
+    sweep_id = str(parameters.get("sweep_run_id") or "")
+    if not sweep_id:
+        return None
+    siblings = (
+        Run.objects.for_user(user)
+        .filter(source=run.source, parameters__sweep_run_id=sweep_id)
+        .exclude(pk=run.pk)
+        .order_by("submitted_at", "external_id")
+    )
+    return {
+        "run_id": sweep_id,
+        "name": parameters.get("sweep_name") or "",
+        "iteration": parameters.get("sweep_iteration") or "",
+        "total": parameters.get("sweep_iterations"),
+        "siblings": list(siblings[:SWEEP_SIBLINGS]),
+        "more": max(siblings.count() - SWEEP_SIBLINGS, 0),
+    }
 
 
 def sort_runs(runs: QuerySet[Run], sort: str) -> tuple[QuerySet[Run], str]:
@@ -327,6 +360,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         # The compare page's figure for one run: the same switch, by step or by UTC time.
         "metrics": compare.metrics_overlay([run], "utc" if x_axis == "time" else "step"),
         "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
+        "sweep": sweep_of(run, request.user),
     }
     return render(request, "runs/run_detail.html", ctx)
 

@@ -58,9 +58,10 @@ def collect() -> str:
 def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, source: Source) -> None:
     output = collect()
 
-    # 10 GPU runs; the CLI fixture's notebook run and a CPU job cluster's run are not GPU work.
+    # 11 GPU runs (the sweep 7001 is its two iterations); the CLI fixture's notebook run and a CPU
+    # job cluster's run are not GPU work.
     assert "runs: 2 record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored" in output
-    assert "runs: 10 created, 0 updated, 0 unchanged, 0 skipped" in output
+    assert "runs: 11 created, 0 updated, 0 unchanged, 0 skipped" in output
     assert not Run.objects.filter(external_id__in=["999000999000", "8101"]).exists()
     running = Run.objects.get(external_id="1001")
     assert (running.source, running.status, running.team, running.user) == (
@@ -93,7 +94,7 @@ def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, 
     queued = Run.objects.get(external_id="5001")
     assert queued.status == RunStatus.QUEUED and queued.started_at is None
     state = CollectorState.objects.get(name="runs")
-    assert state.items_last_run == 10 + 3 + 1 and state.last_error == ""
+    assert state.items_last_run == 11 + 3 + 1 and state.last_error == ""
     assert state.cursor["active"] == {
         "1001": 1001, "2001": 2002, "5001": 5001, "6001": 6001, "7001": 7001, "8001": 8001,
     }  # fmt: skip
@@ -105,8 +106,8 @@ def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: Wor
 
     output = collect()
 
-    assert "runs: 0 created, 5 updated, 5 unchanged, 0 skipped" in output
-    assert Run.objects.count() == 10 and Attempt.objects.count() == 12
+    assert "runs: 0 created, 6 updated, 5 unchanged, 0 skipped" in output
+    assert Run.objects.count() == 11 and Attempt.objects.count() == 14
     finished = Run.objects.get(external_id="1001")
     assert finished.status == RunStatus.SUCCEEDED
     assert finished.ended_at is not None and finished.attempts.get().status == RunStatus.SUCCEEDED
@@ -115,7 +116,8 @@ def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: Wor
     assert list(retried.attempts.values_list("status", flat=True)) == [RunStatus.FAILED, RunStatus.SUCCEEDED]
     assert CollectorState.objects.get(name="runs").cursor["active"] == {"5001": 5001}
 
-    assert "runs: 0 created, 0 updated, 10 unchanged, 0 skipped" in collect()
+    # The ended sweep's iterations are all stored finished: not read again, so not counted.
+    assert "runs: 0 created, 0 updated, 9 unchanged, 0 skipped" in collect()
 
 
 def test_an_active_only_command_fetches_runs_that_stop_being_listed(settings, world: World, source: Source) -> None:
@@ -170,7 +172,7 @@ def test_records_with_no_team_are_skipped_and_reported(settings, world: World, s
     assert "clusters: skipped 1015-120000-autoscl1" in output
     assert not Run.objects.filter(external_id="4001").exists()
     # The CLI fixtures' creators (tester@databricks.com, user@example.com) have no team either.
-    assert Run.objects.count() == 7
+    assert Run.objects.count() == 8
 
 
 class FakeClient:
@@ -338,7 +340,7 @@ def test_a_real_worker_collects_runs_from_the_configured_command(world: World, t
         from runs.tasks import collect_runs
 
         collect_runs.apply_async(queue=queue)
-        assert wait_for(lambda: Run.objects.count() == 10, timeout=60), worker.log()
+        assert wait_for(lambda: Run.objects.count() == 11, timeout=60), worker.log()
         assert Run.objects.get(external_id="1001").status == RunStatus.RUNNING
         assert Run.objects.get(external_id="2001").attempts.count() == 2
 
@@ -346,6 +348,6 @@ def test_a_real_worker_collects_runs_from_the_configured_command(world: World, t
         collect_runs.apply_async(queue=queue)
         done = wait_for(lambda: Run.objects.get(external_id="1001").status == RunStatus.SUCCEEDED, timeout=60)
         assert done, worker.log()
-        assert Run.objects.count() == 10
+        assert Run.objects.count() == 11
     finally:
         stop_worker(worker)

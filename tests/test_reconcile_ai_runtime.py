@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 
 from billing.choices import RecordType
-from billing.models import BilledUsage
+from billing.models import BilledUsage, EgressRecord
 from billing.reconcile import matching as reconcile
 from runs.choices import AcceleratorType
 from tests.conftest import T0, World, make_run
@@ -125,3 +125,43 @@ def test_the_run_page_shows_billed_egress_and_the_pool_share(world: World, runs:
     charlie = world.client_for(world.charlie)
     page = charlie.get(reverse("run_detail", args=[runs["pool_8"].pk])).content.decode()
     assert "Includes $56.00 of its reserved pool" in page
+
+
+def test_the_cost_page_shows_billed_egress_beside_the_estimate_for_the_users_teams_only(
+    world: World, runs: dict
+) -> None:
+    _import()
+    # An nlp run's billed egress on another route: never on a vision member's page or CSV.
+    BilledUsage.objects.create(
+        record_id="nlp-egress", sku_name="PREMIUM_NETWORKING_INTER_REGION_EGRESS_US_EAST_N_VIRGINIA",
+        usage_start_time=T0, usage_end_time=T0 + timedelta(hours=1), usage_date=T0.date(),
+        usage_quantity=Decimal("300"), usage_unit="GB", billing_origin_product="NETWORKING",
+        usage_metadata={"source_region": "us-east-1", "destination_region": "eu-west-1"},
+        job_run_id="5003003", run=runs["pool_8"], price_per_unit=Decimal("0.02"), billed_usd=Decimal("6.00"),
+        imported_at=T0,
+    )  # fmt: skip
+    # The derived estimate of the same route: the billed figure sits beside it, on its row.
+    EgressRecord.objects.create(
+        run=runs["corrected"], source_region="us-east-1", destination_region="us-west-2", bytes=100 * 10**9, ts=T0
+    )
+    day = T0.date()
+    query = {"start": str(day - timedelta(days=1)), "end": str(day + timedelta(days=1))}
+    assert BilledUsage.objects.filter(run=runs["corrected"], usage_date=day).exists()
+
+    page = world.client_for(world.alice).get(reverse("cost_overview"), query).content.decode()
+    assert "Billed" in page and "$2.40" in page and "(120 GB)" in page
+    assert "eu-west-1" not in page and "$6.00" not in page
+
+    export = world.client_for(world.alice).get(reverse("cost_overview"), query | {"format": "csv", "table": "egress"})
+    lines = export.content.decode().splitlines()
+    assert lines[0].endswith(",billed_quantity,billed_unit,billed_usd")
+    route = [line for line in lines[1:] if line.startswith("us-east-1,us-west-2,")]
+    assert len(route) == 1 and route[0].startswith("us-east-1,us-west-2,100000000000,0,"), lines
+    assert route[0].endswith(",120,GB,2.4")
+    assert not any("eu-west-1" in line for line in lines)
+
+    # The same figure the run page shows, from the same rows (one sum, reconcile._egress_routes).
+    figure = reconcile.billed_for_run(runs["corrected"])
+    assert figure is not None and [r.billed_usd for r in figure.egress] == [Decimal("2.40")]
+    charlie = world.client_for(world.charlie).get(reverse("cost_overview"), query).content.decode()
+    assert "eu-west-1" in charlie and "$6.00" in charlie and "(120 GB)" not in charlie

@@ -36,6 +36,11 @@ class UsagePolicy(models.Model):
     """A budget and run constraints for the workloads naming it in `usage_policy_name`."""
 
     name = models.CharField(max_length=200, help_text="Exactly as workloads spell usage_policy_name.")
+    databricks_policy_id = models.CharField(
+        "Databricks policy id", max_length=64, blank=True,
+        help_text="The workspace's usage policy id (a UUID): collected runs whose effective_usage_policy_id "
+        "is this one link to this policy.",
+    )  # fmt: skip
     description = models.TextField(blank=True)
     teams = models.ManyToManyField(Group, related_name="usage_policies", blank=True)
     budget_usd = models.DecimalField(
@@ -69,6 +74,13 @@ class UsagePolicy(models.Model):
             # Admission and the spend query find a policy by the workload's usage_policy_name.
             models.UniqueConstraint(
                 fields=["name"], name="usagepolicy_name_unique", violation_error_message="A policy has this name."
+            ),
+            # The run source finds a policy by the run's effective_usage_policy_id.
+            models.UniqueConstraint(
+                fields=["databricks_policy_id"],
+                condition=~models.Q(databricks_policy_id=""),
+                name="usagepolicy_databricks_id_unique",
+                violation_error_message="A policy has this Databricks id.",
             ),
         ]
 

@@ -149,6 +149,22 @@ def naming_problem(team: Group, name: str) -> str:
     return ""
 
 
+def policy_for_databricks_id(team: Group, policy_id: str) -> tuple[str, str]:
+    """(policy name, problem) for a collected run of `team` attributed to Databricks policy `policy_id`.
+
+    The run links to the policy whose `databricks_policy_id` is that id, when it covers the
+    run's team (as `naming_problem` asks of a named policy). ('', '') when no policy has the
+    id: the workspace may hold policies Airboard does not mirror; ('', why) when the policy
+    covers other teams only.
+    """
+    policy_id = policy_id.strip().lower()
+    policy = UsagePolicy.objects.prefetch_related("teams").filter(databricks_policy_id=policy_id).first()
+    if not policy_id or policy is None:
+        return "", ""
+    problem = naming_problem(team, policy.name)
+    return ("", problem) if problem else (policy.name, "")
+
+
 def running_runs(policy: UsagePolicy, team_ids: list[int] | None) -> list[Run]:
     """Runs under the policy still holding GPUs (a run that never started accrues nothing)."""
     runs = Run.objects.filter(usage_policy_name=policy.name, status=RunStatus.RUNNING, started_at__isnull=False)

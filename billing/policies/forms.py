@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -17,6 +18,7 @@ from dashboard.outbound import destination_problem
 from dashboard.regions import region_problem
 from runs.choices import AcceleratorType
 
+UUID_FORMAT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MAX_THRESHOLD = 1000
 
 
@@ -80,11 +82,17 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = UsagePolicy
         fields = [
-            "name", "description", "teams", "budget_usd", "period", "period_start_day", "alert_thresholds",
-            "forecast_thresholds", "action", "allowed_accelerator_types", "max_num_accelerators",
+            "name", "databricks_policy_id", "description", "teams", "budget_usd", "period", "period_start_day",
+            "alert_thresholds", "forecast_thresholds", "action", "allowed_accelerator_types", "max_num_accelerators",
             "max_timeout_minutes", "max_retries", "allowed_regions", "allow_cross_region", "idle_gpu_percent",
             "idle_warn_minutes", "idle_cancel_minutes",
         ]  # fmt: skip
+
+    def clean_databricks_policy_id(self) -> str:
+        value = (self.cleaned_data.get("databricks_policy_id") or "").strip().lower()
+        if value and not UUID_FORMAT.match(value):
+            raise ValidationError("Give the policy's id as Databricks shows it, a UUID; leave it blank for none.")
+        return value
 
     def clean_budget_usd(self) -> Any:
         budget = self.cleaned_data.get("budget_usd")

@@ -401,6 +401,61 @@ def _egress_routes(rows: list[tuple[dict, Decimal, str, Decimal | None]]) -> tup
     )
 
 
+def billed_egress(team_ids: Iterable[int], filters: reports.CostFilters) -> tuple[BilledEgress, ...]:
+    """Billed cross-region egress of the teams' runs in the cost page's range, per route.
+
+    The NETWORKING rows the run page shows (`per_run`), summed per route by the same
+    `_egress_routes`: rows linked to a run of `team_ids` (a row linked to no run belongs to no
+    team and is never here), dated (`usage_date`) in [start, end], under the page's run filters.
+    """
+    usage = BilledUsage.objects.filter(
+        billing_origin_product=NETWORKING,
+        run__team_id__in=list(team_ids),
+        usage_date__gte=filters.start,
+        usage_date__lte=filters.end,
+    )
+    if filters.team_id:
+        usage = usage.filter(run__team_id=filters.team_id)
+    if filters.accelerator_type:
+        usage = usage.filter(run__accelerator_type=filters.accelerator_type)
+    if filters.region:
+        usage = usage.filter(run__region=filters.region)
+    if filters.usage_policy_name:
+        usage = usage.filter(run__usage_policy_name=filters.usage_policy_name)
+    rows = usage.values_list("usage_metadata", "usage_quantity", "usage_unit", "billed_usd")
+    return _egress_routes([(metadata or {}, quantity, unit, usd) for metadata, quantity, unit, usd in rows])
+
+
+def flows_with_billed(flows: list[dict], billed: tuple[BilledEgress, ...]) -> list[dict]:
+    """The cost page's derived egress flows, each with its route's billed egress beside it.
+
+    A flow gains `billed` (the route's BilledEgress, one per usage unit) and `billed_usd`
+    (their sum, None when nothing was billed on the route); a billed route with no derived
+    flow is a row of its own with no bytes.
+    """
+    by_route: dict[tuple[str, str], list[BilledEgress]] = defaultdict(list)
+    for route in billed:
+        by_route[(route.source_region, route.destination_region)].append(route)
+    out = []
+    for flow in flows:
+        routes = by_route.pop((flow["source_region"], flow["destination_region"]), [])
+        out.append(flow | {"billed": routes, "billed_usd": exact_sum(r.billed_usd for r in routes) if routes else None})
+    for (source, destination), routes in sorted(by_route.items()):
+        out.append(
+            {
+                "source_region": source,
+                "destination_region": destination,
+                "bytes": 0,
+                "estimated_bytes": 0,
+                "usd": ZERO,
+                "unpriced": False,
+                "billed": routes,
+                "billed_usd": exact_sum(r.billed_usd for r in routes),
+            }
+        )
+    return out
+
+
 def pool_shares(run_ids: Iterable[int]) -> dict[int, Decimal]:
     """Each run's share of its reserved pools' billed rows, split by GPU-seconds.
 

@@ -60,6 +60,103 @@ def is_sweep(record: dict[str, Any]) -> bool:
     return bool(tasks) and isinstance(tasks[0], dict) and bool(tasks[0].get("for_each_task"))
 
 
+def for_each_task_run_id(record: dict[str, Any]) -> int | None:
+    """The run id of a sweep's for-each task: `jobs get-run` of it answers the iterations.
+
+    As the CLI's `buildSweepInfo` (experimental/air/cmd/sweep.go) asks for them: the parent run
+    lists only the for-each task; `runs/get?run_id=<that task's run id>` answers a Run whose
+    `iterations[]` (RunTask entries, paged with `next_page_token`, which the CLI and SDK
+    follow) are the iterations.
+    """
+    if not is_sweep(record):
+        return None
+    tries = [t for t in record.get("tasks") or [] if isinstance(t, dict) and t.get("for_each_task")]
+    newest = max(tries, key=lambda t: int(t.get("attempt_number") or 0))
+    value = newest.get("run_id")
+    return int(value) if isinstance(value, int) or str(value or "").isdigit() else None
+
+
+def sweep_total(record: dict[str, Any]) -> int | None:
+    """Iterations the sweep will run (`for_each_task.stats.task_run_stats.total_iterations`), if said."""
+    tasks = record.get("tasks") or [{}]
+    stats = ((tasks[0].get("for_each_task") or {}).get("stats") or {}).get("task_run_stats") or {}
+    value = stats.get("total_iterations")
+    return int(value) if isinstance(value, int) else None
+
+
+# Keys of the iterated task's settings an iteration inherits when its own entry omits them.
+_WORKLOAD_KEYS = ("ai_runtime_task", "gen_ai_compute_task", "max_retries", "environment_key")
+
+
+def iteration_records(parent: dict[str, Any], iterated: dict[str, Any]) -> list[dict[str, Any]]:
+    """One Jobs-run-shaped record per iteration of a sweep, for the run source to store as a run.
+
+    `parent` is the sweep's run (as listed), `iterated` the `jobs get-run` answer for its
+    for-each task. The `iterations[]` entries carry no iteration index, so tries of one
+    iteration are told apart by `task_key` only where that is safe: entries sharing a
+    `task_key` with distinct `attempt_number`s are the tries of one iteration (the record's
+    `tasks`, oldest first); where a key repeats an attempt number (every iteration under the
+    nested task's key) each entry is an iteration of its own. Each record carries:
+
+    - `run_id`: the iteration's first try's task run id (its Airboard external id), its window
+      and state from its tries, the parent's creator, run page and usage policy;
+    - in `tasks`, the entries themselves, each completed with the iterated task's settings
+      (`for_each_task.task`: accelerators, experiment, retries) where it omits them;
+    - `_sweep` (ours, never from Databricks): the parent run id and name, the for-each task's
+      run id, the iteration's task key and the sweep's total, which the run source stores as
+      the run's `sweep_*` parameters.
+    """
+    entries = [e for e in iterated.get("iterations") or [] if isinstance(e, dict) and e.get("run_id") is not None]
+    inner = ((parent.get("tasks") or [{}])[0].get("for_each_task") or {}).get("task") or {}
+    by_key: dict[Any, list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_key.setdefault(entry.get("task_key"), []).append(entry)
+    groups: list[list[dict[str, Any]]] = []
+    for key, same in by_key.items():
+        numbers = [int(e.get("attempt_number") or 0) for e in same]
+        if key is not None and len(set(numbers)) == len(numbers):
+            groups.append(sorted(same, key=lambda e: int(e.get("attempt_number") or 0)))
+        else:
+            groups += [[entry] for entry in same]
+    records = []
+    for tries in sorted(groups, key=lambda g: (int(g[0].get("start_time") or 0), int(g[0]["run_id"]))):
+        first, latest = tries[0], tries[-1]
+        tasks = [{**{k: inner[k] for k in _WORKLOAD_KEYS if k in inner and k not in e}, **e} for e in tries]
+        record = {
+            "run_id": first["run_id"],
+            "run_name": parent.get("run_name") or "",
+            "creator_user_name": parent.get("creator_user_name") or "",
+            "run_page_url": first.get("run_page_url") or parent.get("run_page_url") or "",
+            "start_time": first.get("start_time") or 0,
+            "end_time": latest.get("end_time") or 0,
+            "tasks": tasks,
+            "_sweep": {
+                "run_id": str(parent.get("original_attempt_run_id") or parent.get("run_id") or ""),
+                "name": parent.get("run_name") or "",
+                "task_run_id": str(iterated.get("run_id") or for_each_task_run_id(parent) or ""),
+                "iteration": str(first.get("task_key") or ""),
+                "total": sweep_total(parent),
+            },
+        }
+        for key in ("state", "status"):
+            if latest.get(key):
+                record[key] = latest[key]
+        if parent.get("effective_usage_policy_id"):
+            record["effective_usage_policy_id"] = parent["effective_usage_policy_id"]
+        records.append(record)
+    return records
+
+
+def usage_policy_id_of(record: dict[str, Any]) -> str:
+    """The usage policy a run is attributed to: the Jobs Run's `effective_usage_policy_id`, or ''.
+
+    The Run (`jobs.Run` / `BaseRun` in the SDK) carries only the effective id ("The id of the
+    usage policy used by this run for cost attribution purposes"); `usage_policy_id` and
+    `budget_policy_id` are fields of the submit request and the job settings, not of a run.
+    """
+    return str(record.get("effective_usage_policy_id") or "")
+
+
 def ai_runtime_compute(record: dict[str, Any]) -> tuple[str, int] | None:
     """(accelerator type, total accelerator count) of an AI Runtime run, or None when it is not one."""
     task = workload_task(record)

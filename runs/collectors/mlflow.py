@@ -36,7 +36,7 @@ from django.db.models import Q
 from runs.choices import CollectorKind, RunOrigin, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
 from runs.collectors.state import CollectResult, save_cursor, track
-from runs.ingest import derive_network_egress, node_for
+from runs.ingest import derive_egress_later, node_for
 from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Node, Run
 from runs.telemetry import blocks
 from runs.telemetry.store import store_gpu_samples, store_metric_points
@@ -256,7 +256,7 @@ def _collect_metrics(
     with transaction.atomic():
         stored_points = store_metric_points(points)
         if stored_points.inserted:
-            derive_network_egress(points)
+            derive_egress_later(points)
         stored_samples = store_gpu_samples(samples)
         if new_cursors:
             MlflowRun.objects.filter(pk=mlflow_run.pk).update(metric_cursors={**cursors, **new_cursors})

@@ -37,6 +37,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
+from django.utils.module_loading import import_string
 
 from dashboard.databricks_cli import CollectorError, RunSourceClient, client_from_settings
 from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
@@ -49,7 +50,9 @@ from runs.collectors.jobs_records import (
     classify,
     cluster_ids_of,
     experiment_of,
+    for_each_task_run_id,
     is_sweep,
+    iteration_records,
     max_retries_of,
     mlflow_ids,
     mlflow_run_name_of,
@@ -57,6 +60,7 @@ from runs.collectors.jobs_records import (
     new_cluster_specs,
     spec_gpus,
     task_attempts,
+    usage_policy_id_of,
 )
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, upsert_run
@@ -99,6 +103,15 @@ _TERMINATION_CODE = {
     "CANCELED": RunStatus.CANCELLED,
     "SKIPPED": RunStatus.CANCELLED,
 }
+
+
+def policy_for_databricks_id(team: Group, policy_id: str) -> tuple[str, str]:
+    """(policy name, problem) for a collected run of `team` attributed to Databricks policy `policy_id`.
+
+    Policies are billing's: the project package wires their resolver in
+    (`AIRBOARD_RUN_POLICY_RESOLVER` in settings), so the run source never imports billing.
+    """
+    return import_string(settings.AIRBOARD_RUN_POLICY_RESOLVER)(team, policy_id)
 
 
 def ms_to_dt(value: Any) -> datetime | None:
@@ -324,7 +337,15 @@ def workload_fields(latest: dict[str, Any], result: CollectResult | None = None)
     fields |= {"accelerator_type": accelerator_type, "num_accelerators": count, "gpus_per_node": per_node}
     if (retries := max_retries_of(latest)) is not None:
         fields["max_retries"] = retries
-    parameters = {"mlflow_run_name": mlflow_run_name_of(latest), "sweep": is_sweep(latest)}
+    parameters: dict[str, Any] = {"mlflow_run_name": mlflow_run_name_of(latest), "sweep": is_sweep(latest)}
+    # An iteration of a sweep names its sweep (the runs list filters by `sweep_run_id`).
+    sweep = latest.get("_sweep") or {}
+    parameters |= {
+        "sweep_run_id": sweep.get("run_id"),
+        "sweep_name": sweep.get("name"),
+        "sweep_iteration": sweep.get("iteration"),
+        "sweep_iterations": sweep.get("total"),
+    }
     fields["parameters"] = {key: value for key, value in parameters.items() if value}
     return fields, max(count // per_node, 1)
 
@@ -388,7 +409,10 @@ def _fingerprint(run: Run | None) -> tuple | None:
     attempts = tuple(
         run.attempts.values_list("number", "status", "started_at", "ended_at", "state_message", "mlflow_run_id")
     )
-    shape = (run.accelerator_type, run.num_accelerators, run.experiment_name, run.mlflow_run_id, run.instance_type)
+    shape = (
+        run.accelerator_type, run.num_accelerators, run.experiment_name, run.mlflow_run_id, run.instance_type,
+        run.usage_policy_name,
+    )  # fmt: skip
     return (run.status, run.state_message, run.started_at, run.ended_at, run.cluster_id, shape, attempts)
 
 
@@ -442,6 +466,13 @@ def upsert_runs(
             counts["skipped"] += 1
             result.say(f"runs: skipped {external_id}: {teams.why_none(data.get('creator', ''))}")
             continue
+        latest = max(tries, key=lambda r: int(r.get("attempt_number") or 0))
+        if policy_id := usage_policy_id_of(latest):
+            name, problem = policy_for_databricks_id(team, policy_id)
+            if name:
+                data["usage_policy_name"] = name
+            elif problem:
+                result.say(f"runs: {external_id}: usage policy {policy_id} not linked: {problem}")
         before = _fingerprint(run)
         if run is not None:
             _reopen_for_retry(run, data)
@@ -455,8 +486,9 @@ def upsert_runs(
             Run.objects.filter(pk=upserted.pk).update(cluster=cluster)
         after = _fingerprint(upserted)
         counts["created" if before is None else "updated" if before != after else "unchanged"] += 1
-        if upserted.status in RunStatus.active():
-            active[external_id] = int(max(tries, key=lambda r: int(r.get("attempt_number") or 0))["run_id"])
+        # A sweep's iteration is never fetched by its own id: its sweep is tracked (`collect_once`).
+        if upserted.status in RunStatus.active() and not latest.get("_sweep"):
+            active[external_id] = int(latest["run_id"])
     result.items += counts["created"] + counts["updated"]
     result.say("runs: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
     return active
@@ -536,6 +568,67 @@ def fetch_mlflow_outputs(
     return outputs
 
 
+def settled_sweeps(sweep_ids: list[str]) -> set[str]:
+    """Sweeps (by parent run id) whose iterations are all stored finished, as many as the sweep said."""
+    rows = Run.objects.filter(
+        origin=RunOrigin.COLLECTOR, source=RunSource.SERVERLESS, parameters__sweep_run_id__in=list(sweep_ids)
+    )
+    found: dict[str, list[tuple[str, int | None]]] = defaultdict(list)
+    for status, parameters in rows.values_list("status", "parameters"):
+        found[str(parameters["sweep_run_id"])].append((status, parameters.get("sweep_iterations")))
+    return {
+        sweep_id
+        for sweep_id, iterations in found.items()
+        if all(status in RunStatus.finished() for status, _ in iterations)
+        and len(iterations) >= max(int(total or 0) for _, total in iterations)
+    }
+
+
+def expand_sweeps(
+    client: RunSourceClient, records: list[dict[str, Any]], result: CollectResult
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Each AI Runtime sweep's record replaced by its iterations' records; and the sweeps to track.
+
+    A `for_each_task` sweep is not a run of its own: its iterations are the runs (each with its
+    GPUs, window, tries and cost), named by `jobs get-run` of the for-each task
+    (`jobs_records.iteration_records`), at most MAX_OUTPUTS_PER_PASS sweeps a pass. A sweep that
+    ended and whose iterations are all stored finished is not asked again. A sweep whose
+    iterations cannot be read now, or have not started, stores nothing this pass. Returned with
+    the records: {sweep run id: run id} of sweeps still active (or unread), which the cursor
+    tracks, so a sweep an `--active-only` list drops is fetched until its end is stored.
+    """
+    sweeps = [r for r in records if r.get("run_id") is not None and is_sweep(r) and ai_runtime_compute(r)]
+    if not sweeps:
+        return records, {}
+    sweep_records = {id(r) for r in sweeps}
+    kept = [r for r in records if id(r) not in sweep_records]
+    ended = [external_id_of(r) for r in sweeps if map_status(r)[0] in RunStatus.finished()]
+    settled = settled_sweeps(ended) if ended else set()
+    tracked: dict[str, int] = {}
+    asked = 0
+    for sweep in sweeps:
+        sweep_id = external_id_of(sweep)
+        if sweep_id in settled:
+            continue
+        if map_status(sweep)[0] in RunStatus.active():
+            tracked[sweep_id] = int(sweep["run_id"])
+        task_run_id = for_each_task_run_id(sweep)
+        if task_run_id is None or asked >= MAX_OUTPUTS_PER_PASS:
+            tracked[sweep_id] = int(sweep["run_id"])
+            continue
+        asked += 1
+        fetched, problems = client.get_runs([task_run_id])
+        if problems or not fetched:
+            result.lines += [f"runs: sweep {sweep_id}: iterations not read: {problem}" for problem in problems]
+            tracked[sweep_id] = int(sweep["run_id"])
+            continue
+        iterations = iteration_records(sweep, fetched[0])
+        if not iterations:
+            result.say(f"runs: sweep {sweep_id}: no iterations yet")
+        kept += iterations
+    return kept, tracked
+
+
 def stored_finished(run_ids: list[str]) -> set[str]:
     """Which of these Databricks run ids are stored as finished runs (nothing left to read)."""
     # Only the collector's own runs: a key's finished twin with the same id must not stop the
@@ -543,7 +636,8 @@ def stored_finished(run_ids: list[str]) -> set[str]:
     rows = Run.objects.filter(
         external_id__in=run_ids, status__in=RunStatus.finished(), origin=RunOrigin.COLLECTOR
     ).exclude(source=RunSource.LOCAL)
-    return set(rows.values_list("external_id", flat=True))
+    # A sweep is stored as its iterations: settled once they all are.
+    return set(rows.values_list("external_id", flat=True)) | settled_sweeps(run_ids)
 
 
 def collect_once(client: RunSourceClient | None = None) -> CollectResult:
@@ -584,10 +678,11 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         # Clusters a run names but the cluster command did not list are still linked when stored.
         wanted = {cid for r in records for cid in cluster_ids_of(r)} - set(clusters)
         clusters |= {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=wanted)}
-        outputs = fetch_mlflow_outputs(client, records, result)
-        active = upsert_runs(records, clusters, teams, result, outputs)
-        # A run whose final state could not be fetched stays tracked: the next pass tries again.
         fetched_ids = {external_id_of(r) for r in records}
+        records, sweeps = expand_sweeps(client, records, result)
+        outputs = fetch_mlflow_outputs(client, records, result)
+        active = upsert_runs(records, clusters, teams, result, outputs) | sweeps
+        # A run whose final state could not be fetched stays tracked: the next pass tries again.
         for ext, run_id in (cursor.get("active") or {}).items():
             if ext not in fetched_ids:
                 active.setdefault(ext, run_id)
