@@ -48,6 +48,7 @@ from runs.models import Attempt, GpuHour, GpuMinute, Node, Run  # noqa: E402
 TARGET_MS = 300.0
 GPUS_PER_NODE = 8
 TEAM = "bench-pages"
+OOM_MESSAGE = "CUDA out of memory"
 
 
 def build(args: argparse.Namespace, now: datetime) -> Group:
@@ -70,13 +71,23 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
                     num_accelerators=8, gpus_per_node=8, region="us-west-2", home_region="us-west-2",
                     experiment_name=f"/Workspace/Users/u{lane % 40}/exp-{k % 50}", creator=f"u{lane % 40}@example.com",
                     submitted_at=began, started_at=began, ended_at=None if newest else began + length,
-                    state_message="" if status != RunStatus.FAILED else "CUDA out of memory",
+                    state_message="" if status != RunStatus.FAILED else OOM_MESSAGE,
                 )
             )  # fmt: skip
     Run.objects.bulk_create(runs, batch_size=5000)
     runs = list(Run.objects.filter(team=team).order_by("pk"))
     attempts = Attempt.objects.bulk_create(
-        [Attempt(run=r, number=1, status=r.status, started_at=r.started_at, ended_at=r.ended_at) for r in runs],
+        [
+            Attempt(
+                run=r,
+                number=1,
+                status=r.status,
+                started_at=r.started_at,
+                ended_at=r.ended_at,
+                state_message=r.state_message,
+            )
+            for r in runs
+        ],
         batch_size=5000,
     )
     nodes = Node.objects.bulk_create(
@@ -115,6 +126,60 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
             print(f"  {rows:,} {table} rows", flush=True)
         cursor.execute("ANALYZE")
     return team
+
+
+def enrich(team: Group, now: datetime) -> None:
+    """What the failures and cost pages read, added to a workspace that lacks it (each part once).
+
+    1. The shipped price book (`billing/data/default_prices.csv`), as `make run` loads it, so
+       costs are priced rather than lower bounds of zero.
+    2. A failure analysis for every failed run: the classifier's verdict (`classify_run`) on
+       one of them, stored for each failed run with its own end as `failed_at`. Every failed
+       run here has the same inputs (one attempt, one node, no logs, the state message "CUDA
+       out of memory"), so the classifier would store the same verdict for each; running it
+       100,000 / 3 times would only take minutes.
+    3. A year of cost rollups, written by the beat's own pass (`billing.rollups.refresh_changed`),
+       which prices every run with the cost engine.
+    """
+    from billing.models import AcceleratorPrice, CostDaily
+    from billing.pricebook import load_default_prices
+    from billing.rollups import refresh_changed
+    from runs.models import FailureAnalysis
+    from runs.postmortem import classify_run
+
+    if not AcceleratorPrice.objects.exists():
+        load_default_prices()
+        print("  loaded the default price book", flush=True)
+    failed = Run.objects.filter(team=team, status=RunStatus.FAILED)
+    if not FailureAnalysis.objects.filter(run__team=team).exists():
+        began = time.perf_counter()
+        # Workspaces built before the attempts carried the run's state message, as the Jobs API gives it.
+        Attempt.objects.filter(run__in=failed, state_message="").update(state_message=OOM_MESSAGE)
+        verdict = classify_run(failed.order_by("pk").first())
+        fields = {
+            f.attname: getattr(verdict, f.attname)
+            for f in FailureAnalysis._meta.concrete_fields
+            if f.attname not in ("id", "run_id", "failed_at")
+        }
+        FailureAnalysis.objects.bulk_create(
+            [
+                FailureAnalysis(**fields, run_id=pk, failed_at=ended)
+                for pk, ended in failed.exclude(pk=verdict.run_id).values_list("pk", "ended_at")
+            ],
+            batch_size=5000,
+        )
+        count = FailureAnalysis.objects.filter(run__team=team).count()
+        print(f"  {count:,} failure analyses ({verdict.class_id}) in {time.perf_counter() - began:.0f} s", flush=True)
+    if not CostDaily.objects.filter(team=team).exists():
+        began = time.perf_counter()
+        result = refresh_changed(now)
+        print(
+            f"  cost rollups: {result.rows:,} rows over {result.days} days for {result.runs:,} runs "
+            f"in {time.perf_counter() - began:.0f} s",
+            flush=True,
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
 
 
 def time_page(client: Client, url: str, repeat: int) -> tuple[float, int, int]:
@@ -160,6 +225,7 @@ def main() -> None:
         print("building the workspace", flush=True)
         team = build(args, now)
         print(f"  built in {time.perf_counter() - began:.0f} s", flush=True)
+    enrich(team, now)
     user, _ = User.objects.get_or_create(username="bench-pages")
     user.groups.add(team)
     client = Client()
