@@ -6,7 +6,6 @@ Every view scopes to `Run.objects.for_user(user)` first: another team's run is a
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -26,7 +25,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
-from dashboard.csv_export import cell, csv_response
+from dashboard.csv_export import csv_response, csv_streaming_response
 from runs import charts, compare, glance
 from runs import fleet as fleet_queries
 from runs.choices import AcceleratorType, Region, RunEventKind, RunStatus
@@ -184,31 +183,30 @@ CSV_HEADER = [
 ]  # fmt: skip
 
 
-class _Echo:
-    """A file-like object whose write returns the row: csv.writer then feeds a streaming response."""
-
-    def write(self, value: str) -> str:
-        return value
+# What the CSV reads of each run (team by name): tuples, not 100,000 model instances.
+CSV_FIELDS = (
+    "external_id", "status", "team__name", "experiment_name", "creator", "accelerator_type", "num_accelerators",
+    "region", "home_region", "submitted_at", "started_at", "ended_at", "mlflow_run_id",
+)  # fmt: skip
 
 
 def _runs_csv(runs: QuerySet[Run]) -> StreamingHttpResponse:
-    """Stream the filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them."""
-    writer = csv.writer(_Echo())
+    """Stream the filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
-    def rows() -> Iterator[str]:
-        yield writer.writerow(CSV_HEADER)
-        for run in runs.iterator(chunk_size=500):
-            duration = run.duration
-            yield writer.writerow([cell(v) for v in [
-                run.external_id, run.status, run.team.name, run.experiment_name, run.creator, run.accelerator_type,
-                run.num_accelerators, run.region, run.home_region,
-                *(t.astimezone(UTC).isoformat() if t else "" for t in (run.submitted_at, run.started_at, run.ended_at)),
-                int(duration.total_seconds()) if duration is not None else "", run.mlflow_run_id,
-            ]])  # fmt: skip
+    Read as tuples in chunks (`values_list(...).iterator()`) and written through the one CSV
+    writer (`csv_streaming_response`). A running run's duration counts up to the moment the
+    download started, the same instant for every row.
+    """
+    now = timezone.now()
 
-    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="runs-{timezone.now():%Y-%m-%d}.csv"'
-    return response
+    def rows() -> Iterator[list[object]]:
+        for *fields, submitted, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(
+            chunk_size=2000
+        ):
+            duration = "" if started is None else int(max((ended or now) - started, timedelta(0)).total_seconds())
+            yield [*fields, submitted, started, ended, duration, mlflow_run_id]
+
+    return csv_streaming_response(f"runs-{now:%Y-%m-%d}.csv", CSV_HEADER, rows())
 
 
 @login_required
