@@ -349,7 +349,7 @@ class GpuMinute(GpuRollupStats):
             # minutes under IDLE_INDEX_BELOW are indexed, so busy minutes cost ingest nothing
             # more, and a running run's idle minutes are found without reading its busy ones.
             models.Index(
-                fields=["run", "minute"],
+                fields=["run", "utilization_gpu_max"],
                 name="gpuminute_idle_idx",
                 condition=models.Q(utilization_gpu_max__lt=IDLE_INDEX_BELOW),
             ),

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
             model_name="gpuminute",
             index=models.Index(
                 condition=models.Q(("utilization_gpu_max__lt", 50.0)),
-                fields=["run", "minute"],
+                fields=["run", "utilization_gpu_max"],
                 name="gpuminute_idle_idx",
             ),
         ),
