@@ -11,11 +11,15 @@ for `--hour-days` days up to now, `--runs` runs in all (a third failed, the newe
 lane still running); an hour rollup for every GPU-hour of that year and minute rollups for the
 last `--minute-days` days (AIRBOARD_TELEMETRY_MINUTE_DAYS bounds them in production: 30 days of
 1,000 GPUs is 43 million rows, more than this 2-core machine builds in a session). Rollups
-are written with COPY, as the values the pages read; no raw samples.
+are written with COPY, as the values the pages read; no raw samples. Then what the cost and
+failures pages read (`enrich`, each part added once to a workspace that lacks it): the
+shipped price book, a failure analysis for each failed run, and a year of cost rollups
+written by the beat's own pass (`billing.rollups.refresh_changed`, ~45 s).
 
 Each page is fetched `--repeat` times through Django's full stack in process (a signed-in team
 member, not staff) and printed with its median time and its query count, and whether it is
-under the 300 ms target.
+under the 300 ms target. A streamed download (the run list's CSV) is timed to its last byte,
+and its first bytes are timed too.
 """
 
 from __future__ import annotations
