@@ -50,6 +50,8 @@ _RUN_FIELDS = (
     "id", "source", "team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type",
     "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id",
 )  # fmt: skip
+# The run fields the cost engine (`breakdowns_for_runs`) reads: load only these to price many runs.
+RUN_COST_FIELDS = _RUN_FIELDS
 
 
 @dataclass(frozen=True)
