@@ -10,18 +10,26 @@ never escaped: -3 stays a number.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Sequence
+import io
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import IO
 
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# Rows a streamed download writes per chunk: one chunk a row was 100,000 writes for the run list.
+STREAM_CHUNK_ROWS = 1000
 
 
 def cell(value: object) -> object:
     """One value as written to the CSV."""
+    kind = type(value)
+    if kind is str:  # most cells: a fast path, the same answer as the end of this function
+        return "'" + value if value.startswith(FORMULA_PREFIXES) else value
+    if kind is int:
+        return value
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -73,4 +81,32 @@ def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[o
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)
     response["Content-Disposition"] = f'attachment; filename="{safe_name}"'
     write_csv(response, header, rows)
+    return response
+
+
+def _csv_chunks(header: Sequence[str], rows: Iterable[Sequence[object]]) -> Iterator[str]:
+    """`write_csv`'s text in chunks of STREAM_CHUNK_ROWS rows, header first."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow([cell(h) for h in header])
+    for count, row in enumerate(rows, 1):
+        writer.writerow([cell(v) for v in row])
+        if count % STREAM_CHUNK_ROWS == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def csv_streaming_response(
+    filename: str, header: Sequence[str], rows: Iterable[Sequence[object]]
+) -> StreamingHttpResponse:
+    """`csv_response` for tables too long to build in memory: rows are written as they are read.
+
+    The same cells (`cell()`), header and line ends as `csv_response`; the first bytes leave
+    before the last row is read (the run list's ?format=csv at 100,000 runs).
+    """
+    response = StreamingHttpResponse(_csv_chunks(header, rows), content_type="text/csv; charset=utf-8")
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)
+    response["Content-Disposition"] = f'attachment; filename="{safe_name}"'
     return response

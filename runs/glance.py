@@ -43,7 +43,8 @@ class Glance:
 
 
 def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glance]:
-    """Each run's glance, keyed by run id: two telemetry queries and the cost engine's, for the page."""
+    """Each run's glance, keyed by run id: two telemetry queries (one when every run reported
+    within the window) and the cost engine's, for the page."""
     runs = list(runs)
     if not runs:
         return {}
@@ -57,13 +58,22 @@ def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glanc
         .annotate(util=Avg("utilization_gpu_avg"))
         .order_by("run_id", "minute")
     )
+    last_minutes: dict[int, datetime] = {}
     for row in rows:
+        last_minutes[row["run_id"]] = row["minute"]  # rows come in time order
         if row["util"] is not None:
             per_minute[row["run_id"]].append((row["minute"], float(row["util"])))
-    # The last minute with samples, over all time: a run silent for a day says so.
-    last_minutes = dict(
-        GpuMinute.objects.filter(run_id__in=ids).values("run_id").annotate(m=Max("minute")).values_list("run_id", "m")
-    )
+    # The last minute with samples, over all time: a run silent for a day says so. A run with
+    # minutes in the window has its last one among them; only the others are looked up (the
+    # newest of a long run's minutes were a scan of all of them).
+    silent = [pk for pk in ids if pk not in last_minutes]
+    if silent:
+        last_minutes.update(
+            GpuMinute.objects.filter(run_id__in=silent)
+            .values("run_id")
+            .annotate(m=Max("minute"))
+            .values_list("run_id", "m")
+        )
     costs = run_costs(runs, now=now)
     result = {}
     for run in runs:

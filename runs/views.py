@@ -6,7 +6,6 @@ Every view scopes to `Run.objects.for_user(user)` first: another team's run is a
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -27,7 +26,7 @@ from django.views.decorators.http import require_POST
 
 from billing.costs.engine import run_cost
 from dashboard import access
-from dashboard.csv_export import cell, csv_response
+from dashboard.csv_export import csv_response, csv_streaming_response
 from dashboard.schemas import DATE_BOUNDS, EARLIEST, LATEST
 from runs import cancel, compare, glance
 from runs.choices import AcceleratorType, CancelOutcome, Region, RunStatus
@@ -175,7 +174,11 @@ def sort_runs(runs: QuerySet[Run], sort: str) -> tuple[QuerySet[Run], str]:
         runs = runs.annotate(
             run_duration=ExpressionWrapper(Coalesce(F("ended_at"), now) - F("started_at"), output_field=DurationField())
         )
-    expression = F(field).desc(nulls_last=True) if sort.startswith("-") else F(field).asc(nulls_last=True)
+    # Nulls last where there can be any; a NOT NULL column (submitted_at) sorts without the
+    # clause, so the default order is read from the run indexes (NULLS LAST does not match an
+    # index built DESC, and sorting every run for a page of 50 cost 27 ms at 100,000).
+    nulls = {"nulls_last": True} if key == "duration" or Run._meta.get_field(field).null else {}
+    expression = F(field).desc(**nulls) if sort.startswith("-") else F(field).asc(**nulls)
     # pk breaks ties so that a page boundary never shows a run twice or skips one.
     return runs.order_by(expression, "-pk"), sort
 
@@ -216,31 +219,30 @@ CSV_HEADER = [
 ]  # fmt: skip
 
 
-class _Echo:
-    """A file-like object whose write returns the row: csv.writer then feeds a streaming response."""
-
-    def write(self, value: str) -> str:
-        return value
+# What the CSV reads of each run (team by name): tuples, not 100,000 model instances.
+CSV_FIELDS = (
+    "external_id", "status", "team__name", "experiment_name", "creator", "accelerator_type", "num_accelerators",
+    "region", "home_region", "submitted_at", "started_at", "ended_at", "mlflow_run_id",
+)  # fmt: skip
 
 
 def _runs_csv(runs: QuerySet[Run]) -> StreamingHttpResponse:
-    """Stream the filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them."""
-    writer = csv.writer(_Echo())
+    """Stream the filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
-    def rows() -> Iterator[str]:
-        yield writer.writerow(CSV_HEADER)
-        for run in runs.iterator(chunk_size=500):
-            duration = run.duration
-            yield writer.writerow([cell(v) for v in [
-                run.external_id, run.status, run.team.name, run.experiment_name, run.creator, run.accelerator_type,
-                run.num_accelerators, run.region, run.home_region,
-                *(t.astimezone(UTC).isoformat() if t else "" for t in (run.submitted_at, run.started_at, run.ended_at)),
-                int(duration.total_seconds()) if duration is not None else "", run.mlflow_run_id,
-            ]])  # fmt: skip
+    Read as tuples in chunks (`values_list(...).iterator()`) and written through the one CSV
+    writer (`csv_streaming_response`). A running run's duration counts up to the moment the
+    download started, the same instant for every row.
+    """
+    now = timezone.now()
 
-    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="runs-{timezone.now():%Y-%m-%d}.csv"'
-    return response
+    def rows() -> Iterator[list[object]]:
+        for *fields, submitted, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(
+            chunk_size=2000
+        ):
+            duration = "" if started is None else int(max((ended or now) - started, timedelta(0)).total_seconds())
+            yield [*fields, submitted, started, ended, duration, mlflow_run_id]
+
+    return csv_streaming_response(f"runs-{now:%Y-%m-%d}.csv", CSV_HEADER, rows())
 
 
 @login_required

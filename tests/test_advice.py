@@ -8,7 +8,10 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunSource, RunStatus
 from runs.clusters.advice import RULE_IDS, advise, findings_for
 from runs.models import Cluster, GpuMinute, LogChunk, Node, Run
@@ -165,6 +168,32 @@ def test_low_util_multi_gpu(world: World) -> None:
     found = findings_for([low, busy, single], [], now=NOW)
     assert [(f.rule, f.subject) for f in found] == [("low_util_multi_gpu", "low")]
     assert "20%" in found[0].why and "on 2 GPUs" in found[0].why
+
+
+def test_advise_page_path_matches_full_runs(world: World) -> None:
+    """advise() names the window's runs by subquery and loads only RULE_FIELDS; its findings,
+    the cost of a low-utilization run included, are those of the rules over whole runs."""
+    # $2.50 an accelerator-hour, 8 accelerators for the run's hour: $20.00; on 2 GPUs $5.00.
+    AcceleratorPrice.objects.create(
+        accelerator_type="GPU_8xH100", region="us-west-2", effective_from=T0 - timedelta(days=30), usd_per_hour="2.50"
+    )
+    low = make_run(world.vision, "low")
+    minutes(low, 20, 20.0, gpus=8)
+    busy = make_run(world.vision, "busy")
+    minutes(busy, 20, 90.0, gpus=8)
+    page = advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)
+    whole = findings_for(list(Run.objects.filter(team=world.vision)), [], now=NOW)
+    assert [(f.rule, f.subject) for f in page] == [("low_util_multi_gpu", "low")]
+    assert page == whole
+    assert "about $5.00 instead of $20.00" in page[0].why
+    # Pricing low runs loads them whole once: the queries do not grow with them.
+    with CaptureQueriesContext(connection) as one:
+        advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)
+    for name in ("low-2", "low-3"):
+        minutes(make_run(world.vision, name), 20, 20.0, gpus=8)
+    with CaptureQueriesContext(connection) as three:
+        assert len(advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)) == 3
+    assert len(three.captured_queries) == len(one.captured_queries)
 
 
 def test_no_checkpoint_near_cap(world: World) -> None:

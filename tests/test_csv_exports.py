@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from billing.models import PriceChange, UsagePolicy
-from dashboard.csv_export import cell, csv_response
+from dashboard.csv_export import STREAM_CHUNK_ROWS, cell, csv_response, csv_streaming_response
 from runs.choices import RunStatus
 from runs.models import Cluster, CollectorState, GpuSample, Node
 from runs.telemetry.store import store_gpu_samples
@@ -66,6 +66,19 @@ def test_csv_response_writes_header_and_rows() -> None:
     response = csv_response('a"b.csv', ["name", "usd"], [["=cmd", Decimal("1.50")]])
     assert response["Content-Disposition"] == 'attachment; filename="a_b.csv"'
     assert response.content.decode().splitlines() == ["name,usd", "'=cmd,1.5"]
+
+
+def test_streamed_csv_is_the_same_file_in_chunks() -> None:
+    """csv_streaming_response writes what csv_response writes (cells, escaping, line ends), a
+    chunk per STREAM_CHUNK_ROWS rows, so a long download starts before its last row is read."""
+    rows = [[f"=run-{i}", i, -i, True, None, Decimal("2.50"), T0 + timedelta(seconds=i), "plain"] for i in range(2500)]
+    header = ["name", "n", "neg", "flag", "none", "usd", "at", "text"]
+    streamed = csv_streaming_response('r"uns.csv', header, iter(rows))
+    chunks = list(streamed.streaming_content)
+    assert len(chunks) == 2500 // STREAM_CHUNK_ROWS + 1
+    assert b"".join(chunks) == csv_response('r"uns.csv', header, rows).content
+    assert streamed["Content-Disposition"] == 'attachment; filename="r_uns.csv"'
+    assert b"".join(chunks).decode().splitlines()[1] == f"'=run-0,0,0,true,,2.5,{cell(T0)},plain"
 
 
 # --- Overview -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.choices import RunStatus
-from runs.models import GpuHour, GpuMinute, Node, Run
+from runs.models import FailureAnalysis, GpuHour, GpuMinute, Node, Run
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +28,7 @@ PAGES = [
     "/runs/advice/",
     "/runs/failures/",
     "/runs/postmortems/",
+    "/costs/",
     "/api/v1/runs",
 ]
 
@@ -45,6 +46,11 @@ def _runs(world: World, start: int, count: int) -> list[Run]:
                 utilization_gpu_avg=90.0, utilization_gpu_max=99.0, utilization_gpu_min=80.0,
             )  # fmt: skip
         GpuHour.objects.create(run=run, node=node, gpu_index=0, hour=T0, samples=180, utilization_gpu_avg=90.0)
+        if status == RunStatus.FAILED:
+            # The failures overview reads stored verdicts and prices their failed attempts.
+            FailureAnalysis.objects.create(
+                run=run, class_id="cuda_oom", title="CUDA out of memory", attempt_number=1, failed_at=ended
+            )
         runs.append(run)
     return runs
 

@@ -46,7 +46,8 @@ CURSOR_OVERLAP = timedelta(minutes=2)
 # Runs priced per batch: bounds memory and keeps IN lists under SQLite's variable limit.
 CHUNK = 2000
 DIMENSIONS = ("team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type", "region")
-_RUN_FIELDS = (
+# The run fields the cost engine (`breakdowns_for_runs`) reads: load only these to price many runs.
+RUN_COST_FIELDS = (
     "id", "source", "team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type",
     "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id",
 )  # fmt: skip
@@ -141,7 +142,7 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
     unpriced: dict[tuple, dict[str, None]] = defaultdict(dict)
     spans: dict[int, tuple[date, date]] = {}
     for i in range(0, len(run_ids), CHUNK):
-        runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*_RUN_FIELDS))
+        runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*RUN_COST_FIELDS))
         breakdowns = breakdowns_for_runs(runs, now=as_of)
         for run in runs:
             dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)

@@ -147,6 +147,11 @@ class GpuRollupStats(models.Model):
         abstract = True
 
 
+# GPU-minutes under this utilization are in `gpuminute_idle_idx`; an idle threshold set above it
+# (AIRBOARD_IDLE_UTILIZATION_PERCENT) still answers the same, only without the index.
+IDLE_INDEX_BELOW = 50.0
+
+
 class GpuMinute(GpuRollupStats):
     """Per-minute rollup of GpuSample (min / avg / max per field); long runs chart from it."""
 
@@ -164,6 +169,15 @@ class GpuMinute(GpuRollupStats):
         indexes = [
             # Fleet page: the last few minutes of every GPU, across all running runs.
             models.Index(fields=["minute"], name="gpuminute_minute_idx"),
+            # The cost engine's idle GPU-minutes (utilization_gpu_max under
+            # AIRBOARD_IDLE_UTILIZATION_PERCENT, 5 by default) of the runs it prices: only
+            # minutes under IDLE_INDEX_BELOW are indexed, so busy minutes cost ingest nothing
+            # more, and a running run's idle minutes are found without reading its busy ones.
+            models.Index(
+                fields=["run", "utilization_gpu_max"],
+                name="gpuminute_idle_idx",
+                condition=models.Q(utilization_gpu_max__lt=IDLE_INDEX_BELOW),
+            ),
         ]
 
     def __str__(self) -> str:
