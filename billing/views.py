@@ -8,7 +8,6 @@ Price pages: everyone logged in reads; billing admins (`can_edit_prices`) edit, 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -28,16 +27,11 @@ from billing.prices.money import estimate
 from billing.prices.pricebook import export_price_csv, load_price_csv
 from billing.reconcile import matching as reconcile
 from dashboard import access
-from dashboard.csv_export import csv_response as export_csv
+from dashboard.csv_export import csv_response
 
 # Rows in the "top" tables; the CSV download has them all.
 TOP = 20
 MAX_UPLOAD_BYTES = 1_048_576
-
-
-def csv_response(filename: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> HttpResponse:
-    """A CSV download; exact decimals are written as plain strings (dashboard/csv_export.py)."""
-    return export_csv(filename, header, rows)
 
 
 AMOUNT_HEADER = ["compute_usd", "egress_usd", "idle_usd", "total_usd", "gpu_hours", "idle_gpu_hours", "figure"]
@@ -238,7 +232,7 @@ def price_history(request: HttpRequest) -> HttpResponse:
         header = ["at", "user", "model", "object_id", "field", "old", "new", "note"]
         rows = ([c.at, c.user.get_username() if c.user else "", c.model, c.object_id, c.field, c.old, c.new, c.note]
                 for c in changes.iterator(chunk_size=2000))  # fmt: skip
-        return export_csv(f"price-history-{timezone.now():%Y-%m-%d}.csv", header, rows)
+        return csv_response(f"price-history-{timezone.now():%Y-%m-%d}.csv", header, rows)
     page = Paginator(changes, 100).get_page(request.GET.get("page"))
     # A page holds 100 field changes; the saves among them read as one row each.
     return render(request, "billing/price_history.html", {"page": page, "edits": history.grouped(page.object_list)})

@@ -33,7 +33,6 @@ from dashboard.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.launch.admission import admit_yaml
-from runs.launch.workload import WorkloadError
 from runs.models import MAX_RUNTIME, Attempt, IngestBatch, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
@@ -50,6 +49,7 @@ from runs.schemas import (
     UpsertOut,
 )
 from runs.telemetry.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
+from runs.workload.schema import WorkloadError
 
 router = Router(tags=["runs"])
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from django.db.models import Avg, Count, Max, Min
 from django.utils import timezone
 
-from billing.costs.engine import RunCostAnswer, run_costs
+from billing.engine import RunCostAnswer, run_costs
 from runs.models import GpuMinute, Node, Run
 
 WINDOW = timedelta(hours=1)

@@ -61,7 +61,7 @@ class UpsertResult:
 
 def with_workload(data: dict[str, Any]) -> dict[str, Any]:
     """Validate `workload_yaml` (raising WorkloadError) and fill fields the caller left out from it."""
-    from runs.launch.workload import parse_workload
+    from runs.workload.schema import parse_workload
 
     text = data.get("workload_yaml") or ""
     if not text.strip():

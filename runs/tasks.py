@@ -37,7 +37,7 @@ def ingest_metrics(batch_id: int) -> None:
 @shared_task(name="runs.ingest_agent_batch", **BATCH_TASK_OPTIONS)
 def ingest_agent_batch(payload: dict) -> None:
     """A GPU node agent's batch (it has broker access but no API key): recorded, then written."""
-    from runs.telemetry import agent_ingest
+    from runs.collectors import agent as agent_ingest
 
     agent_ingest.ingest_agent_batch(payload)
 

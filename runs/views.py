@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
-from billing.costs.engine import run_cost
+from billing.engine import run_cost
 from dashboard import access
 from dashboard.csv_export import csv_response, csv_streaming_response
 from dashboard.schemas import DATE_BOUNDS, EARLIEST, LATEST

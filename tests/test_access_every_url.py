@@ -136,7 +136,7 @@ def page_routes() -> list[Route]:
     return [r for r in _walk(get_resolver().url_patterns) if r.name not in SKIP_NAMES]
 
 
-def _fill(route: Route, seeded: Seeded) -> str:
+def fill_url(route: Route, seeded: Seeded) -> str:
     page = PAGES.get(route.name)
     if route.arguments and (page is None or page.args is None):
         raise AssertionError(
@@ -192,7 +192,7 @@ def test_every_page_route_is_found() -> None:
 @pytest.mark.parametrize("route", page_routes(), ids=lambda r: r.name)
 def test_page_access(route: Route, seeded: Seeded) -> None:
     world = seeded.world
-    url = _fill(route, seeded)
+    url = fill_url(route, seeded)
     page = PAGES.get(route.name, Page(other=200))
     alice = world.client_for(world.alice)
     method = _method(alice, url)

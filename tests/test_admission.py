@@ -19,7 +19,7 @@ from dashboard.models import ApiKeyRole
 from runs.choices import RunStatus
 from runs.launch.admission import admit_yaml
 from runs.launch.launcher import admit
-from runs.launch.workload import parse_workload
+from runs.workload.schema import parse_workload
 from tests.conftest import T0, make_run
 
 NOW = T0 + timedelta(days=3)

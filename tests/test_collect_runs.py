@@ -12,9 +12,11 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from dashboard.databricks_cli import CollectorError, get_run_argv, redact, unwrap_list
+from dashboard.commands import CollectorError
+from dashboard.redaction import redact
 from runs.choices import RunSource, RunStatus
 from runs.collectors import runsource
+from runs.collectors.databricks_cli import get_run_argv, unwrap_list
 from runs.models import Attempt, Cluster, ClusterEvent, CollectorState, Run
 from tests.conftest import T0, World, start_worker, stop_worker, wait_for
 

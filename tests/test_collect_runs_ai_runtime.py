@@ -15,9 +15,9 @@ from django.core.management.base import CommandError
 
 from billing.costs.serverless import estimate_costs_for_runs
 from billing.models import UsagePolicy
-from dashboard.databricks_cli import jobs_argv
 from runs.choices import RunSource, RunStatus
 from runs.collectors import runsource
+from runs.collectors.databricks_cli import jobs_argv
 from runs.collectors.jobs_records import (
     EnvelopeError,
     RunKind,

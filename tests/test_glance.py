@@ -9,7 +9,7 @@ import pytest
 import time_machine
 from django.urls import reverse
 
-from billing.costs.engine import run_cost
+from billing.engine import run_cost
 from billing.models import AcceleratorPrice
 from billing.templatetags.billing_tags import usd
 from runs import glance

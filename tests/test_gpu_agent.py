@@ -31,8 +31,8 @@ from agent.main import main
 from agent.nvml import NvmlSampler
 from agent.shipper import Shipper, make_celery_app
 from runs.choices import RunEventKind, TelemetrySource
+from runs.collectors.agent import ingest_agent_batch, ingest_agent_payload
 from runs.models import GpuSample, IngestBatch, RunEvent
-from runs.telemetry.agent_ingest import ingest_agent_batch, ingest_agent_payload
 from tests import fake_pynvml
 from tests.conftest import ROOT, World, make_run, wait_for
 from tests.fake_pynvml import GIB, FakeGpu

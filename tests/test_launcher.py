@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from runs.choices import RunEventKind, RunSource, RunStatus
 from runs.launch.launcher import child_env, launch_problems, render_command
-from runs.launch.workload import parse_workload
 from runs.logs import chunk_texts
 from runs.models import LogChunk, Run, RunEvent
+from runs.workload.schema import parse_workload
 from tests.conftest import ROOT, database_url_for_test_db, wait_for
 
 DATA = Path(__file__).parent / "data" / "launch"

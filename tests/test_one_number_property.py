@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from billing.costs import reports, rollups, spend
-from billing.costs.engine import run_costs
+from billing.engine import run_costs
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice, UsagePolicy
 from billing.policies import budget as policies
 from billing.prices.money import to_cents

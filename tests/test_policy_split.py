@@ -11,7 +11,7 @@ import time_machine
 from django.urls import reverse
 
 from billing.costs import rollups
-from billing.costs.engine import run_cost
+from billing.engine import run_cost
 from billing.models import AcceleratorPrice, Admission, UsagePolicy
 from billing.policies import budget as policies
 from billing.policies import split as policy_split

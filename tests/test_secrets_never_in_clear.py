@@ -21,7 +21,7 @@ from django.test import Client
 from dashboard.env import env_url
 from dashboard.models import ApiKeyRole
 from runs.models import Run
-from tests.test_access_every_url import Seeded, _fill, page_routes, seeded  # noqa: F401
+from tests.test_access_every_url import Seeded, fill_url, page_routes, seeded  # noqa: F401
 
 HF_TOKEN = "hf_" + "Zq8Xw2Lp5Nv7Rt1Ys4Ub6Mc9Kd3Jf0Hg"
 DATABRICKS_TOKEN = "dapi" + "0123456789abcdef0123456789abcdef"
@@ -105,7 +105,7 @@ def test_secrets_are_not_in_api_answers_or_logs(planted, caplog: pytest.LogCaptu
 def test_secrets_are_not_on_any_page_or_export(planted) -> None:
     world_objects, secrets, _ = planted
     staff = world_objects.world.client_for(world_objects.world.sam)
-    urls = [_fill(route, world_objects) for route in page_routes()]
+    urls = [fill_url(route, world_objects) for route in page_routes()]
     urls += ["/admin/dashboard/apikey/", "/costs/?format=csv", "/costs/prices/export.csv"]
     for url in urls:
         response = staff.get(url)

@@ -10,7 +10,7 @@ from django.test import Client
 
 from dashboard.security import DEFAULT_CSP
 from tests.conftest import ROOT, World
-from tests.test_access_every_url import PAGES, Seeded, _fill, page_routes, seeded  # noqa: F401
+from tests.test_access_every_url import PAGES, Seeded, fill_url, page_routes, seeded  # noqa: F401
 
 
 def _directives(policy: str) -> dict[str, str]:
@@ -70,7 +70,7 @@ def test_every_page_refuses_a_post_without_a_csrf_token(seeded: Seeded) -> None:
     """Staff, who may post to every form; a POST without the token never reaches a view."""
     client = Client(enforce_csrf_checks=True)
     client.force_login(seeded.world.sam)
-    urls = [_fill(route, seeded) for route in page_routes()] + ["/login/", "/logout/"]
+    urls = [fill_url(route, seeded) for route in page_routes()] + ["/login/", "/logout/"]
     refused = {url: client.post(url, {"x": "1"}).status_code for url in urls}
     assert all(code == 403 for code in refused.values()), refused
     # Nothing was cancelled by the attempts.

@@ -35,10 +35,10 @@ from billing.reconcile import matching as reconcile
 from dashboard.models import ApiKey, ApiKeyRole
 from runs import ingest
 from runs.choices import RunOrigin, RunSource, RunStatus
+from runs.collectors.agent import ingest_agent_payload
 from runs.collectors.logsource import RefusedPath, open_inside
 from runs.collectors.mlflow import claims
 from runs.models import CollectorState, GpuSample, LogChunk, Run, RunEvent
-from runs.telemetry.agent_ingest import ingest_agent_payload
 from tests.conftest import T0, World, make_run
 
 BIN = Path(__file__).resolve().parent / "bin"

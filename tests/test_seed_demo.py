@@ -27,9 +27,9 @@ from dashboard.demo.series import TrainingCurve
 from dashboard.demo.write import reset_demo, seed_demo
 from runs.choices import GPUS_PER_NODE, AcceleratorType, Region, RunSource, RunStatus, TelemetrySource
 from runs.failures.classify import classify_text
-from runs.launch.workload import parse_workload
 from runs.logs import chunk_texts
 from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
+from runs.workload.schema import parse_workload
 from tests.conftest import make_run
 
 NOW = datetime(2026, 3, 12, 15, 0, tzinfo=UTC)  # a Thursday afternoon

@@ -21,8 +21,8 @@ from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.launch.credentials import describe_credential, name_says_secret
-from runs.launch.workload import Problem, Workload, WorkloadError, parse_workload
+from runs.workload.credentials import describe_credential, name_says_secret
+from runs.workload.schema import Problem, Workload, WorkloadError, parse_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "workloads"

@@ -51,7 +51,7 @@ from runs.choices import Region, RunStatus
 from runs.models import Run
 
 if TYPE_CHECKING:
-    from runs.launch.workload import Workload
+    from runs.workload.schema import Workload
 
 # Forecasts from less elapsed time than this are mostly noise (as reports.MIN_FORECAST_DAYS).
 MIN_FORECAST_DAYS = reports.MIN_FORECAST_DAYS

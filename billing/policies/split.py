@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.costs import reports
-from billing.costs.engine import RunCostAnswer, run_costs
+from billing.engine import RunCostAnswer, run_costs
 from billing.models import Admission, UsagePolicy
 from billing.policies.budget import (
     Violation,

@@ -47,7 +47,7 @@ from billing.prices.money import (
 )
 from runs.choices import AcceleratorType, RunSource
 from runs.models import Cluster, GpuMinute, Run
-from runs.models.instance_types import GpuSpec, instance_gpus, is_gpu_instance
+from runs.models.instance_types import GpuSpec, cluster_gpus, instance_gpus, is_gpu_instance
 
 __all__ = ["GpuSpec", "instance_gpus", "is_gpu_instance"]
 
@@ -67,13 +67,6 @@ def serverless_equivalent(instance_type: str) -> str | None:
     if spec.model == "H100":
         return AcceleratorType.H100_1.value if spec.count == 1 else AcceleratorType.H100_8.value
     return None
-
-
-def cluster_gpus(cluster: Cluster, workers: int) -> int:
-    """GPUs the cluster holds while up with `workers` workers: the driver's (when a GPU type) plus each worker's."""
-    driver = instance_gpus(cluster.driver_node_type_id or cluster.node_type_id)
-    worker = instance_gpus(cluster.node_type_id)
-    return (driver.count if driver else 0) + workers * (worker.count if worker else 0)
 
 
 @dataclass

@@ -31,7 +31,8 @@ import json
 import re
 from typing import Any
 
-from dashboard.databricks_cli import CollectorError, run_node_log_command
+from dashboard.commands import CollectorError
+from runs.collectors.databricks_cli import run_node_log_command
 from runs.collectors.jobs_records import EnvelopeError, air_run_ids, is_air_envelope
 from runs.collectors.mlflow_client import MlflowSource, MlflowSourceError
 

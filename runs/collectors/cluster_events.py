@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dashboard.databricks_cli import CollectorError, run_json, split_command
+from dashboard.commands import CollectorError, run_json, split_command
 from runs.models import Cluster, ClusterEvent
 
 # Epoch milliseconds accepted: 2000-01-01 to 2100-01-01 (anything else is not a real event time).

@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from dashboard.commands import envelope_error
 from runs.choices import GPUS_PER_NODE, AcceleratorType
-from runs.clusters.costs import instance_gpus
+from runs.models.instance_types import instance_gpus
 
 
 class RunKind:
@@ -326,8 +327,7 @@ def air_run_ids(payload: dict[str, Any]) -> list[str]:
     does), so the caller fetches each run's Jobs record for the rest.
     """
     if payload.get("error") is not None:
-        error = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
-        raise EnvelopeError(f"{error.get('code') or 'ERROR'}: {error.get('message') or '(no message)'}")
+        raise EnvelopeError(envelope_error(payload))
     data = payload.get("data")
     if not isinstance(data, dict):
         raise EnvelopeError("the envelope has no data object")

@@ -39,10 +39,10 @@ from django.contrib.auth.models import Group, User
 from django.db.models import Q
 from django.utils.module_loading import import_string
 
-from dashboard.databricks_cli import CollectorError, RunSourceClient, client_from_settings
+from dashboard.commands import CollectorError
 from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
-from runs.clusters.costs import cluster_gpus
 from runs.collectors.cluster_events import collect_events
+from runs.collectors.databricks_cli import RunSourceClient, client_from_settings
 from runs.collectors.jobs_records import (
     RunKind,
     accelerator_shape,
@@ -65,6 +65,7 @@ from runs.collectors.jobs_records import (
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, upsert_run
 from runs.models import Attempt, Cluster, ClusterEvent, Run
+from runs.models.instance_types import cluster_gpus
 
 __all__ = ["CollectorError", "collect_once", "map_status"]
 

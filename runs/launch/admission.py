@@ -10,7 +10,7 @@ from datetime import datetime
 from django.contrib.auth.models import Group
 
 from billing.policies.budget import Decision, Violation, admit
-from runs.launch.workload import WorkloadError, parse_workload
+from runs.workload.schema import WorkloadError, parse_workload
 
 
 def admit_yaml(text: str, team: Group, *, region: str | None = None, now: datetime | None = None) -> Decision:

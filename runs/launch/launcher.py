@@ -52,8 +52,8 @@ from django.utils import timezone
 
 from runs.choices import RunEventKind, RunOrigin, RunSource, RunStatus
 from runs.ingest import append_log_chunk, node_for, upsert_run
-from runs.launch.workload import Problem, Workload
 from runs.models import Run, RunEvent
+from runs.workload.schema import Problem, Workload
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,11 @@ Read by the clusters page, run costs (a CPU-only cluster's hours are never GPU t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runs.models.clusters import Cluster
+
 import re
 from dataclasses import dataclass
 
@@ -61,3 +66,10 @@ def instance_gpus(instance_type: str) -> GpuSpec | None:
 def is_gpu_instance(instance_type: str) -> bool:
     """True when the instance type carries GPUs we recognise."""
     return instance_gpus(instance_type) is not None
+
+
+def cluster_gpus(cluster: Cluster, workers: int) -> int:
+    """GPUs the cluster holds while up with `workers` workers: the driver's (when a GPU type) plus each worker's."""
+    driver = instance_gpus(cluster.driver_node_type_id or cluster.node_type_id)
+    worker = instance_gpus(cluster.node_type_id)
+    return (driver.count if driver else 0) + workers * (worker.count if worker else 0)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.launch.workload import Problem, Workload, WorkloadError, parse_workload
+from runs.workload.schema import Problem, Workload, WorkloadError, parse_workload
 
 
 class Command(BaseCommand):

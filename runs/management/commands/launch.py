@@ -20,8 +20,8 @@ from django.urls import reverse
 from runs.choices import RunSource, RunStatus
 from runs.ingest import non_finite_paths
 from runs.launch.launcher import Launcher, admit, launch_problems, located
-from runs.launch.workload import Problem, WorkloadError, parse_workload
 from runs.models import Run
+from runs.workload.schema import Problem, WorkloadError, parse_workload
 
 
 class Command(BaseCommand):

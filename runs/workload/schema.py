@@ -43,7 +43,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from runs.choices import GPUS_PER_NODE, AcceleratorType, accelerator_count_problem
-from runs.launch.credentials import describe_credential, known_shape
+from runs.workload.credentials import describe_credential, known_shape
 
 # `max_retries` when the file does not set it, as the CLI submits it.
 DEFAULT_MAX_RETRIES = 3

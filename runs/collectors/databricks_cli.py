@@ -11,89 +11,18 @@ DATABRICKS_HOST and DATABRICKS_TOKEN are set, and no command is configured.
 from __future__ import annotations
 
 import importlib.util
-import json
-import shlex
-import subprocess
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
 
+from dashboard.commands import CollectorError, run_command, run_json, shown, split_command
 from dashboard.redaction import redact
 from runs.collectors.jobs_records import EnvelopeError, air_ended_ids, air_run_ids, is_air_envelope
-
-# Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
-STDERR_TAIL_CHARS = 2_000
 
 # Global CLI flags (with a value) that a `get-run` derived from `list-runs` must keep, so it
 # reaches the same workspace profile.
 GLOBAL_FLAGS_WITH_VALUE = {"-p", "--profile", "-t", "--target"}
-
-
-class CollectorError(Exception):
-    """The source could not be read (bad command, non-zero exit, timeout, bad JSON)."""
-
-
-def split_command(template: str) -> list[str]:
-    """shlex-split an operator's command; an empty or unbalanced one is a CollectorError."""
-    try:
-        argv = shlex.split(template)
-    except ValueError as exc:
-        raise CollectorError(f"cannot parse command {redact(template)!r}: {exc}") from None
-    if not argv:
-        raise CollectorError("the configured command is empty")
-    return argv
-
-
-def _shown(argv: list[str]) -> str:
-    return redact(shlex.join(argv))[:300]
-
-
-def run_command(argv: list[str], timeout: float) -> str:
-    """Run argv (no shell) and return its stdout decoded as UTF-8 (bad bytes replaced)."""
-    try:
-        completed = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise CollectorError(f"`{_shown(argv)}` timed out after {timeout:g}s") from None
-    except OSError as exc:  # not found, not executable
-        raise CollectorError(f"`{_shown(argv)}` could not start: {exc.strerror or exc}") from None
-    if completed.returncode != 0:
-        envelope = _error_envelope(completed.stdout)
-        if envelope:
-            raise CollectorError(f"`{_shown(argv)}` exited with {completed.returncode}: {redact(envelope)}")
-        tail = completed.stderr.decode("utf-8", "replace").strip()[-STDERR_TAIL_CHARS:]
-        raise CollectorError(f"`{_shown(argv)}` exited with {completed.returncode}: {redact(tail) or '(no stderr)'}")
-    return completed.stdout.decode("utf-8", "replace")
-
-
-def _error_envelope(stdout: bytes) -> str:
-    """The message of a `databricks air ... -o json` error envelope on stdout, or ''.
-
-    The air commands print `{"v": 1, "error": {"code", "message", ...}}` and exit 1, with
-    nothing useful on stderr.
-    """
-    try:
-        payload = json.loads(stdout.decode("utf-8", "replace"))
-    except ValueError:
-        return ""
-    if not (is_air_envelope(payload) and payload.get("error") is not None):
-        return ""
-    try:
-        air_run_ids(payload)
-    except EnvelopeError as exc:
-        return str(exc)
-    return ""
-
-
-def run_json(argv: list[str], timeout: float) -> Any:
-    """Run argv and parse its stdout as JSON; empty output is None (the CLI prints nothing for no runs)."""
-    out = run_command(argv, timeout)
-    if not out.strip():
-        return None
-    try:
-        return json.loads(out)
-    except json.JSONDecodeError as exc:
-        raise CollectorError(f"`{_shown(argv)}` printed invalid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def unwrap_list(payload: Any, key: str, id_field: str) -> list[dict[str, Any]]:
@@ -182,7 +111,7 @@ class CliClient:
         try:
             run_ids = air_run_ids(payload)
         except EnvelopeError as exc:
-            raise CollectorError(f"`{_shown(self.runs_argv)}` answered an error: {redact(str(exc))}") from None
+            raise CollectorError(f"`{shown(self.runs_argv)}` answered an error: {redact(str(exc))}") from None
         if self.settled is not None:
             ended = set(air_ended_ids(payload))
             done = self.settled(sorted(ended)) if ended else set()

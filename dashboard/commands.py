@@ -1,0 +1,86 @@
+"""Running a configured command (the Databricks CLI, a billing query) the one safe way.
+
+The operator configures whole commands; they are split with shlex and run with no shell, a
+timeout, and JSON parsing. Errors become `CollectorError` with the stderr tail (or the CLI's
+JSON error envelope), secrets redacted. Both apps' collectors read their sources through here.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from typing import Any
+
+from dashboard.redaction import redact
+
+# Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
+STDERR_TAIL_CHARS = 2_000
+
+
+class CollectorError(Exception):
+    """The source could not be read (bad command, non-zero exit, timeout, bad JSON)."""
+
+
+def split_command(template: str) -> list[str]:
+    """shlex-split an operator's command; an empty or unbalanced one is a CollectorError."""
+    try:
+        argv = shlex.split(template)
+    except ValueError as exc:
+        raise CollectorError(f"cannot parse command {redact(template)!r}: {exc}") from None
+    if not argv:
+        raise CollectorError("the configured command is empty")
+    return argv
+
+
+def shown(argv: list[str]) -> str:
+    return redact(shlex.join(argv))[:300]
+
+
+def run_command(argv: list[str], timeout: float) -> str:
+    """Run argv (no shell) and return its stdout decoded as UTF-8 (bad bytes replaced)."""
+    try:
+        completed = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise CollectorError(f"`{shown(argv)}` timed out after {timeout:g}s") from None
+    except OSError as exc:  # not found, not executable
+        raise CollectorError(f"`{shown(argv)}` could not start: {exc.strerror or exc}") from None
+    if completed.returncode != 0:
+        envelope = _error_envelope(completed.stdout)
+        if envelope:
+            raise CollectorError(f"`{shown(argv)}` exited with {completed.returncode}: {redact(envelope)}")
+        tail = completed.stderr.decode("utf-8", "replace").strip()[-STDERR_TAIL_CHARS:]
+        raise CollectorError(f"`{shown(argv)}` exited with {completed.returncode}: {redact(tail) or '(no stderr)'}")
+    return completed.stdout.decode("utf-8", "replace")
+
+
+def _error_envelope(stdout: bytes) -> str:
+    """The message of a `databricks air ... -o json` error envelope on stdout, or ''.
+
+    The air commands print `{"v": 1, "error": {"code", "message", ...}}` and exit 1, with
+    nothing useful on stderr.
+    """
+    try:
+        payload = json.loads(stdout.decode("utf-8", "replace"))
+    except ValueError:
+        return ""
+    return envelope_error(payload)
+
+
+def run_json(argv: list[str], timeout: float) -> Any:
+    """Run argv and parse its stdout as JSON; empty output is None (the CLI prints nothing for no runs)."""
+    out = run_command(argv, timeout)
+    if not out.strip():
+        return None
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError as exc:
+        raise CollectorError(f"`{shown(argv)}` printed invalid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def envelope_error(payload: Any) -> str:
+    """The message of a `databricks air ... -o json` error envelope (`{"v": 1, "error": {...}}`), or ''."""
+    if not (isinstance(payload, dict) and "v" in payload and payload.get("error") is not None):
+        return ""
+    error = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
+    return f"{error.get('code') or 'ERROR'}: {error.get('message') or '(no message)'}"
