@@ -133,7 +133,7 @@ class Agent:
         self.samples, self.events = [], []
 
     def payload(self, samples: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
-        """The body of `runs.ingest_agent_batch` (documented in runs/agent_ingest.py)."""
+        """The body of `runs.ingest_agent_batch` (documented in runs/collectors/agent.py)."""
         return {
             "version": PAYLOAD_VERSION,
             "host": self.args.host,

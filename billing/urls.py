@@ -24,5 +24,5 @@ urlpatterns = [
     ),
 ]
 
-# Reconciliation with the provider's bill (billing/reconcile_views.py).
+# Reconciliation with the provider's bill (billing/reconcile/views.py).
 urlpatterns += [path("reconcile/", reconcile_views.reconcile_overview, name="reconcile_overview")]

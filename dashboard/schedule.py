@@ -62,7 +62,7 @@ BEAT_SCHEDULE = {
         "schedule": crontab(minute="41"),
     },
     # Raw samples of closed minutes folded into one compressed block per GPU-minute
-    # (runs/blocks.py); each pass folds at most 30 minutes, so a backlog drains over passes.
+    # (runs/telemetry/blocks.py); each pass folds at most 30 minutes, so a backlog drains over passes.
     "compact-telemetry": {
         "task": "runs.compact_telemetry",
         "schedule": crontab(minute="*"),

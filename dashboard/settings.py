@@ -253,7 +253,7 @@ AIRBOARD_TRUSTED_PROXIES = env_int("AIRBOARD_TRUSTED_PROXIES", 0, minimum=0)
 # A Content-Security-Policy replacing the default one (dashboard/security.py says why it is as it is).
 AIRBOARD_CSP = env_str("AIRBOARD_CSP", "")
 
-# --- Usage policies: alert email, webhooks, cancels (billing/alerts.py, enforcement.py) ---
+# --- Usage policies: alert email, webhooks, cancels (billing/policies/alerts.py, enforcement.py) ---
 # Alert email: console in DEBUG; otherwise SMTP from AIRBOARD_EMAIL_HOST (etc.) when set.
 EMAIL_HOST = env_str("AIRBOARD_EMAIL_HOST", "")
 EMAIL_PORT = env_int("AIRBOARD_EMAIL_PORT", 587, minimum=1)
@@ -297,7 +297,7 @@ AIRBOARD_RUN_SOURCE_COMMAND = env_str("AIRBOARD_RUN_SOURCE_COMMAND", "")
 # Classic clusters: a command printing `clusters list -o json`.
 AIRBOARD_CLUSTER_SOURCE_COMMAND = env_str("AIRBOARD_CLUSTER_SOURCE_COMMAND", "")
 # A cluster's lifecycle events, `{cluster_id}` filled in: "databricks clusters events {cluster_id} -o json".
-# They decide its billable uptime and worker count (runs/uptime.py); without them, last_restarted_time.
+# They decide its billable uptime and worker count (runs/models/uptime.py); without them, last_restarted_time.
 AIRBOARD_CLUSTER_EVENTS_COMMAND = env_str("AIRBOARD_CLUSTER_EVENTS_COMMAND", "")
 
 # --- Wiring the two apps (not configuration): the project names billing's pieces that runs calls ---
@@ -314,7 +314,7 @@ AIRBOARD_LOG_SOURCE_COMMAND = env_str("AIRBOARD_LOG_SOURCE_COMMAND", "")
 AIRBOARD_LOG_SOURCE_DIR = env_str("AIRBOARD_LOG_SOURCE_DIR", "")
 AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS", 30, minimum=5)
 # Billed usage for reconciliation: a command printing system.billing.usage as CSV or as the
-# SQL Statement Execution API's JSON (billing/usage_source.py); list prices likewise. Empty:
+# SQL Statement Execution API's JSON (billing/reconcile/usage_source.py); list prices likewise. Empty:
 # usage arrives only by `manage.py import_usage FILE`.
 AIRBOARD_BILLING_USAGE_COMMAND = env_str("AIRBOARD_BILLING_USAGE_COMMAND", "")
 AIRBOARD_BILLING_PRICES_COMMAND = env_str("AIRBOARD_BILLING_PRICES_COMMAND", "")
@@ -332,7 +332,7 @@ if not REDIS_URL:
     for _folder in ("queue", "control"):
         (CELERY_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
 
-# --- Telemetry tiers (runs/telemetry.py, runs/retention.py) -----------------------------
+# --- Telemetry tiers (runs/telemetry/store.py, runs/telemetry/retention.py) -----------------------------
 # Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
 # The live demo (runs.demo_live): in a demo workspace (seeded demo runs exist), beat pushes
 # telemetry, metrics and logs for the running demo runs each minute, ends some and starts
@@ -341,12 +341,12 @@ AIRBOARD_DEMO_LIVE = env_bool("AIRBOARD_DEMO_LIVE", True)
 AIRBOARD_DEMO_LIVE_RUNNING = env_int("AIRBOARD_DEMO_LIVE_RUNNING", 10, minimum=0)
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
 # Raw samples older than this many minutes are compacted into one GpuSampleBlock per GPU-minute
-# (runs/blocks.py); a sample arriving later for a compacted minute reopens that minute.
+# (runs/telemetry/blocks.py); a sample arriving later for a compacted minute reopens that minute.
 AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES", 10, minimum=2)
-# Days minute rollups are kept; older minutes live on in the hour rollups (runs/retention.py).
+# Days minute rollups are kept; older minutes live on in the hour rollups (runs/telemetry/retention.py).
 # 30 by default: at 1,000 GPUs a day of minutes is ~0.55 GB (README, Scaling out, on paper).
 AIRBOARD_TELEMETRY_MINUTE_DAYS = env_int("AIRBOARD_TELEMETRY_MINUTE_DAYS", 30, minimum=1)
-# PostgreSQL (runs/partitions.py): daily partitions of the raw samples are made this many days
+# PostgreSQL (runs/telemetry/partitions.py): daily partitions of the raw samples are made this many days
 # ahead, so a day's samples never start in the DEFAULT partition while the beat runs.
 AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD = env_int("AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD", 7, minimum=1)
 # Fleet page: a GPU counts as "now" if it has a minute rollup within this many minutes.

@@ -90,7 +90,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "stale_collectors": shown_errors(
             (c for c in CollectorState.objects.all() if c.is_stale), access.sees_all_teams(request.user)
         ),
-        # Stalled / process-less GPUs of running runs (runs/stalls.py): one sample query per run.
+        # Stalled / process-less GPUs of running runs (runs/telemetry/stalls.py): one sample query per run.
         "stalls": run_stalls(active.filter(status=RunStatus.RUNNING)[:STALL_RUNS]),
     }
     return render(request, "dashboard/overview.html", ctx)

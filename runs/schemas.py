@@ -183,7 +183,7 @@ class GpuSampleBatchIn(BaseModel):
 # every field in one pass (`GPU_SAMPLE_BATCH.validate_json`) without building 10,000 model
 # instances, which was most of a web process's time per sample. The fields and bounds are
 # GpuSampleIn's, read from it below; a body this refuses is checked again by GpuSampleBatchIn
-# for the API's own messages (runs/api.py). tests/test_accept_path.py holds the two to the
+# for the API's own messages (runs/api.py). tests/runs/test_accept_path.py holds the two to the
 # same JSON schema and the same verdicts.
 def _typed_dict_field(name: str, info: Any) -> Any:
     # No NUL check on `run` and `host`: a body holding a NUL takes GpuSampleBatchIn's path.

@@ -15,14 +15,14 @@ urlpatterns = [
     path("<int:pk>/status.json", views.run_status, name="run_status"),
 ]
 
-# Classic clusters and configuration advice (runs/cluster_views.py).
+# Classic clusters and configuration advice (runs/clusters/views.py).
 urlpatterns += [
     path("clusters/", cluster_views.cluster_list, name="cluster_list"),
     path("clusters/<int:pk>/", cluster_views.cluster_detail, name="cluster_detail"),
     path("advice/", cluster_views.advice, name="advice"),
 ]
 
-# Failures and post-mortems (runs/postmortem_views.py).
+# Failures and post-mortems (runs/failures/views.py).
 urlpatterns += [
     path("failures/", postmortem_views.failures_overview, name="failures_overview"),
     path("<int:pk>/failure/", postmortem_views.failure_detail, name="failure_detail"),

@@ -21,7 +21,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
 
 
-# The workspace's own demo password, written by seed_demo (runs/demo_constants.py).
+# The workspace's own demo password, written by seed_demo (dashboard/demo/constants.py).
 VAR_DIR = Path(os.environ.get("AIRBOARD_VAR_DIR", Path(__file__).resolve().parent.parent / "var"))
 
 

@@ -26,7 +26,9 @@ from dashboard.models import ApiKey, ApiKeyRole
 from runs.choices import AcceleratorType, RunStatus
 from runs.models import Attempt, Node, Run
 
-ROOT = Path(__file__).resolve().parent.parent
+# The tests folder (fixtures in data/, stand-in commands in bin/) and the repository root.
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 PASSWORD = "correct horse battery staple"
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 

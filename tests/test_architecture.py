@@ -16,8 +16,9 @@ import grimp
 import pytest
 
 from scripts.import_contracts import find_cycles, private_imports
+from tests.conftest import TESTS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = TESTS.parent
 CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 # Rooms a contract may leave out on purpose, and why.
 ALLOWED_FOR_BILLING = {"runs.models", "runs.choices", "runs.cancel", "runs.migrations", "runs.apps"}

@@ -1,6 +1,6 @@
 """Plotly figures for the cost pages, as plain dicts (pure functions, no database).
 
-Same contract as `runs/charts.py`: data in, `{"data": [...], "layout": {...}}` out, or None
+Same contract as `runs/telemetry/charts.py`: data in, `{"data": [...], "layout": {...}}` out, or None
 when there is nothing to draw; the template passes it through `json_script` and
 `static/js/charts.js` draws it. Money goes to the browser as floats: charts are for the eye,
 the tables and CSV carry the exact figures.

@@ -21,7 +21,7 @@ from dashboard.fields import EncryptedTextField
 from dashboard.outbound import redact_url
 from runs.models import Run
 
-# --- Usage and budget policies (billing/policies.py, alerts.py, enforcement.py) -----------
+# --- Usage and budget policies (billing/policies/budget.py, alerts.py, enforcement.py) -----------
 
 
 def default_alert_thresholds() -> list[int]:

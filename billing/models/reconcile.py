@@ -10,7 +10,7 @@ from billing.choices import (
 from billing.fields import ExactDecimalField
 from runs.models import Run
 
-# --- Reconciliation with the provider's bill (billing/reconcile.py) ------------------------
+# --- Reconciliation with the provider's bill (billing/reconcile/matching.py) ------------------------
 
 
 class BillingListPrice(models.Model):

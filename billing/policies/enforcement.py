@@ -7,7 +7,7 @@ a second worker's insert conflicts and it does nothing, so a run is cancelled (o
 most once whatever the number of workers.
 
 How a run is cancelled:
-- a local run (runs/launcher.py), or any run not written by the run source collector: set
+- a local run (runs/launch/launcher.py), or any run not written by the run source collector: set
   `Run.cancel_requested_at`; the launcher (or the key's own pusher) polls it;
 - else `AIRBOARD_CANCEL_COMMAND`, a template such as `databricks air cancel {run_id}` split
   with shlex and run without a shell under a timeout ({run_id} is the source's run id);

@@ -111,7 +111,7 @@ def seed_demo(
     """Seed the demo workspace (see the module docstring); returns row counts, None when skipped.
 
     `advice_examples` adds, beside the `runs` planned runs, the demo clusters and runs that
-    trigger every configuration-advice rule (runs/demo_clusters.py).
+    trigger every configuration-advice rule (dashboard/demo/clusters.py).
     """
     now = (now or timezone.now()).replace(microsecond=0)
     if if_empty and Run.objects.exists():

@@ -8,7 +8,7 @@ The corpus is a folder of `<class_id>/<name>.log` files (real excerpts from publ
   fits one post of a thread cannot flatter the figure on another post of the same thread.
 
 `score` classifies every file and `report` prints both parts with per-class precision and
-recall. `bench/classify.py` and `tests/test_classify.py` both call it, so the figure a test
+recall. `bench/classify.py` and `tests/runs/failures/test_classify.py` both call it, so the figure a test
 asserts is the figure a person reruns.
 """
 

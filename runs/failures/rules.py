@@ -3,7 +3,7 @@
 Kept apart from the scanning algorithm so that adding a pattern or rewording a remedy never
 touches the ordering logic. Every pattern here was written against the labelled corpus in
 `tests/data/failures/` (real excerpts from public bug reports, see its SOURCES.md) and is
-measured by `tests/test_classify.py`: change one, rerun the corpus test.
+measured by `tests/runs/failures/test_classify.py`: change one, rerun the corpus test.
 
 Rules come in tiers, because a crashed distributed job prints its cause once and its
 consequences many times:

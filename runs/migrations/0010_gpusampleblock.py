@@ -1,4 +1,4 @@
-"""GpuSampleBlock: the compacted part of the raw tier (runs/blocks.py), and the rows already stored.
+"""GpuSampleBlock: the compacted part of the raw tier (runs/telemetry/blocks.py), and the rows already stored.
 
 1. CreateModel, then on PostgreSQL swap the new (empty) table for one partitioned by day on
    `minute`, like runs_gpusample (migration 0005): PRIMARY KEY (id, minute), the same

@@ -47,7 +47,7 @@ class GpuSample(models.Model):
             models.UniqueConstraint(fields=["run", "node", "gpu_index", "ts"], name="gpusample_natural_key"),
         ]
         indexes = [
-            # Retention (runs/retention.py): the oldest samples before the cutoff, in batches.
+            # Retention (runs/telemetry/retention.py): the oldest samples before the cutoff, in batches.
             models.Index(fields=["ts"], name="gpusample_ts_idx"),
         ]
 
@@ -59,7 +59,7 @@ class GpuSampleBlock(models.Model):
     """One minute of one node's raw samples, every GPU, compacted: the cold part of the raw tier.
 
     GpuSample rows are the hot part (the last AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES); the
-    compaction pass (runs/blocks.py) folds each older (run, node, minute, source) into one row
+    compaction pass (runs/telemetry/blocks.py) folds each older (run, node, minute, source) into one row
     here whose `data` holds the second-by-second values, column by column, compressed with
     pcodec: a GPU sample costs tens of bytes here instead of the ~260 of a row and its indexes.
     """

@@ -3,7 +3,7 @@
 The raw tier has a hot part and a cold part, as TimescaleDB's compressed chunks do:
 
     part   table           holds                                      written by
-    hot    GpuSample       the last AIRBOARD_TELEMETRY_COMPACT_AFTER   store_sample_rows (runs/telemetry.py)
+    hot    GpuSample       the last AIRBOARD_TELEMETRY_COMPACT_AFTER   store_sample_rows (runs/telemetry/store.py)
                            _MINUTES, one row per sample
     cold   GpuSampleBlock  everything older, one row per node-minute   compact_samples (beat, every minute)
 

@@ -186,7 +186,7 @@ def _tier_rows(
 ) -> Iterable[tuple]:
     """(node_id, gpu, epoch seconds, value, low, avg) rows of one tier in [start, end], in series and time order."""
     if tier == "raw":
-        # Both parts of the raw tier: hot rows and compacted minutes (runs/blocks.py).
+        # Both parts of the raw tier: hot rows and compacted minutes (runs/telemetry/blocks.py).
         rows = blocks.raw_rows(run.pk, start, end, [field], node_ids=node_ids)
         return [(node, gpu, ts.timestamp(), value) for node, gpu, ts, value in rows]
     model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
@@ -386,7 +386,7 @@ FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
     # 100% "utilization" with SMs near 0 is spinning in a collective, not computing.
     "sm_active": ("SM activity", "SMs active (%)", "%", 1, 0),
     "tensor_active": ("Tensor core activity", "tensor pipe active (%)", "%", 1, 0),
-    # Stored in KB/s as NVML reports (dmon's MB/s x 1024, runs/importers.py): drawn in MB/s.
+    # Stored in KB/s as NVML reports (dmon's MB/s x 1024, runs/telemetry/importers.py): drawn in MB/s.
     "pcie_tx_kbps": ("PCIe transmit", "PCIe TX (MB/s)", "MB/s", 1024, 1),
     "pcie_rx_kbps": ("PCIe receive", "PCIe RX (MB/s)", "MB/s", 1024, 1),
 }

@@ -3,7 +3,7 @@
 Two queries whatever the number of runs: the live grid reads the last few minutes of the
 minute rollups (`gpuminute_minute_idx`), the history reads the hour rollups
 (`gpuhour_hour_idx`) grouped in the database by hour, team and accelerator type. The
-figure builders are pure, like runs/charts.py.
+figure builders are pure, like runs/telemetry/charts.py.
 """
 
 from __future__ import annotations

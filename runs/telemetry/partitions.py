@@ -9,7 +9,7 @@ rows sit in `runs_gpusample_legacy` (MINVALUE up to the midnight after the migra
 partition per UTC day follows (`runs_gpusample_pYYYYMMDD`), and `runs_gpusample_default`
 takes any row no other partition does, so an insert never fails for lack of a partition.
 
-Retention (runs/retention.py) drops whole partitions older than the window instead of
+Retention (runs/telemetry/retention.py) drops whole partitions older than the window instead of
 deleting their rows. PostgreSQL's `DETACH PARTITION ... CONCURRENTLY` is refused while a
 DEFAULT partition exists (and cannot run in a transaction block), so the detach here is the
 plain one: metadata only, but it needs an ACCESS EXCLUSIVE lock on the parent. Every DDL

@@ -1,11 +1,11 @@
 """Retention of GPU telemetry: raw samples go after AIRBOARD_TELEMETRY_RAW_DAYS, minute rollups
 after AIRBOARD_TELEMETRY_MINUTE_DAYS (their hours stay, as long as the run).
 
-The tiers (see runs/telemetry.py) are built so that pruning raw samples loses no chart: the
+The tiers (see runs/telemetry/store.py) are built so that pruning raw samples loses no chart: the
 minute and hour rollups were recomputed from them as they arrived, and a rollup row whose raw
 samples are gone is never rebuilt from nothing (`_rebuild` only upserts groups it found).
 
-On PostgreSQL the raw table is partitioned by UTC day (runs/partitions.py), so whole days past
+On PostgreSQL the raw table is partitioned by UTC day (runs/telemetry/partitions.py), so whole days past
 the cutoff go first as DETACH + DROP TABLE: no dead tuples, no vacuum debt, a few catalog
 writes instead of hundreds of millions of row deletes. What is left below the cutoff (the
 earlier hours of the day that holds the cutoff, late samples that landed in the DEFAULT

@@ -125,7 +125,7 @@ def stalls_of_runs(runs: Iterable[Run], now: datetime | None = None) -> dict[int
     """The stalled GPUs of each run now, both kinds, in three queries whatever the number of runs.
 
     1. Read the runs' raw samples of the last LOOKBACK, both parts of the raw tier
-       (runs/blocks.py: the last hour is mostly compacted minutes), per (node, GPU) in time order.
+       (runs/telemetry/blocks.py: the last hour is mostly compacted minutes), per (node, GPU) in time order.
     2. Per GPU, mark each sample hung (the signature) and process-less (processes == []).
     3. For each kind, the trailing streak up to the latest sample; keep it when that sample
        is FRESH and the streak lasts MIN_STALL or more.

@@ -12,7 +12,7 @@ GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
     minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (30)  refresh_minutes (from hot raw)
     hour        GpuHour         as long as the run                   refresh_hours (from minutes)
 
-The raw tier's two parts are described in runs/blocks.py: a batch that reaches into a
+The raw tier's two parts are described in runs/telemetry/blocks.py: a batch that reaches into a
 compacted minute reopens it first, so a minute's rollup is always rebuilt from hot rows only.
 
 Each rollup row is recomputed from the tier below for exactly the keys a batch touched, so an

@@ -1,4 +1,7 @@
-"""Template tags for the run page's failure card and stall warnings (runs/postmortem.py, runs/stalls.py)."""
+"""Template tags for the run page's failure card and stall warnings.
+
+They read runs/failures/postmortem.py and runs/telemetry/stalls.py.
+"""
 
 from __future__ import annotations
 

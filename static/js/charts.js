@@ -1,7 +1,7 @@
 /* Draws every Plotly figure on the page.
  *
  * Each chart is a <div data-figure="ID"> next to a <script type="application/json" id="ID">
- * written by Django's json_script from runs/charts.py. The figure comes with transparent
+ * written by Django's json_script from runs/telemetry/charts.py. The figure comes with transparent
  * backgrounds; colours for text and grid lines are read here from the stylesheet's custom
  * properties, so the charts follow the light or dark theme, and are redrawn if it changes.
  */

@@ -71,7 +71,7 @@
   }
 
   function toUtcString(ms) {
-    // The naive UTC form runs/charts.py writes and telemetry.json reads ("YYYY-MM-DD HH:MM:SS").
+    // The naive UTC form runs/telemetry/charts.py writes and telemetry.json reads ("YYYY-MM-DD HH:MM:SS").
     return new Date(ms).toISOString().replace("T", " ").replace("Z", "");
   }
 

@@ -62,7 +62,7 @@ document.addEventListener("securitypolicyviolation", (e) => {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test under tests/e2e as `e2e`, so `-m "not e2e"` leaves them out."""
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parent
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)

@@ -1,7 +1,7 @@
 """`manage.py import_usage FILE [--prices LIST_PRICES_CSV]` or `import_usage --from-command`.
 
 Imports billed usage, all rows or none: from CSV files, or from the configured query
-(AIRBOARD_BILLING_USAGE_COMMAND, billing/usage_source.py).
+(AIRBOARD_BILLING_USAGE_COMMAND, billing/reconcile/usage_source.py).
 """
 
 from __future__ import annotations

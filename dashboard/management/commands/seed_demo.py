@@ -13,7 +13,7 @@ from dashboard.demo.write import seed_demo
 
 class Command(BaseCommand):
     help = (
-        "Create the demo workspace: 3 teams, 11 users (password in runs/demo_constants.py) and runs over the "
+        "Create the demo workspace: 3 teams, 11 users (password in dashboard/demo/constants.py) and runs over the "
         "last 90 days with logs, metrics, GPU telemetry and egress. The same --seed gives the same data."
     )
 

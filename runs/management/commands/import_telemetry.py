@@ -1,7 +1,7 @@
 """`manage.py import_telemetry FILE --run RUN_ID`: import GPU telemetry a team already recorded.
 
 Reads nvidia-smi `--query-gpu` CSV, `nvidia-smi dmon`, `dcgmi dmon` or dcgm-exporter text (see
-runs/importers.py), stores the samples on one node of the run and builds the minute rollups.
+runs/telemetry/importers.py), stores the samples on one node of the run and builds the minute rollups.
 Idempotent: importing the same file again stores nothing new.
 
 Timestamps: nvidia-smi and dmon write local time without a zone; they are read as UTC unless

@@ -1,0 +1,366 @@
+"""The GPU node agent: NVML sampling (through tests/fake_pynvml.py), attribution, the disk buffer,
+shipping through a real broker, and the server task that stores what it ships.
+
+Only `pynvml` is replaced, through `agent.nvml.load_pynvml`; brokers, workers and /proc are real.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from agent import nvml as agent_nvml
+from agent.attribution import Attributor
+from agent.buffer import DiskBuffer
+from agent.main import main
+from agent.nvml import NvmlSampler
+from agent.shipper import Shipper, make_celery_app
+from runs.choices import RunEventKind, TelemetrySource
+from runs.collectors.agent import ingest_agent_batch, ingest_agent_payload
+from runs.models import GpuSample, IngestBatch, RunEvent
+from tests import fake_pynvml
+from tests.conftest import ROOT, World, make_run, wait_for
+from tests.fake_pynvml import GIB, FakeGpu
+
+NOW = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The fake driver with one default GPU; tests call fake.configure(...) for more."""
+    fake_pynvml.configure()
+    monkeypatch.setattr(agent_nvml, "load_pynvml", lambda: fake_pynvml)
+    # A key the agent sends with each batch; tests that store batches set a real one of vision.
+    monkeypatch.setenv("AIRBOARD_AGENT_KEY", "ab_not-a-real-key")
+    yield fake_pynvml
+
+
+def fs_app(folder: Path) -> Celery:
+    """A sending app on kombu's filesystem transport in `folder`."""
+    (folder / "queue").mkdir(parents=True, exist_ok=True)
+    return make_celery_app(
+        "filesystem://",
+        {"data_folder_in": str(folder / "queue"), "data_folder_out": str(folder / "queue"),
+         "control_folder": str(folder / "control"), "store_processed": False},
+    )  # fmt: skip
+
+
+def queued_payloads(folder: Path) -> list[dict[str, Any]]:
+    """The payloads of `runs.ingest_agent_batch` messages waiting in a filesystem broker folder."""
+    payloads = []
+    for path in sorted((folder / "queue").glob("*.ingest.msg"), key=lambda p: p.stat().st_mtime_ns):
+        message = json.loads(path.read_bytes())
+        assert message["headers"]["task"] == "runs.ingest_agent_batch"
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        payloads.append(args[0])
+    return payloads
+
+
+def run_agent(tmp_path: Path, *args: str) -> tuple[int, list[dict[str, Any]]]:
+    """main() in-process with the fake driver and a filesystem broker; returns (code, payloads)."""
+    code = main(
+        ["--host", "gpu-node-1", "--interval", "0.01", "--buffer-dir", str(tmp_path / "buffer"), *args],
+        celery_app=fs_app(tmp_path / "broker"),
+    )
+    return code, queued_payloads(tmp_path / "broker")
+
+
+# --- sampling -----------------------------------------------------------------------------
+
+
+def test_a_tick_reads_every_field_in_storage_units(fake: Any) -> None:
+    fake.configure([FakeGpu(processes=[(4242, 3 * GIB)]), FakeGpu()])
+    with NvmlSampler() as sampler:
+        samples = sampler.sample_all(NOW)
+    assert [s["gpu"] for s in samples] == [0, 1]
+    s = samples[0]
+    assert s["gpu_uuid"] == "GPU-00000000-0000-0000-0000-000000000000"
+    assert s["ts"] == NOW.isoformat()
+    assert (s["utilization_gpu"], s["utilization_memory"]) == (97.0, 41.0)
+    assert (s["memory_used_bytes"], s["memory_total_bytes"]) == (60 * GIB, 80 * GIB)
+    assert (s["power_watts"], s["power_limit_watts"]) == (650.5, 700.0)  # NVML's mW as W
+    assert (s["temperature_c"], s["sm_clock_mhz"], s["mem_clock_mhz"]) == (71.0, 1980.0, 2619.0)
+    assert s["throttle_reasons"] == 0x4
+    assert (s["ecc_corrected"], s["ecc_uncorrected"]) == (3, 0)
+    assert (s["pcie_tx_kbps"], s["pcie_rx_kbps"]) == (12_000.0, 34_000.0)  # KB/s as reported
+    assert s["processes"] == [{"pid": 4242, "used_memory_bytes": 3 * GIB}]
+    assert (s["sm_active"], s["tensor_active"]) == (None, None)  # no GPM on this GPU
+
+
+def test_fields_the_gpu_does_not_report_are_none_not_zero(fake: Any) -> None:
+    fake.configure([FakeGpu(
+        not_supported={"nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetPowerUsage",
+                       "nvmlDeviceGetComputeRunningProcesses"},
+        # An older driver: the newer clocks-event name is missing, the throttle name answers.
+        not_found={"nvmlDeviceGetCurrentClocksEventReasons"}, clocks_event_reasons=0x8,
+    )])  # fmt: skip
+    with NvmlSampler() as sampler:
+        (s,) = sampler.sample_all(NOW)
+    for name in ("ecc_corrected", "ecc_uncorrected", "pcie_tx_kbps", "pcie_rx_kbps", "power_watts", "processes"):
+        assert s[name] is None, name
+    assert s["power_limit_watts"] == 700.0
+    assert s["throttle_reasons"] == 0x8
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons" in fake.state().calls
+
+
+def test_gpm_activity_where_supported_from_the_second_tick(fake: Any) -> None:
+    fake.configure([FakeGpu(gpm_supported=True, over_time={"gpm_sm_util": [10.0, 55.5, 100.0004]}), FakeGpu()])
+    with NvmlSampler() as sampler:
+        ticks = [sampler.sample_all(NOW + timedelta(seconds=i)) for i in range(3)]
+    assert [t[0]["sm_active"] for t in ticks] == [None, 55.5, 100.0]  # a rate needs two samples; clamped
+    assert [t[0]["tensor_active"] for t in ticks] == [None, 61.25, 61.25]
+    assert {t[1]["sm_active"] for t in ticks} == {None}  # GPM not supported: missing, never 0
+    assert not fake.state().gpm_samples  # freed on close
+
+
+def test_a_lost_gpu_yields_one_event_and_is_skipped_later(fake: Any) -> None:
+    fake.configure([FakeGpu(), FakeGpu(lost_from_tick=1), FakeGpu(xids={2: [79, 48]})])
+    with NvmlSampler() as sampler:
+        ticks = [sampler.sample_all(NOW + timedelta(seconds=i)) for i in range(4)]
+        events = sampler.take_events()
+        calls_after_loss = fake.state().calls.count("nvmlDeviceGetMemoryInfo")
+    assert [[s["gpu"] for s in t] for t in ticks] == [[0, 1, 2], [0, 2], [0, 2], [0, 2]]
+    assert calls_after_loss == 3 + 2 * 3  # GPU 1 was not read again after it was lost
+    assert [(e["kind"], e["gpu"]) for e in events] == [("gpu_lost", 1), ("xid", 2), ("xid", 2)]
+    assert [e["details"].get("xid") for e in events[1:]] == [79, 48]
+    assert events[1]["ts"] != events[2]["ts"]  # two Xids of one tick stay distinct events
+
+
+def test_without_a_driver_the_agent_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    """The real pynvml on this GPU-less machine raises NVMLError_LibraryNotFound at nvmlInit."""
+    pytest.importorskip("pynvml")
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "--once", "--run-id", "r1", "--buffer-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "REDIS_URL": "", "AIRBOARD_BROKER_DIR": str(tmp_path / "broker")},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "airboard agent: no NVIDIA driver found (NVMLError_LibraryNotFound): nothing to sample"
+    ]
+
+
+def test_the_management_command_without_a_driver_fails_cleanly(fake: Any, tmp_path: Path) -> None:
+    fake.configure(init_error=fake.NVML_ERROR_DRIVER_NOT_LOADED)
+    with pytest.raises(CommandError) as caught:
+        call_command("gpu_agent", "--run-id", "r1", "--ticks", "1", "--buffer-dir", str(tmp_path))
+    assert caught.value.returncode == 2
+
+
+# --- attribution --------------------------------------------------------------------------
+
+
+def test_a_process_with_airboard_run_id_claims_its_gpu(fake: Any, tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        env={**os.environ, "AIRBOARD_RUN_ID": "run-from-env", "AIRBOARD_RUN_SOURCE": "classic"},
+    )
+    try:
+        fake.configure([FakeGpu(processes=[(os.getpid(), GIB), (child.pid, 2 * GIB)]), FakeGpu()])
+        mapping = tmp_path / "gpus.json"
+        mapping.write_text(json.dumps({"GPU-00000000-0000-0000-0000-000000000001": "run-mapped", "0": "ignored"}))
+        code, payloads = run_agent(tmp_path, "--once", "--mapping", str(mapping))
+    finally:
+        child.kill()
+        child.wait()
+    assert code == 0
+    (payload,) = payloads
+    first, second = payload["samples"]
+    assert (first["run"], first["run_source"]) == ("run-from-env", "classic")  # the process wins the mapping
+    assert {p["pid"]: p["run"] for p in first["processes"]} == {child.pid: "run-from-env", os.getpid(): ""}
+    assert (second["run"], second["run_source"]) == ("run-mapped", "serverless")  # by UUID
+
+
+def test_the_command_line_run_id_and_the_mapping_by_index(fake: Any, tmp_path: Path) -> None:
+    fake.configure([FakeGpu(), FakeGpu(), FakeGpu()])
+    code, payloads = run_agent(tmp_path / "a", "--once", "--run-id", "run-cli", "--node", "3")
+    assert code == 0
+    assert {s["run"] for s in payloads[0]["samples"]} == {"run-cli"}
+    assert payloads[0]["node"] == 3 and payloads[0]["host"] == "gpu-node-1"
+
+    fake.configure([FakeGpu(), FakeGpu(), FakeGpu()])
+    mapping = tmp_path / "gpus.json"
+    mapping.write_text(json.dumps({"0": "run-a", "2": {"run": "run-b", "source": "local"}}))
+    code, payloads = run_agent(tmp_path / "b", "--once", "--mapping", str(mapping))
+    # GPU 1 belongs to no run: not shipped, since the server could not store it.
+    assert [(s["gpu"], s["run"], s["run_source"]) for s in payloads[0]["samples"]] == [
+        (0, "run-a", "serverless"), (2, "run-b", "local"),
+    ]  # fmt: skip
+
+
+def test_batches_wait_for_500_samples_and_events_go_at_once(fake: Any, tmp_path: Path) -> None:
+    # 8 GPUs: 500 samples are due after 63 ticks (504); 130 ticks ship 504, 504, then the 32 left at exit.
+    fake.configure([FakeGpu() for _ in range(8)])
+    code, payloads = run_agent(tmp_path / "a", "--ticks", "130", "--run-id", "run-big")
+    assert code == 0
+    assert [len(p["samples"]) for p in payloads] == [504, 504, 32]
+    # An Xid on tick 3 does not wait for the 500: it leaves with the 4 ticks' samples so far.
+    fake.configure([FakeGpu(xids={3: [79]}), FakeGpu()])
+    code, payloads = run_agent(tmp_path / "b", "--ticks", "10", "--run-id", "run-small")
+    assert [(len(p["samples"]), [e["kind"] for e in p["events"]]) for p in payloads] == [(8, ["xid"]), (12, [])]
+
+
+def test_unreadable_environ_is_ignored(tmp_path: Path) -> None:
+    attributor = Attributor(run_id=None, proc_root=tmp_path)  # no /proc/<pid> there at all
+    sample = {"gpu": 0, "gpu_uuid": "GPU-x", "processes": [{"pid": 1, "used_memory_bytes": 5}]}
+    assert attributor.attribute([sample]) == []
+    assert sample["processes"][0]["run"] == ""
+
+
+# --- buffer and shipping ------------------------------------------------------------------
+
+
+def _payload(i: int, samples: int = 100) -> dict[str, Any]:
+    return {"version": 1, "host": f"batch-{i}", "node": 0, "attempt": None,
+            "samples": [{"gpu": 0, "ts": f"2026-11-02T09:00:{j % 60:02d}+00:00", "pad": "x" * 50}
+                        for j in range(samples)], "events": []}  # fmt: skip
+
+
+def test_broker_down_buffers_to_the_bound_then_drains_in_order(tmp_path: Path) -> None:
+    buffer = DiskBuffer(tmp_path / "buffer", max_bytes=4 * len(json.dumps(_payload(0))) + 100)
+    down = Shipper(make_celery_app("redis://127.0.0.1:1/0"), buffer)  # a closed port on loopback
+    for i in range(6):
+        assert down.ship(_payload(i)) is False
+    assert len(buffer) == 4  # the bound: the two oldest batches were dropped
+    assert buffer.dropped_samples == 200
+
+    broker = tmp_path / "broker"
+    back = Shipper(fs_app(broker), buffer)
+    assert back.ship(_payload(6)) is True
+    sent = queued_payloads(broker)
+    assert [p["host"] for p in sent] == ["batch-2", "batch-3", "batch-4", "batch-5", "batch-6"]
+    assert [p.get("dropped_samples", 0) for p in sent] == [0, 0, 0, 0, 200]  # reported once, with the next batch
+    assert len(buffer) == 0 and buffer.dropped_samples == 0
+
+
+def _redis_up() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379")
+def test_buffered_batches_reach_a_real_redis_in_order(tmp_path: Path) -> None:
+    import redis
+
+    client = redis.Redis(db=14)
+    client.delete("ingest")
+    buffer = DiskBuffer(tmp_path / "buffer")
+    for i in range(3):
+        buffer.append(_payload(i, samples=2))
+    shipper = Shipper(make_celery_app("redis://127.0.0.1:6379/14"), buffer)
+    try:
+        assert shipper.ship(_payload(3, samples=2)) is True
+        # kombu LPUSHes and workers pop from the right: the oldest message is last in the list.
+        bodies = [json.loads(m) for m in reversed(client.lrange("ingest", 0, -1))]
+        hosts = [json.loads(base64.b64decode(b["body"]))[0][0]["host"] for b in bodies]
+        assert hosts == ["batch-0", "batch-1", "batch-2", "batch-3"]
+    finally:
+        client.delete("ingest")
+        shipper.close()
+
+
+# --- the server side ----------------------------------------------------------------------
+
+
+def _sample(run: str, gpu: int, ts: datetime, **values: Any) -> dict[str, Any]:
+    return {"run": run, "run_source": "serverless", "gpu": gpu, "gpu_uuid": f"GPU-{gpu}", "ts": ts.isoformat(),
+            "utilization_gpu": 97.0, "power_watts": 650.5, "ecc_corrected": None, **values}  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_bad_rows_are_dropped_and_counted_and_a_resend_is_a_no_op(world: World) -> None:
+    run = make_run(world.vision, "run-1")
+    make_run(world.nlp, "run-2")
+    payload = {"version": 1, "key": world.key(world.vision), "host": "gpu-node-1", "node": 0, "attempt": None,
+               "dropped_samples": 0,
+               "samples": [_sample("run-1", 0, NOW), _sample("run-2", 1, NOW),  # run-2 is nlp's: refused
+                           _sample("run-1", 2, NOW, utilization_gpu=140.0),  # out of range
+                           _sample("run-1", 3, NOW, power_watts=float("inf")),  # not finite
+                           _sample("nope", 4, NOW), "not a row",
+                           _sample("run-1", 5, datetime.now(UTC) + timedelta(days=1))],  # future
+               "events": [{"kind": "xid", "run": "run-1", "gpu": 0, "ts": NOW.isoformat(), "message": "Xid 79",
+                           "details": {"xid": 79}},
+                          {"kind": "made-up", "run": "run-1", "ts": NOW.isoformat()}]}  # fmt: skip
+    result = ingest_agent_payload(json.loads(json.dumps(payload)))
+    assert (result.rows, result.dropped_rows, result.events, result.dropped_events) == (1, 5, 1, 1)
+    assert result.refused == 1  # the key is vision's: nlp's run-2 is refused and counted
+    assert {b.team.name for b in result.batches} == {"vision"}
+    stored = GpuSample.objects.get(run=run)
+    assert (stored.source, stored.gpu_index, stored.ecc_corrected) == (TelemetrySource.NVML, 0, None)
+    assert stored.node.attempt.run == run and stored.node.host == "10.0.0.1"
+
+    again = ingest_agent_batch(json.loads(json.dumps(payload)))
+    assert again is not None and again.pk in {b.pk for b in result.batches}
+    assert GpuSample.objects.count() == 1 and RunEvent.objects.count() == 1
+    assert ingest_agent_batch({"version": 99}) is None and ingest_agent_batch("junk") is None  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+def test_agent_ticks_become_samples_and_run_events(
+    world: World, fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = make_run(world.vision, "run-1")
+    monkeypatch.setenv("AIRBOARD_AGENT_KEY", world.key(world.vision))
+    fake.configure([FakeGpu(), FakeGpu(lost_from_tick=2), FakeGpu(xids={1: [79]})])
+    code, payloads = run_agent(tmp_path, "--ticks", "4", "--run-id", "run-1")
+    assert code == 0
+    for payload in payloads:
+        ingest_agent_batch(payload)
+    assert GpuSample.objects.filter(run=run, source=TelemetrySource.NVML).count() == 4 + 2 + 4
+    assert GpuSample.objects.filter(run=run, gpu_index=1).count() == 2  # lost at its third tick
+    events = {(e.kind, e.gpu_index): e for e in RunEvent.objects.filter(run=run)}
+    assert set(events) == {(RunEventKind.GPU_LOST, 1), (RunEventKind.XID, 2)}
+    assert events[(RunEventKind.XID, 2)].details["xid"] == 79
+    assert "fell off the bus" in events[(RunEventKind.GPU_LOST, 1)].message
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_end_to_end_through_the_broker_and_a_real_worker(
+    world: World, fake: Any, celery_worker, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runs import tasks
+
+    if not hasattr(tasks, "ingest_agent_batch"):
+        pytest.skip("runs.tasks has no ingest_agent_batch task yet (see runs/collectors/agent.py)")
+    run = make_run(world.vision, "run-e2e")
+    key = world.key(world.vision)
+    monkeypatch.setenv("AIRBOARD_AGENT_KEY", key)
+    fake.configure([FakeGpu(), FakeGpu()])
+    app = make_celery_app(settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS)
+    assert main(["--ticks", "3", "--interval", "0.01", "--run-id", "run-e2e", "--buffer-dir", str(tmp_path / "b")],
+                celery_app=app) == 0  # fmt: skip
+    assert wait_for(lambda: GpuSample.objects.filter(run=run).count() == 6, timeout=60), celery_worker.log()
+
+    # The same batch shipped twice (a buffered resend) is stored once.
+    with NvmlSampler() as sampler:
+        samples = Attributor("run-e2e").attribute(sampler.sample_all(datetime.now(UTC)))
+    payload = {"version": 1, "host": "gpu-node-1", "node": 0, "attempt": None, "samples": samples, "events": []}
+    shipper = Shipper(app, DiskBuffer(tmp_path / "b2"), key=key)
+    assert shipper.ship(json.loads(json.dumps(payload))) and shipper.ship(json.loads(json.dumps(payload)))
+    assert wait_for(lambda: GpuSample.objects.filter(run=run).count() == 8, timeout=60), celery_worker.log()
+    assert wait_for(lambda: IngestBatch.objects.filter(team=world.vision, status="done").count() == 2, timeout=30)
+    time.sleep(1)  # give the second delivery time to (not) write
+    assert GpuSample.objects.filter(run=run).count() == 8
+    assert set(GpuSample.objects.filter(run=run).values_list("source", flat=True)) == {TelemetrySource.NVML}
