@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
@@ -25,11 +24,11 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
-from dashboard import access
 from dashboard.csv_export import csv_response, csv_streaming_response
-from dashboard.schemas import DATE_BOUNDS, EARLIEST, LATEST
+from dashboard.schemas import EARLIEST, LATEST
 from runs import cancel, compare, glance
-from runs.choices import AcceleratorType, CancelOutcome, Region, RunStatus
+from runs.choices import CancelOutcome
+from runs.forms import MAX_QUERY_LENGTH, RunFilterForm
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run
 from runs.telemetry import charts
@@ -47,55 +46,6 @@ SORTS = {
     "accelerator": "accelerator_type",
 }
 DEFAULT_SORT = "-submitted"
-# Search boxes take at most this many characters; longer is a form error, not a slow query.
-MAX_QUERY_LENGTH = 200
-
-
-def _blank(choices: type) -> list[tuple[str, str]]:
-    return [("", "any"), *choices.choices]
-
-
-class RunFilterForm(forms.Form):
-    """The run list's filters; invalid values become form errors and are not applied."""
-
-    q = forms.CharField(
-        required=False,
-        max_length=MAX_QUERY_LENGTH,
-        label="Search",
-        widget=forms.TextInput({"type": "search", "placeholder": "run id, experiment, creator, MLflow run id"}),
-    )
-    status = forms.ChoiceField(required=False, choices=_blank(RunStatus))
-    team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="any")
-    creator = forms.CharField(required=False, max_length=MAX_QUERY_LENGTH)
-    accelerator = forms.ChoiceField(required=False, choices=_blank(AcceleratorType))
-    region = forms.ChoiceField(required=False, choices=_blank(Region))
-    experiment = forms.CharField(required=False, max_length=MAX_QUERY_LENGTH, label="Experiment contains")
-    submitted_from = forms.DateField(
-        required=False, label="Submitted from", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
-    )
-    submitted_to = forms.DateField(
-        required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
-    )
-    # A Databricks sweep's parent run id: its iterations are runs naming it (`sweep_run_id`).
-    sweep = forms.RegexField(
-        required=False, max_length=20, regex=r"^[0-9]+$", label="Sweep run id",
-        error_messages={"invalid": "A sweep is named by its Databricks run id (digits)."},
-    )  # fmt: skip
-
-    def __init__(self, *args: object, user: User, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
-        # Only teams the user can see are choices, so the select never lists another team.
-        self.fields["team"].queryset = access.visible_teams(user)
-
-    def clean(self) -> dict:
-        data = super().clean()
-        start, end = data.get("submitted_from"), data.get("submitted_to")
-        if start and end and start > end:
-            # Which end the user got wrong is unknowable: apply neither, say why.
-            self.add_error(None, "The submitted range ends before it starts; no date filter was applied.")
-            data.pop("submitted_from", None)
-            data.pop("submitted_to", None)
-        return data
 
 
 def _day_start(day: date) -> datetime:

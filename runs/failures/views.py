@@ -10,10 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -21,16 +19,14 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
-from dashboard import access
-from dashboard.schemas import DATE_BOUNDS
 from runs.choices import PostMortemStatus
 from runs.failures import postmortem
 from runs.failures import stats as failure_stats
-from runs.failures.rules import CLASSES
+from runs.failures.forms import FailureFilterForm, PostMortemForm
+from runs.forms import MAX_QUERY_LENGTH
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, highlight, iter_lines, query_pattern
 from runs.models import FailureAnalysis, MetricPoint, Node, PostMortem, Run
 from runs.telemetry import charts
-from runs.views import MAX_QUERY_LENGTH
 
 # Minutes of telemetry shown before the failure.
 TELEMETRY_WINDOW = timedelta(minutes=30)
@@ -219,37 +215,6 @@ def run_search(request: HttpRequest, pk: int) -> HttpResponse:
 # --- Post-mortems ------------------------------------------------------------------------
 
 
-class PostMortemForm(forms.ModelForm):
-    """A post-mortem's fields; action items edited as `- [ ] text @owner` lines."""
-
-    action_items_text = forms.CharField(
-        required=False,
-        label="Action items",
-        widget=forms.Textarea({"rows": 5, "placeholder": "- [ ] Lower the per-GPU batch size @alice"}),
-        help_text="One per line: - [ ] what @owner; [x] when done.",
-    )
-
-    class Meta:
-        model = PostMortem
-        fields = ["title", "summary", "status", "owner", "root_cause", "body"]
-        widgets = {
-            "summary": forms.Textarea({"rows": 3}),
-            "root_cause": forms.Textarea({"rows": 6}),
-            "body": forms.Textarea({"rows": 14}),
-        }
-
-    def __init__(self, *args: Any, team: Group, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Owners come from the run's team only.
-        self.fields["owner"].queryset = User.objects.filter(groups=team).order_by("username")
-        if self.instance.pk and not self.is_bound:
-            self.initial["action_items_text"] = postmortem.format_action_items(self.instance.action_items)
-
-    def save(self, commit: bool = True) -> PostMortem:
-        self.instance.action_items = postmortem.parse_action_items(self.cleaned_data.get("action_items_text", ""))
-        return super().save(commit)
-
-
 @login_required
 def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
     """Start a post-mortem of a run, its root cause prefilled from the classifier."""
@@ -317,20 +282,6 @@ def postmortem_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # --- Failures overview -------------------------------------------------------------------
-
-
-class FailureFilterForm(forms.Form):
-    team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="any")
-    failure_class = forms.ChoiceField(required=False, label="Class")
-    start = forms.DateField(
-        required=False, label="From", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS
-    )
-    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS)
-
-    def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = access.visible_teams(user)
-        self.fields["failure_class"].choices = [("", "any")] + [(k, c.title) for k, c in CLASSES.items()]
 
 
 @login_required

@@ -28,7 +28,7 @@ from runs.choices import RunEventKind, RunStatus
 from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, Node, Run, RunEvent
 from runs.telemetry import blocks
 from runs.telemetry.downsample import MAX_POINTS, Tier, choose_tier, minmax_buckets, tier_step
-from runs.telemetry.importers import gpu_label
+from runs.telemetry.labels import gpu_label
 
 Figure = dict[str, Any]
 

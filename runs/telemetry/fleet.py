@@ -22,7 +22,7 @@ from dashboard import access
 from runs.choices import RunStatus
 from runs.models import GpuHour, GpuMinute
 from runs.telemetry.charts import Figure, plotly_time, time_layout
-from runs.telemetry.importers import gpu_label
+from runs.telemetry.labels import gpu_label
 
 GroupBy = Literal["team", "accelerator"]
 # How far back the utilization history goes on the fleet page.

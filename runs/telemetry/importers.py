@@ -31,6 +31,8 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import Protocol
 
+from runs.telemetry.labels import gpu_label, mig_gpu_index
+
 
 class TelemetryFormat(StrEnum):
     AUTO = "auto"
@@ -47,10 +49,6 @@ DCGM_FORMATS = frozenset({TelemetryFormat.DCGM, TelemetryFormat.DCGMI_DMON})
 MAX_LINE_CHARS = 4096
 # Problems kept per file; past this they are only counted (a file of garbage stays cheap).
 MAX_PROBLEMS = 1000
-# MIG instances as GPUs of their own: GPU g, instance i -> MIG_INDEX_BASE + g * MIG_SLOTS + i.
-# GPU_I_ID is below 16 on every MIG-capable GPU (A100/H100: at most 7 instances, ids < 15).
-MIG_INDEX_BASE = 1000
-MIG_SLOTS = 100
 # Without an index, uuid or bus id column, GPUs are told apart by their order in a snapshot; a
 # node has at most this many (8 GPUs x 7 MIG instances), so a longer "snapshot" is a loop.
 MAX_GPUS_PER_SNAPSHOT = 64
@@ -273,21 +271,6 @@ def _lines(text: str, out: _Collector | None = None) -> Iterator[tuple[int, str]
             continue
         if line.strip():
             yield number, line
-
-
-def mig_gpu_index(gpu: int, instance: int) -> int:
-    """The GpuSample index of MIG instance `instance` (GPU_I_ID) of GPU `gpu`."""
-    if not 0 <= instance < MIG_SLOTS:
-        raise ValueError(f"MIG instance id {instance} out of range")
-    return MIG_INDEX_BASE + gpu * MIG_SLOTS + instance
-
-
-def gpu_label(index: int) -> str:
-    """How a stored GPU index reads on a chart: `GPU 3`, or `GPU 0 MIG 7` for a MIG instance."""
-    if index < MIG_INDEX_BASE:
-        return f"GPU {index}"
-    gpu, instance = divmod(index - MIG_INDEX_BASE, MIG_SLOTS)
-    return f"GPU {gpu} MIG {instance}"
 
 
 # --- nvidia-smi --query-gpu CSV -------------------------------------------------------------

@@ -29,7 +29,7 @@ from billing.prices.money import billed_hours, exact_product, exact_sum, to_cent
 from runs.choices import RunStatus, StallKind
 from runs.models import Node, Run
 from runs.telemetry import blocks
-from runs.telemetry.importers import gpu_label
+from runs.telemetry.labels import gpu_label
 
 BUSY_UTILIZATION = 90.0
 SM_IDLE = 10.0

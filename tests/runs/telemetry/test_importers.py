@@ -26,11 +26,10 @@ from runs.telemetry.importers import (
     WINDOW_SLACK,
     ParsedSample,
     detect_format,
-    gpu_label,
-    mig_gpu_index,
     parse_prometheus_line,
     parse_telemetry,
 )
+from runs.telemetry.labels import gpu_label, mig_gpu_index
 from tests.conftest import TESTS, World, make_run
 
 DATA = TESTS / "data" / "telemetry"

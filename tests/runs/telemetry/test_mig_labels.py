@@ -14,7 +14,7 @@ import time_machine
 from runs.choices import RunStatus
 from runs.models import GpuSample, Node
 from runs.telemetry.fleet import GpuCell
-from runs.telemetry.importers import mig_gpu_index
+from runs.telemetry.labels import mig_gpu_index
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(minutes=45)
