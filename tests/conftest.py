@@ -7,18 +7,21 @@ see vision's data; sam is staff and sees everything.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
@@ -29,6 +32,9 @@ from runs.models import Attempt, Node, Run
 # The tests folder (fixtures in data/, stand-in commands in bin/) and the repository root.
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
+# Stand-in commands for systems we cannot reach here (tests/bin): each answers with real shapes.
+BIN = TESTS / "bin"
+DATABRICKS = shlex.quote(str(BIN / "databricks"))
 PASSWORD = "correct horse battery staple"
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
@@ -189,3 +195,51 @@ def celery_worker(
         worker = start_worker(tmp_path_factory.mktemp("worker"))
     yield worker
     stop_worker(worker)
+
+
+# --- A stand-in Databricks workspace and a log directory (collector tests) -----------------
+
+
+class StandInWorkspace:
+    """tests/bin/databricks as a workspace: its phase file flips runs from RUNNING to TERMINATED."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.state_file = tmp_path / "databricks-state"
+        self.calls_file = tmp_path / "databricks-calls"
+        self.state_file.write_text("running")
+
+    def finish(self) -> None:
+        self.state_file.write_text("finished")
+
+    def calls(self) -> list[str]:
+        return self.calls_file.read_text().splitlines() if self.calls_file.exists() else []
+
+
+@pytest.fixture
+def workspace(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StandInWorkspace:
+    """The stand-in workspace with its runs still running, the run source's list and cluster commands
+    pointed at it; creators without a team land in vision (1001 is alice's)."""
+    fake = StandInWorkspace(tmp_path)
+    monkeypatch.setenv("FAKE_DATABRICKS_STATE", str(fake.state_file))
+    monkeypatch.setenv("FAKE_DATABRICKS_CALLS", str(fake.calls_file))
+    settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} jobs list-runs -o json"
+    settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = f"{DATABRICKS} clusters list -o json"
+    settings.AIRBOARD_RUN_SOURCE_TEAM = "vision"
+    return fake
+
+
+def collect_runs() -> str:
+    """One pass of the run source, as `manage.py collect runs --once` prints it."""
+    out = StringIO()
+    call_command("collect", "runs", "--once", stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def logs(settings, tmp_path: Path) -> Path:
+    """A log directory the log collector reads (and no log command)."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    settings.AIRBOARD_LOG_SOURCE_DIR = str(root)
+    settings.AIRBOARD_LOG_SOURCE_COMMAND = ""
+    return root

@@ -42,29 +42,7 @@ from runs.models import CollectorState, GpuSample, LogChunk, Run, RunEvent
 from tests.conftest import T0, TESTS, World, make_run
 
 BIN = TESTS / "bin"
-DATABRICKS = shlex.quote(str(BIN / "databricks"))
 FAKE_CANCEL = BIN / "fake-cancel"
-
-
-@pytest.fixture
-def workspace(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-in Databricks workspace with its runs still running (1001 is alice's, team vision)."""
-    state = tmp_path / "databricks-state"
-    state.write_text("running")
-    monkeypatch.setenv("FAKE_DATABRICKS_STATE", str(state))
-    monkeypatch.setenv("FAKE_DATABRICKS_CALLS", str(tmp_path / "databricks-calls"))
-    settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} jobs list-runs -o json"
-    settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = f"{DATABRICKS} clusters list -o json"
-    settings.AIRBOARD_RUN_SOURCE_TEAM = "vision"
-
-
-@pytest.fixture
-def logs(settings, tmp_path: Path) -> Path:
-    root = tmp_path / "logs"
-    root.mkdir()
-    settings.AIRBOARD_LOG_SOURCE_DIR = str(root)
-    settings.AIRBOARD_LOG_SOURCE_COMMAND = ""
-    return root
 
 
 @pytest.fixture(autouse=True)

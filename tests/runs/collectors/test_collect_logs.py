@@ -31,15 +31,6 @@ def stored(run: Run, attempt: int = 1, node: int = 0) -> str:
 
 
 @pytest.fixture
-def logs(settings, tmp_path: Path) -> Path:
-    root = tmp_path / "logs"
-    root.mkdir()
-    settings.AIRBOARD_LOG_SOURCE_DIR = str(root)
-    settings.AIRBOARD_LOG_SOURCE_COMMAND = ""
-    return root
-
-
-@pytest.fixture
 def running(world: World) -> Run:
     return make_run(world.vision, "1001", status=RunStatus.RUNNING, ended_at=None)
 

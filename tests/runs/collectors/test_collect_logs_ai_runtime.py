@@ -18,11 +18,9 @@ from runs.choices import RunStatus
 from runs.collectors.air_logs import json_lines_text, mlflow_node_log, records_text
 from runs.collectors.mlflow_client import MlflowSource
 from runs.models import LogChunk, Run
-from tests.conftest import World, make_run
+from tests.conftest import DATABRICKS, StandInWorkspace, World, collect_runs, make_run
 from tests.runs.collectors.test_collect_logs import collect as collect_logs
 from tests.runs.collectors.test_collect_logs import stored
-from tests.runs.collectors.test_collect_runs import DATABRICKS, Source
-from tests.runs.collectors.test_collect_runs import collect as collect_runs
 
 # Run 6001's second try is running at 09:00; in the "finished" phase it ended at 09:30.
 NOW = datetime(2026, 11, 2, 9, 40, tzinfo=UTC)
@@ -34,20 +32,16 @@ AIR_LOGS = f"{DATABRICKS} experimental air logs {{run_id}} --retry {{retry}} --n
 
 
 @pytest.fixture
-def workspace(settings, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Source:
-    fake = Source(tmp_path)
-    monkeypatch.setenv("FAKE_DATABRICKS_STATE", str(fake.state_file))
-    monkeypatch.setenv("FAKE_DATABRICKS_CALLS", str(fake.calls_file))
-    settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} jobs list-runs -o json"
+def workspace(workspace: StandInWorkspace, settings) -> StandInWorkspace:
+    """The shared stand-in workspace (tests/conftest.py) without clusters or a log directory."""
     settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
-    settings.AIRBOARD_RUN_SOURCE_TEAM = "vision"
     settings.AIRBOARD_LOG_SOURCE_DIR = ""
-    return fake
+    return workspace
 
 
 @pytest.mark.parametrize("command", [ENDPOINT, AIR_LOGS], ids=["logs-endpoint", "air-logs-json"])
 def test_each_node_and_attempt_gets_its_log_in_time_order_incrementally(
-    settings, world: World, workspace: Source, command: str
+    settings, world: World, workspace: StandInWorkspace, command: str
 ) -> None:
     settings.AIRBOARD_LOG_SOURCE_COMMAND = command
     with time_machine.travel(NOW, tick=False):
@@ -79,7 +73,7 @@ def test_each_node_and_attempt_gets_its_log_in_time_order_incrementally(
         assert LogChunk.objects.count() == chunks + 1
 
 
-def test_the_endpoint_is_read_page_by_page(settings, world: World, workspace: Source) -> None:
+def test_the_endpoint_is_read_page_by_page(settings, world: World, workspace: StandInWorkspace) -> None:
     settings.AIRBOARD_LOG_SOURCE_COMMAND = ENDPOINT
     with time_machine.travel(NOW, tick=False):
         collect_runs()
@@ -90,7 +84,7 @@ def test_the_endpoint_is_read_page_by_page(settings, world: World, workspace: So
     assert len(pages) == 3 and any("page_token=2" in call for call in pages)
 
 
-def test_an_air_error_envelope_is_the_nodes_error(settings, world: World, workspace: Source) -> None:
+def test_an_air_error_envelope_is_the_nodes_error(settings, world: World, workspace: StandInWorkspace) -> None:
     settings.AIRBOARD_LOG_SOURCE_COMMAND = f"{DATABRICKS} experimental air get notanumber -o json"
     with time_machine.travel(NOW, tick=False):
         collect_runs()

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import shlex
 from datetime import UTC, datetime
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from dashboard.commands import CollectorError
@@ -18,47 +16,23 @@ from runs.choices import RunSource, RunStatus
 from runs.collectors import runsource
 from runs.collectors.databricks_cli import get_run_argv, unwrap_list
 from runs.models import Attempt, Cluster, ClusterEvent, CollectorState, Run
-from tests.conftest import T0, TESTS, World, start_worker, stop_worker, wait_for
+from tests.conftest import (
+    BIN,
+    DATABRICKS,
+    T0,
+    StandInWorkspace,
+    World,
+    collect_runs,
+    start_worker,
+    stop_worker,
+    wait_for,
+)
 
-BIN = TESTS / "bin"
-DATABRICKS = shlex.quote(str(BIN / "databricks"))
 BROKEN = shlex.quote(str(BIN / "databricks-broken"))
 
 
-class Source:
-    """The stand-in workspace: its phase file flips runs from RUNNING to TERMINATED."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.state_file = tmp_path / "databricks-state"
-        self.calls_file = tmp_path / "databricks-calls"
-        self.state_file.write_text("running")
-
-    def finish(self) -> None:
-        self.state_file.write_text("finished")
-
-    def calls(self) -> list[str]:
-        return self.calls_file.read_text().splitlines() if self.calls_file.exists() else []
-
-
-@pytest.fixture
-def source(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Source:
-    fake = Source(tmp_path)
-    monkeypatch.setenv("FAKE_DATABRICKS_STATE", str(fake.state_file))
-    monkeypatch.setenv("FAKE_DATABRICKS_CALLS", str(fake.calls_file))
-    settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} jobs list-runs -o json"
-    settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = f"{DATABRICKS} clusters list -o json"
-    settings.AIRBOARD_RUN_SOURCE_TEAM = "vision"
-    return fake
-
-
-def collect() -> str:
-    out = StringIO()
-    call_command("collect", "runs", "--once", stdout=out)
-    return out.getvalue()
-
-
-def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, source: Source) -> None:
-    output = collect()
+def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, workspace: StandInWorkspace) -> None:
+    output = collect_runs()
 
     # 11 GPU runs (the sweep 7001 is its two iterations); the CLI fixture's notebook run and a CPU
     # job cluster's run are not GPU work.
@@ -102,11 +76,13 @@ def test_first_pass_creates_runs_with_attempts_statuses_and_teams(world: World, 
     }  # fmt: skip
 
 
-def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: World, source: Source) -> None:
-    collect()
-    source.finish()
+def test_a_second_pass_after_runs_end_updates_them_without_duplicates(
+    world: World, workspace: StandInWorkspace
+) -> None:
+    collect_runs()
+    workspace.finish()
 
-    output = collect()
+    output = collect_runs()
 
     assert "runs: 0 created, 6 updated, 5 unchanged, 0 skipped" in output
     assert Run.objects.count() == 11 and Attempt.objects.count() == 14
@@ -119,27 +95,31 @@ def test_a_second_pass_after_runs_end_updates_them_without_duplicates(world: Wor
     assert CollectorState.objects.get(name="runs").cursor["active"] == {"5001": 5001}
 
     # The ended sweep's iterations are all stored finished: not read again, so not counted.
-    assert "runs: 0 created, 0 updated, 9 unchanged, 0 skipped" in collect()
+    assert "runs: 0 created, 0 updated, 9 unchanged, 0 skipped" in collect_runs()
 
 
-def test_an_active_only_command_fetches_runs_that_stop_being_listed(settings, world: World, source: Source) -> None:
+def test_an_active_only_command_fetches_runs_that_stop_being_listed(
+    settings, world: World, workspace: StandInWorkspace
+) -> None:
     settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} -p prod jobs list-runs --active-only --limit 25 -o json"
     settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
-    collect()
+    collect_runs()
     assert Run.objects.get(external_id="1001").status == RunStatus.RUNNING
-    source.finish()
+    workspace.finish()
 
-    output = collect()
+    output = collect_runs()
 
     assert "runs: fetched 5 of 5 run(s) no longer listed" in output
-    assert f"{BIN / 'databricks'} -p prod jobs get-run 1001 -o json".split(" ", 1)[1] in source.calls()
+    assert f"{BIN / 'databricks'} -p prod jobs get-run 1001 -o json".split(" ", 1)[1] in workspace.calls()
     assert Run.objects.get(external_id="1001").status == RunStatus.SUCCEEDED
     assert Run.objects.get(external_id="2001").status == RunStatus.SUCCEEDED
     assert CollectorState.objects.get(name="runs").cursor["active"] == {"5001": 5001}
 
 
-def test_classic_clusters_are_upserted_with_their_fields_and_events_once(world: World, source: Source) -> None:
-    assert "clusters: 3 created, 0 updated, 0 unchanged, 0 skipped" in collect()
+def test_classic_clusters_are_upserted_with_their_fields_and_events_once(
+    world: World, workspace: StandInWorkspace
+) -> None:
+    assert "clusters: 3 created, 0 updated, 0 unchanged, 0 skipped" in collect_runs()
 
     shared = Cluster.objects.get(cluster_id="0923-164208-gpuml4x1")
     assert (shared.team, shared.name, shared.spark_version) == (world.nlp, "nlp-gpu-shared", "15.4.x-gpu-ml-scala2.12")
@@ -161,14 +141,14 @@ def test_classic_clusters_are_upserted_with_their_fields_and_events_once(world: 
     assert sorted(shared.events.values_list("kind", flat=True)) == ["RESTARTING"]
     assert shared.last_restarted_time == datetime(2026, 11, 2, 5, 50, tzinfo=UTC)
 
-    assert "clusters: 0 created, 0 updated, 3 unchanged, 0 skipped" in collect()
+    assert "clusters: 0 created, 0 updated, 3 unchanged, 0 skipped" in collect_runs()
     assert ClusterEvent.objects.count() == 2
 
 
-def test_records_with_no_team_are_skipped_and_reported(settings, world: World, source: Source) -> None:
+def test_records_with_no_team_are_skipped_and_reported(settings, world: World, workspace: StandInWorkspace) -> None:
     settings.AIRBOARD_RUN_SOURCE_TEAM = "no-such-team"
 
-    output = collect()
+    output = collect_runs()
 
     assert "runs: skipped 4001: creator ghost@contractor.example has no team and group 'no-such-team'" in output
     assert "clusters: skipped 1015-120000-autoscl1" in output
@@ -284,7 +264,7 @@ def test_a_failing_command_is_recorded_and_exits_non_zero(
     settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS = timeout
 
     with pytest.raises(CommandError) as excinfo:
-        collect()
+        collect_runs()
 
     assert excinfo.value.returncode == 1 and expected in str(excinfo.value)
     state = CollectorState.objects.get(name="runs")
@@ -300,7 +280,7 @@ def test_not_configured_says_so_and_records_nothing(settings, db: None) -> None:
     settings.DATABRICKS_HOST = ""
     settings.DATABRICKS_TOKEN = ""
 
-    output = collect()
+    output = collect_runs()
 
     assert runsource.NOT_CONFIGURED in output and "runs: ingested 0 item(s)" in output
     assert not CollectorState.objects.exists()

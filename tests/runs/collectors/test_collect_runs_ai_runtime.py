@@ -7,7 +7,6 @@ get at databricks/cli 7bbe285213) beside ours of the same shapes; see tests/data
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,24 +31,11 @@ from runs.collectors.jobs_records import (
     strip_user_prefix,
 )
 from runs.models import Cluster, CollectorState, Run
-from tests.conftest import World, make_run
-from tests.runs.collectors.test_collect_runs import DATABRICKS, Source, collect
+from tests.conftest import DATABRICKS, StandInWorkspace, World, collect_runs, make_run
 
 
-@pytest.fixture
-def workspace(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Source:
-    """The stand-in workspace of test_collect_runs.py, its list and cluster commands configured."""
-    fake = Source(tmp_path)
-    monkeypatch.setenv("FAKE_DATABRICKS_STATE", str(fake.state_file))
-    monkeypatch.setenv("FAKE_DATABRICKS_CALLS", str(fake.calls_file))
-    settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} jobs list-runs -o json"
-    settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = f"{DATABRICKS} clusters list -o json"
-    settings.AIRBOARD_RUN_SOURCE_TEAM = "vision"
-    return fake
-
-
-def test_ai_runtime_runs_carry_their_gpus_experiment_and_mlflow_run(world: World, workspace: Source) -> None:
-    collect()
+def test_ai_runtime_runs_carry_their_gpus_experiment_and_mlflow_run(world: World, workspace: StandInWorkspace) -> None:
+    collect_runs()
 
     llama = Run.objects.get(source=RunSource.SERVERLESS, external_id="1001")
     assert (llama.accelerator_type, llama.num_accelerators, llama.gpus_per_node) == ("GPU_8xH100", 16, 8)
@@ -79,8 +65,8 @@ def test_ai_runtime_runs_carry_their_gpus_experiment_and_mlflow_run(world: World
     assert not Run.objects.filter(external_id__in=["7001", "7002"]).exists()
 
 
-def test_a_sweeps_iterations_are_runs_of_one_sweep(world: World, workspace: Source) -> None:
-    output = collect()
+def test_a_sweeps_iterations_are_runs_of_one_sweep(world: World, workspace: StandInWorkspace) -> None:
+    output = collect_runs()
 
     # `jobs get-run` of the for-each task (7002) names the iterations, as the CLI's `air get` asks.
     assert any(call.split()[:3] == ["jobs", "get-run", "7002"] for call in workspace.calls())
@@ -101,7 +87,7 @@ def test_a_sweeps_iterations_are_runs_of_one_sweep(world: World, workspace: Sour
     assert "runs: 11 created" in output  # 10 runs as before, the sweep now two
 
     workspace.finish()
-    collect()
+    collect_runs()
 
     first.refresh_from_db()
     second.refresh_from_db()
@@ -122,28 +108,30 @@ def test_a_sweeps_iterations_are_runs_of_one_sweep(world: World, workspace: Sour
 
     # Ended and all stored finished: the for-each task is not asked again.
     before = len(workspace.calls())
-    collect()
+    collect_runs()
     assert not any(call.split()[:3] == ["jobs", "get-run", "7002"] for call in workspace.calls()[before:])
 
 
 def test_an_ended_sweep_listed_by_air_list_is_not_read_again_once_its_iterations_are_stored(
-    settings, world: World, workspace: Source
+    settings, world: World, workspace: StandInWorkspace
 ) -> None:
     settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} experimental air list --all-status -o json"
     settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
     workspace.finish()
-    collect()
+    collect_runs()
     assert Run.objects.filter(parameters__sweep_run_id="7001", status=RunStatus.SUCCEEDED).count() == 2
 
     before = len(workspace.calls())
-    collect()
+    collect_runs()
 
     again = workspace.calls()[before:]
     assert not any(call.split()[:3] in (["jobs", "get-run", "7001"], ["jobs", "get-run", "7002"]) for call in again)
 
 
-def test_an_iterations_page_names_its_sweep_and_links_the_other_iterations(world: World, workspace: Source) -> None:
-    collect()
+def test_an_iterations_page_names_its_sweep_and_links_the_other_iterations(
+    world: World, workspace: StandInWorkspace
+) -> None:
+    collect_runs()
     first, second = Run.objects.filter(parameters__sweep_run_id="7001").order_by("external_id")
     # Another team's run naming the same sweep id must not show as a sibling.
     stranger = make_run(world.nlp, "9999", source=RunSource.SERVERLESS, parameters={"sweep_run_id": "7001"})
@@ -162,14 +150,14 @@ def test_an_iterations_page_names_its_sweep_and_links_the_other_iterations(world
     assert bad.status_code == 200 and "digits" in bad.content.decode()
 
 
-def test_a_runs_usage_policy_is_read_from_effective_usage_policy_id(world: World, workspace: Source) -> None:
+def test_a_runs_usage_policy_is_read_from_effective_usage_policy_id(world: World, workspace: StandInWorkspace) -> None:
     vision = UsagePolicy.objects.create(name="vision-gpu", databricks_policy_id="6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d")
     vision.teams.add(world.vision)
     # 3001 (team nlp) is attributed to a policy that covers vision only: not linked.
     other = UsagePolicy.objects.create(name="vision-only", databricks_policy_id="0a9b8c7d-6e5f-4d3c-9b2a-1f0e9d8c7b6a")
     other.teams.add(world.vision)
 
-    output = collect()
+    output = collect_runs()
 
     assert Run.objects.get(external_id="1001").usage_policy_name == "vision-gpu"
     # A sweep's iterations carry the sweep run's policy.
@@ -182,8 +170,10 @@ def test_a_runs_usage_policy_is_read_from_effective_usage_policy_id(world: World
     assert Run.objects.get(external_id="6001").usage_policy_name == ""
 
 
-def test_task_retries_are_attempts_with_their_own_window_and_mlflow_run(world: World, workspace: Source) -> None:
-    collect()
+def test_task_retries_are_attempts_with_their_own_window_and_mlflow_run(
+    world: World, workspace: StandInWorkspace
+) -> None:
+    collect_runs()
 
     run = Run.objects.get(external_id="6001")
     attempts = list(run.attempts.order_by("number"))
@@ -201,28 +191,28 @@ def test_task_retries_are_attempts_with_their_own_window_and_mlflow_run(world: W
     assert [a.nodes.count() for a in attempts] == [2, 2]
 
     workspace.finish()
-    collect()
+    collect_runs()
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert run.ended_at == datetime(2026, 11, 2, 9, 30, tzinfo=UTC) == run.attempts.get(number=2).ended_at
 
 
-def test_get_run_output_is_asked_once_per_task_try(world: World, workspace: Source) -> None:
-    collect()
+def test_get_run_output_is_asked_once_per_task_try(world: World, workspace: StandInWorkspace) -> None:
+    collect_runs()
     asked = [call for call in workspace.calls() if "get-run-output" in call]
     # Started AI Runtime task tries only: not 5001's queued one, not the classic run's task.
     assert sorted(call.split()[2] for call in asked) == sorted(
         ["1002", "2002", "2003", "4002", "6002", "6003", "7003", "7004", "334747067049497", "456"]
     )  # the sweep's iterations (7003, 7004), not its for-each task (7002)
-    collect()
+    collect_runs()
     again = [call for call in workspace.calls() if "get-run-output" in call][len(asked) :]
     # Asked again: only tries still running without an MLflow run (the answer may come later).
     # Finished tries are never asked twice, whatever they answered (4002, 456, 2002).
     assert sorted(call.split()[2] for call in again) == ["2003", "7004"]
 
 
-def test_cpu_jobs_are_not_stored_and_cost_no_gpu_time(world: World, workspace: Source) -> None:
-    output = collect()
+def test_cpu_jobs_are_not_stored_and_cost_no_gpu_time(world: World, workspace: StandInWorkspace) -> None:
+    output = collect_runs()
 
     assert "runs: 2 record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored" in output
     assert not Run.objects.filter(external_id__in=["999000999000", "8101"]).exists()
@@ -231,8 +221,10 @@ def test_cpu_jobs_are_not_stored_and_cost_no_gpu_time(world: World, workspace: S
     assert all(Run.objects.get(pk=pk).accelerator_type for pk in costs)
 
 
-def test_a_gpu_job_cluster_is_read_from_the_run_for_instance_types_and_size(world: World, workspace: Source) -> None:
-    output = collect()
+def test_a_gpu_job_cluster_is_read_from_the_run_for_instance_types_and_size(
+    world: World, workspace: StandInWorkspace
+) -> None:
+    output = collect_runs()
 
     assert "job clusters: 1 created, 0 updated, 0 unchanged, 0 skipped" in output
     run = Run.objects.get(external_id="8001")
@@ -242,14 +234,14 @@ def test_a_gpu_job_cluster_is_read_from_the_run_for_instance_types_and_size(worl
     assert (cluster.node_type_id, cluster.driver_node_type_id) == ("g5.12xlarge", "g5.4xlarge")
     assert (cluster.num_workers, cluster.autoscale_min_workers, cluster.autoscale_max_workers) == (0, 1, 4)
     assert (cluster.team, cluster.start_time, cluster.raw["cluster_source"]) == (world.nlp, None, "JOB")
-    assert "job clusters: 0 created, 0 updated, 1 unchanged, 0 skipped" in collect()
+    assert "job clusters: 0 created, 0 updated, 1 unchanged, 0 skipped" in collect_runs()
 
 
-def test_air_list_is_hydrated_with_jobs_get_run(settings, world: World, workspace: Source) -> None:
+def test_air_list_is_hydrated_with_jobs_get_run(settings, world: World, workspace: StandInWorkspace) -> None:
     settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} -p prod experimental air list --all-status -o json"
     settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
 
-    output = collect()
+    output = collect_runs()
 
     # `air list` shows only AI Runtime runs (the CLI drops the legacy run without a script path);
     # the sweep 7001 is its two iterations.
@@ -265,28 +257,28 @@ def test_air_list_is_hydrated_with_jobs_get_run(settings, world: World, workspac
 
     # Rows that ended and are stored finished are not fetched again; the others are.
     before = len(workspace.calls())
-    collect()
+    collect_runs()
     again = workspace.calls()[before:]
     assert "-p prod jobs get-run 334747067049496 -o json" not in again
     assert "-p prod jobs get-run 1001 -o json" in again
 
 
-def test_an_air_error_envelope_is_the_collectors_error(settings, world: World, workspace: Source) -> None:
+def test_an_air_error_envelope_is_the_collectors_error(settings, world: World, workspace: StandInWorkspace) -> None:
     settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} experimental air get notanumber -o json"
     settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
 
     with pytest.raises(CommandError) as excinfo:
-        collect()
+        collect_runs()
 
     assert 'INVALID_ARGS: invalid JOB_RUN_ID "notanumber": must be a positive integer' in str(excinfo.value)
     assert "INVALID_ARGS" in CollectorState.objects.get(name="runs").last_error
 
 
-def test_an_air_get_envelope_is_fetched_as_the_jobs_run(settings, world: World, workspace: Source) -> None:
+def test_an_air_get_envelope_is_fetched_as_the_jobs_run(settings, world: World, workspace: StandInWorkspace) -> None:
     settings.AIRBOARD_RUN_SOURCE_COMMAND = f"{DATABRICKS} air get 123 -o json"
     settings.AIRBOARD_CLUSTER_SOURCE_COMMAND = ""
 
-    collect()
+    collect_runs()
 
     assert list(Run.objects.values_list("external_id", "accelerator_type")) == [("123", "GPU_1xA10")]
 
