@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from billing.costs import reports, spend
 from billing.models import CostDaily
-from billing.prices.money import month_start, to_cents
+from billing.prices.money import cents_that_add_up, month_start
 from runs.choices import BatchStatus, RunStatus
 from runs.models import CollectorState, GpuMinute, IngestBatch, Run
 
@@ -82,10 +82,14 @@ def spend_by_team_and_policy(now: datetime) -> Family:
     first = month_start(now).date()
     rows = CostDaily.objects.filter(day__gte=first, day__lte=now.date())
     extra = spend.accrual_between(spend.accrual(None, now), first, now.date())
+    by_team: dict[str, list[dict]] = {}
     for row in sorted(reports.sum_by(rows, ["team__name", "usage_policy_name"], extra),
                       key=lambda r: (r["team__name"], r["usage_policy_name"])):  # fmt: skip
-        # The exact total, to the cent, as the pages show it.
-        family.add(float(to_cents(row["total_usd"])), team=row["team__name"], policy=row["usage_policy_name"])
+        by_team.setdefault(row["team__name"], []).append(row)
+    for team, team_rows in by_team.items():
+        # To the cent, so that `sum by (team)` is the team's total as the pages show it.
+        for row, usd in zip(team_rows, cents_that_add_up([r["total_usd"] for r in team_rows]), strict=True):
+            family.add(float(usd), team=team, policy=row["usage_policy_name"])
     return family
 
 

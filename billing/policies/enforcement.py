@@ -27,8 +27,7 @@ from django.utils import timezone
 
 from billing.choices import EnforcementKind, EnforcementOutcome, SpentAction
 from billing.models import PolicyAction, UsagePolicy
-from billing.policies import alerts
-from billing.policies import budget as policies
+from billing.policies import alerts, budget
 from runs import cancel
 from runs.choices import RunEventKind
 from runs.models import GpuMinute, Run, RunEvent
@@ -74,12 +73,12 @@ def enforce_policy(policy: UsagePolicy, now: datetime) -> tuple[int, list[Policy
     2. A spent budget with action CANCEL: cancel each running run under the policy.
     3. The idle-GPU rule, when the policy has one.
     """
-    status = policies.evaluate(policy, now)
+    status = budget.evaluate(policy, now)
     fired = alerts.fire(status, now)
     actions: list[PolicyAction] = []
     if status.exhausted and policy.action == SpentAction.CANCEL:
         reason = f"policy {policy.name} spent its ${policy.budget_usd} budget for the period from {status.period_start}"
-        for run in policies.running_runs(policy, policies.covered_team_ids(policy)):
+        for run in budget.running_runs(policy, budget.covered_team_ids(policy)):
             action = cancel_run(policy, run, EnforcementKind.BUDGET_CANCEL, reason, now)
             if action is not None:
                 actions.append(action)
@@ -155,7 +154,7 @@ def apply_idle_rule(policy: UsagePolicy, now: datetime) -> list[PolicyAction]:
     """Warn (once) a run idle for idle_warn_minutes; cancel (once) one idle for idle_cancel_minutes."""
     warn, cancel = policy.idle_warn_minutes, policy.idle_cancel_minutes
     longest = max(m for m in (warn, cancel, 1) if m is not None)
-    runs = {r.pk: r for r in policies.running_runs(policy, policies.covered_team_ids(policy))}
+    runs = {r.pk: r for r in budget.running_runs(policy, budget.covered_team_ids(policy))}
     if not runs:
         return []
     since = now - timedelta(minutes=longest) - IDLE_DATA_STALE

@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
-from billing.policies import budget as policies
+from billing.policies import budget
 from billing.policies import split as policy_split
 from billing.policies.forms import ChannelForm, PolicyForm, can_manage_policies
 from dashboard import access
@@ -55,27 +55,27 @@ def policy_list(request: HttpRequest) -> HttpResponse:
     rows = []
     visible = visible_policies(request).prefetch_related("teams").order_by("name")
     if request.GET.get("format") == "csv":
-        statuses = (policies.evaluate(policy) for policy in visible)
-        return csv_response("policies.csv", POLICY_CSV_HEADER, (
+        statuses = (budget.evaluate(policy) for policy in visible)
+        return csv_response("budget.csv", POLICY_CSV_HEADER, (
             [s.policy.name, ", ".join(t.name for t in s.policy.teams.all()) or "every team", s.period_start,
              s.period_end, s.budget, s.spend, s.percent, s.remaining, s.forecast, s.policy.get_action_display(),
              s.spend_figure.label, s.forecast_figure.label if s.forecast_figure else ""]
             for s in statuses
         ))  # fmt: skip
     for policy in visible:
-        status = policies.evaluate(policy)
-        figure = policies.burn_down_figure(status)
+        status = budget.evaluate(policy)
+        figure = budget.burn_down_figure(status)
         rows.append({"policy": policy, "status": status, "figure": figure, "figure_id": f"burn-{policy.pk}"})
     ctx = {"rows": rows, "can_manage": can_manage_policies(request.user), "current": "policy_list"}
     return render(request, "billing/policy_list.html", ctx)
 
 
 def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> dict:
-    status = policies.evaluate(policy)
+    status = budget.evaluate(policy)
     return {
         "policy": policy,
         "status": status,
-        "figure": policies.burn_down_figure(status),
+        "figure": budget.burn_down_figure(status),
         "split": policy_split.split(policy, now=status.now, team_ids=viewer_team_ids(request)),
         "channels": policy.channels.order_by("pk"),
         "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
@@ -152,7 +152,7 @@ def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             saved = form.save()
-            version = policies.record_version(saved, request.user, note="created" if policy is None else "edited")
+            version = budget.record_version(saved, request.user, note="created" if policy is None else "edited")
         if version is None:
             messages.info(request, "Nothing changed.")
         else:
@@ -178,7 +178,7 @@ def policy_rollback(request: HttpRequest, pk: int, number: int) -> HttpResponse:
     version = policy.versions.filter(number=number).first()
     if version is None:
         raise Http404("No such version.")
-    new = policies.rollback(policy, version, request.user)
+    new = budget.rollback(policy, version, request.user)
     if new is None:
         messages.info(request, f"The policy already matches version {number}.")
     else:

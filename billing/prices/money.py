@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import (
+    ROUND_FLOOR,
     ROUND_HALF_EVEN,
     ROUND_HALF_UP,
     Context,
@@ -208,6 +209,25 @@ def to_cents(value: Decimal) -> Decimal:
     with localcontext(EXACT) as ctx:
         ctx.traps[Inexact] = False
         return value.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def cents_that_add_up(values: Sequence[Decimal]) -> list[Decimal]:
+    """Each of `values` to the cent such that they sum to `to_cents(sum(values))`.
+
+    Series that a reader adds up (Prometheus `sum by (team)` over a team's policies) must give
+    the total the pages show, which rounding each one alone does not: three series of $0.005
+    are $0.00 + $0.00 + $0.00 (or $0.03) against a total of $0.02. Largest remainder: every
+    value is floored to the cent, and the cents still missing go to the largest remainders
+    (the first in order on a tie), so each stays within a cent of its exact value.
+    """
+    with localcontext(EXACT) as ctx:
+        ctx.traps[Inexact] = False
+        floors = [v.quantize(CENT, rounding=ROUND_FLOOR) for v in values]
+        missing = int((to_cents(exact_sum(values)) - exact_sum(floors)) / CENT)
+        by_remainder = sorted(range(len(values)), key=lambda i: (-(values[i] - floors[i]), i))
+        for i in by_remainder[:missing]:
+            floors[i] += CENT
+    return floors
 
 
 def format_usd(value: Decimal | None) -> str:

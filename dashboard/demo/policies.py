@@ -18,8 +18,7 @@ from django.utils import timezone
 
 from billing.choices import SpentAction
 from billing.models import UsagePolicy
-from billing.policies import budget as policies
-from billing.policies import enforcement
+from billing.policies import budget, enforcement
 from dashboard.demo.seed import TEAMS
 
 DESCRIPTION = "Demo policy (seed_demo): budget set from the team's spend this month so that alerts fire."
@@ -41,11 +40,11 @@ def seed_policies(now: datetime | None = None) -> list[UsagePolicy]:
             max_num_accelerators=NLP_MAX_ACCELERATORS if team.name == "nlp" else None,
         )  # fmt: skip
         policy.teams.add(group)
-        spent = policies.evaluate(policy, now=now).spend
+        spent = budget.evaluate(policy, now=now).spend
         share = BUDGET_SHARE.get(team.name, Decimal("2"))
         policy.budget_usd = max(Decimal("100"), (spent * share).quantize(Decimal("100")))
         policy.save(update_fields=["budget_usd"])
-        policies.record_version(policy, None, note="created by seed_demo")
+        budget.record_version(policy, None, note="created by seed_demo")
         created.append(policy)
     if created:
         enforcement.enforce_all(now=now)

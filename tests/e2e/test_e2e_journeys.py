@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from billing.policies import budget as policies
+from billing.policies import budget
 from billing.templatetags.billing_tags import usd
 from runs.launch.admission import admit_yaml
 from runs.models import GpuSample, Node
@@ -104,7 +104,7 @@ def test_who_is_over_budget(browsing: Browsing, scene: Scene) -> None:
     expect(page.locator("[data-figure=burn-down] .main-svg").first).to_be_visible()
     expect(page.locator("#spend-by-user")).to_contain_text("alice@example.com")
     # Alice's share is the whole period's spend (the scene's rollups of today and, past the 1st, yesterday).
-    expect(page.locator("#spend-by-user")).to_contain_text(usd(policies.evaluate(scene.policy).spend))
+    expect(page.locator("#spend-by-user")).to_contain_text(usd(budget.evaluate(scene.policy).spend))
     expect(page.locator("#spend-by-experiment")).to_contain_text(scene.failed.experiment_name[:40])
     expect(page.locator("#admissions")).to_contain_text("allowed")
     expect(page.locator("#admissions")).to_contain_text("vit-large")

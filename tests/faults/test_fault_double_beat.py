@@ -26,8 +26,7 @@ from django.utils import timezone
 from billing.choices import ChannelKind, DeliveryStatus
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, AlertChannel, BudgetAlert, CostDaily, Delivery, UsagePolicy
-from billing.policies import alerts
-from billing.policies import budget as policies
+from billing.policies import alerts, budget
 from billing.prices.money import month_start
 from billing.tasks import enforce_policies, roll_up_costs
 from runs.models import Run
@@ -148,7 +147,7 @@ def test_two_workers_running_the_billing_beats_at_once_fire_and_write_once(
     now = timezone.now()
     expected_alerts = 0
     for policy in policy_list:
-        status = policies.evaluate(policy, now)
+        status = budget.evaluate(policy, now)
         crossed = sorted(alerts.crossed(status))
         assert crossed, "the data did not make any alert due; the test proved nothing"
         rows = BudgetAlert.objects.filter(policy=policy)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from billing.costs import reports, rollups, spend
 from billing.engine import run_costs
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice, UsagePolicy
-from billing.policies import budget as policies
+from billing.policies import budget
 from billing.prices.money import to_cents
 from dashboard.metrics import spend_by_team_and_policy
 from runs.choices import RunSource, RunStatus
@@ -176,7 +176,7 @@ def test_one_month_on_every_surface_and_clusters_add_up(world: World, plain: lis
                 assert cents(metrics.get(team.name, Decimal(0))) == expected, ("/metrics", team.name)
                 assert cents(reports.month_to_date([team.pk], NOW, accrued).spend) == expected, ("forecast", team.name)
             # The policy covers both teams and every classic run; its spend is their policy runs'.
-            status = policies.evaluate(policy, NOW)
+            status = budget.evaluate(policy, NOW)
             policy_runs = [r for r in runs if r.usage_policy_name == POLICY]
             assert cents(status.spend) == cents(sum((answers[r.pk].breakdown.total for r in policy_runs), Decimal(0)))
             for c, cost in zip(made, cluster_costs(made, NOW), strict=True):

@@ -23,8 +23,7 @@ from django.db import connection
 from billing.choices import AlertKind, ChannelKind, DeliveryStatus
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, AlertChannel, BudgetAlert, Delivery, UsagePolicy
-from billing.policies import alerts, enforcement
-from billing.policies import budget as policies
+from billing.policies import alerts, budget, enforcement
 from tests.conftest import T0, make_run
 
 # T0 is 2026-11-02 09:00 UTC; the policy's month starts on the 1st.
@@ -98,10 +97,10 @@ def test_thresholds_fire_once_each(world) -> None:
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.EMAIL, target="ops@example.com, lead@example.com")
     spend(world, 7)  # $560: 50% crossed
     now = T0 + timedelta(hours=8)
-    status = policies.evaluate(policy, now)
+    status = budget.evaluate(policy, now)
     assert status.spend == Decimal("560")
     assert [a.threshold for a in alerts.fire(status, now)] == [50]
-    assert alerts.fire(policies.evaluate(policy, now), now) == []
+    assert alerts.fire(budget.evaluate(policy, now), now) == []
     assert len(mail.outbox) == 1
     assert mail.outbox[0].to == ["ops@example.com", "lead@example.com"]
     assert "$560" in mail.outbox[0].body and "50%" in mail.outbox[0].body
@@ -117,7 +116,7 @@ def test_racing_claims_fire_once(world) -> None:
     policy = make_policy(world)
     spend(world, 13)  # $1,040
     now = T0 + timedelta(hours=14)
-    first, second = policies.evaluate(policy, now), policies.evaluate(policy, now)
+    first, second = budget.evaluate(policy, now), budget.evaluate(policy, now)
     won_a = alerts.claim_alerts(first, now)
     won_b = alerts.claim_alerts(second, now)
     assert len(won_a) == 3 and won_b == []
@@ -155,28 +154,28 @@ def test_forecast_alert(world) -> None:
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.EMAIL, target="ops@example.com")
     spend(world, 5)  # $400 by 2026-11-05 00:00: 4 of 30 days gone, forecast $3,000
     now = datetime(2026, 11, 5, tzinfo=UTC)
-    status = policies.evaluate(policy, now)
+    status = budget.evaluate(policy, now)
     assert status.forecast == Decimal("3000.00")
     assert [(a.kind, a.threshold) for a in alerts.fire(status, now)] == [(AlertKind.FORECAST, 100)]
     assert "forecast to spend $3000" in mail.outbox[0].body
-    assert alerts.fire(policies.evaluate(policy, now), now) == []
+    assert alerts.fire(budget.evaluate(policy, now), now) == []
 
 
 def test_no_forecast_in_the_first_days(world) -> None:
     policy = make_policy(world)
     spend(world, 5)
     with time_machine.travel(datetime(2026, 11, 2, 12, tzinfo=UTC), tick=False):
-        assert policies.evaluate(policy).forecast is None
+        assert budget.evaluate(policy).forecast is None
 
 
 def test_next_period_fires_again(world) -> None:
     policy = make_policy(world)
     spend(world, 7)
-    alerts.fire(policies.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
+    alerts.fire(budget.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
     make_run(world.vision, "dec", usage_policy_name="vision-research", started_at=datetime(2026, 12, 1, 1, tzinfo=UTC),
              ended_at=datetime(2026, 12, 1, 8, tzinfo=UTC))  # fmt: skip
     rollups.recompute_days([datetime(2026, 12, 1).date()], now=datetime(2026, 12, 2, tzinfo=UTC))
-    status = policies.evaluate(policy, datetime(2026, 12, 2, tzinfo=UTC))
+    status = budget.evaluate(policy, datetime(2026, 12, 2, tzinfo=UTC))
     assert status.period_start.isoformat() == "2026-12-01"
     assert [a.threshold for a in alerts.fire(status, datetime(2026, 12, 2, tzinfo=UTC))] == [50]
 
@@ -185,7 +184,7 @@ def test_slack_shape(world, hook: Hook) -> None:
     policy = make_policy(world)
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.SLACK, target=hook.url)
     spend(world, 7)
-    alerts.fire(policies.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
+    alerts.fire(budget.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
     headers, body = hook.received[0]
     payload = json.loads(body)
     assert list(payload) == ["text"]
@@ -197,7 +196,7 @@ def test_signed_webhook_is_verifiable(world, hook: Hook) -> None:
     policy = make_policy(world)
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.WEBHOOK, target=hook.url, secret="s3cret-value")
     spend(world, 7)
-    alerts.fire(policies.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
+    alerts.fire(budget.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
     headers, body = hook.received[0]
     expected = "sha256=" + hmac.new(b"s3cret-value", body, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(headers["X-Airboard-Signature"], expected)
@@ -210,7 +209,7 @@ def test_retries_on_500_and_logs_the_delivery(world, hook: Hook, caplog) -> None
     policy = make_policy(world)
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.WEBHOOK, target=hook.url, secret="s3cret-value")
     spend(world, 7)
-    alerts.fire(policies.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
+    alerts.fire(budget.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
     delivery = Delivery.objects.get()
     assert (delivery.status, delivery.status_code, delivery.attempts) == (DeliveryStatus.SENT, 200, 3)
     assert len(hook.received) == 3
@@ -223,7 +222,7 @@ def test_gives_up_after_bounded_retries(world, hook: Hook, caplog) -> None:
     policy = make_policy(world)
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.SLACK, target=hook.url)
     spend(world, 7)
-    alerts.fire(policies.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
+    alerts.fire(budget.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
     delivery = Delivery.objects.get()
     assert (delivery.status, delivery.status_code, delivery.attempts) == (DeliveryStatus.FAILED, 500, 3)
     assert "HTTP 500" in delivery.error
@@ -235,7 +234,7 @@ def test_no_retry_on_4xx(world, hook: Hook) -> None:
     policy = make_policy(world)
     AlertChannel.objects.create(policy=policy, kind=ChannelKind.SLACK, target=hook.url)
     spend(world, 7)
-    alerts.fire(policies.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
+    alerts.fire(budget.evaluate(policy, T0 + timedelta(hours=8)), T0 + timedelta(hours=8))
     assert Delivery.objects.get().attempts == 1
 
 

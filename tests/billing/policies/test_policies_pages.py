@@ -10,14 +10,14 @@ from django.test import Client
 from django.urls import reverse
 
 from billing.models import AlertChannel, PolicyVersion, UsagePolicy
-from billing.policies import budget as policies
+from billing.policies import budget
 
 
 @pytest.fixture
 def policy(world) -> UsagePolicy:
     policy = UsagePolicy.objects.create(name="vision-research", budget_usd=Decimal("1000"))
     policy.teams.add(world.vision)
-    policies.record_version(policy, world.sam, note="created")
+    budget.record_version(policy, world.sam, note="created")
     return policy
 
 

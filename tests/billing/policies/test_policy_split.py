@@ -13,7 +13,7 @@ from django.urls import reverse
 from billing.costs import rollups
 from billing.engine import run_cost
 from billing.models import AcceleratorPrice, Admission, UsagePolicy
-from billing.policies import budget as policies
+from billing.policies import budget
 from billing.policies import split as policy_split
 from billing.templatetags.billing_tags import usd
 from runs.launch.admission import admit_yaml
@@ -52,7 +52,7 @@ def policy(world: World) -> UsagePolicy:
 
 def test_spend_splits_add_up_to_the_policy_total(policy: UsagePolicy) -> None:
     found = policy_split.split(policy, now=NOW)
-    total = policies.evaluate(policy, now=NOW).spend
+    total = budget.evaluate(policy, now=NOW).spend
     assert total == Decimal("320")  # 80 + 80 + 160; run-other is another policy's
     users = {row["creator"]: row["total_usd"] for row in found.by_user}
     assert users == {"alice@example.com": Decimal("160"), "bob@example.com": Decimal("160")}

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from billing.models import BudgetAlert, UsagePolicy
-from billing.policies import budget as policies
+from billing.policies import budget
 from dashboard.demo.seed import TEAMS
 from runs.models import Run
 
@@ -22,11 +22,11 @@ def test_seed_demo_creates_the_named_policies_and_fires_their_alerts() -> None:
     assert {t.usage_policy for t in TEAMS} <= set(UsagePolicy.objects.values_list("name", flat=True)) | {""}
     assert named - {""} <= set(UsagePolicy.objects.values_list("name", flat=True))
     vision = UsagePolicy.objects.get(name="vision-gpu-training")
-    status = policies.evaluate(vision)
+    status = budget.evaluate(vision)
     assert status.spend > 0 and status.exhausted
     assert BudgetAlert.objects.filter(policy=vision, fired_at__isnull=False).exists()
     speech = UsagePolicy.objects.get(name="speech-asr")
-    assert not policies.evaluate(speech).exhausted
+    assert not budget.evaluate(speech).exhausted
     # A second seed (the data exists) leaves the policies as they are: no duplicates.
     call_command("seed_demo", "--runs", "60", "--without-advice-examples", stdout=StringIO())
     assert UsagePolicy.objects.count() == len(TEAMS)
