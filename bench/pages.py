@@ -147,10 +147,12 @@ def enrich(team: Group, now: datetime) -> None:
        out of memory"), so the classifier would store the same verdict for each; running it
        100,000 / 3 times would only take minutes.
     3. A year of cost rollups, written by the beat's own pass (`billing.costs.rollups.refresh_changed`),
-       which prices every run with the cost engine.
+       which prices every run with the cost engine, and stores the failed runs' failed-attempt
+       cost (`billing.costs.failed`; backfilled on a workspace rolled up before it existed).
     """
+    from billing.costs.failed import backfill
     from billing.costs.rollups import refresh_changed
-    from billing.models import AcceleratorPrice, CostDaily
+    from billing.models import AcceleratorPrice, CostDaily, FailedRunCost
     from billing.prices.pricebook import load_default_prices
     from runs.failures.postmortem import classify_run
     from runs.models import FailureAnalysis
@@ -186,6 +188,13 @@ def enrich(team: Group, now: datetime) -> None:
             f"in {time.perf_counter() - began:.0f} s",
             flush=True,
         )
+    if FailedRunCost.objects.count() < failed.count():
+        # A workspace rolled up before the failed runs' costs were stored: what later passes backfill.
+        began = time.perf_counter()
+        stored = 0
+        while batch := backfill(now):
+            stored += batch
+        print(f"  failed-attempt costs stored for {stored:,} runs in {time.perf_counter() - began:.0f} s", flush=True)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
 
