@@ -14,7 +14,7 @@ last `--minute-days` days (AIRBOARD_TELEMETRY_MINUTE_DAYS bounds them in product
 are written with COPY, as the values the pages read; no raw samples. Then what the cost and
 failures pages read (`enrich`, each part added once to a workspace that lacks it): the
 shipped price book, a failure analysis for each failed run, and a year of cost rollups
-written by the beat's own pass (`billing.rollups.refresh_changed`, ~45 s).
+written by the beat's own pass (`billing.costs.rollups.refresh_changed`, ~45 s).
 
 Each page is fetched `--repeat` times through Django's full stack in process (a signed-in team
 member, not staff) and printed with its median time and its query count, and whether it is
@@ -48,6 +48,7 @@ from django.test import Client
 
 from runs.choices import AcceleratorType, RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, Node, Run
+from runs.telemetry import utilization
 
 TARGET_MS = 300.0
 GPUS_PER_NODE = 8
@@ -128,6 +129,9 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
                             ))  # fmt: skip
                             rows += 1
             print(f"  {rows:,} {table} rows", flush=True)
+    # The minutes came by COPY, not through refresh_minutes: sum them into the runs' summaries.
+    utilization.rebuild()
+    with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return team
 
@@ -142,14 +146,15 @@ def enrich(team: Group, now: datetime) -> None:
        run here has the same inputs (one attempt, one node, no logs, the state message "CUDA
        out of memory"), so the classifier would store the same verdict for each; running it
        100,000 / 3 times would only take minutes.
-    3. A year of cost rollups, written by the beat's own pass (`billing.rollups.refresh_changed`),
-       which prices every run with the cost engine.
+    3. A year of cost rollups, written by the beat's own pass (`billing.costs.rollups.refresh_changed`),
+       which prices every run with the cost engine, and stores the failed runs' failed-attempt
+       cost (`billing.costs.failed`; backfilled on a workspace rolled up before it existed).
     """
-    from billing.pricebook import load_default_prices
-    from billing.rollups import refresh_changed
-    from runs.postmortem import classify_run
-
-    from billing.models import AcceleratorPrice, CostDaily
+    from billing.costs.failed import backfill
+    from billing.costs.rollups import refresh_changed
+    from billing.models import AcceleratorPrice, CostDaily, FailedRunCost
+    from billing.prices.pricebook import load_default_prices
+    from runs.failures.postmortem import classify_run
     from runs.models import FailureAnalysis
 
     if not AcceleratorPrice.objects.exists():
@@ -183,6 +188,13 @@ def enrich(team: Group, now: datetime) -> None:
             f"in {time.perf_counter() - began:.0f} s",
             flush=True,
         )
+    if FailedRunCost.objects.count() < failed.count():
+        # A workspace rolled up before the failed runs' costs were stored: what later passes backfill.
+        began = time.perf_counter()
+        stored = 0
+        while batch := backfill(now):
+            stored += batch
+        print(f"  failed-attempt costs stored for {stored:,} runs in {time.perf_counter() - began:.0f} s", flush=True)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
 

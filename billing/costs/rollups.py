@@ -19,8 +19,8 @@ from django.db import transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from billing.costs import egress
-from billing.costs.run_costs import breakdowns_for_runs, cluster_uptime
+from billing.costs import egress, failed
+from billing.costs.run_costs import RUN_COST_FIELDS, breakdowns_for_runs, cluster_uptime
 from billing.models import (
     COST_AMOUNTS,
     AcceleratorPrice,
@@ -46,11 +46,6 @@ CURSOR_OVERLAP = timedelta(minutes=2)
 # Runs priced per batch: bounds memory and keeps IN lists under SQLite's variable limit.
 CHUNK = 2000
 DIMENSIONS = ("team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type", "region")
-# The run fields the cost engine (`breakdowns_for_runs`) reads: load only these to price many runs.
-RUN_COST_FIELDS = (
-    "id", "source", "team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type",
-    "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -123,7 +118,8 @@ def recompute_days(days: Iterable[date], now: datetime | None = None) -> int:
     2. Price them in chunks with `breakdowns_for_runs` (running runs accrue to `now`) and
        add each run's lines for the wanted days into its dimension tuple, exactly.
     3. Sum those rows per (day, team) into the `CostDailyTeam` summary, exactly.
-    4. In one transaction, delete those days' rows of both tables and insert the new ones,
+    4. Store the failed runs' failed-attempt cost from the same breakdowns (`failed.cache`).
+    5. In one transaction, delete those days' rows of both tables and insert the new ones,
        and record each priced run's span of days (`RunCostSpan`). Rows of other days are
        never touched. Two passes racing on the same day cannot both insert: the named
        unique constraints refuse the second.
@@ -141,9 +137,12 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
     counts: dict[tuple, int] = defaultdict(int)
     unpriced: dict[tuple, dict[str, None]] = defaultdict(dict)
     spans: dict[int, tuple[date, date]] = {}
+    book = failed.price_book()
     for i in range(0, len(run_ids), CHUNK):
         runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*RUN_COST_FIELDS))
         breakdowns = breakdowns_for_runs(runs, now=as_of)
+        # The failed runs' failed-attempt cost, from the same breakdowns, for the failures overview.
+        failed.cache(breakdowns, as_of, book)
         for run in runs:
             dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
             days = breakdowns[run.pk].days
@@ -318,8 +317,10 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
     3. The UTC days those runs touch now, the days they covered at the last pass (their
        `RunCostSpan`), plus the rolled-up days from the earliest effective_from of any price
        edited since the cursor.
-    4. `recompute_days` on that set; then move the cursor to the pass's start (less an
-       overlap, see CURSOR_OVERLAP) and release the lease.
+    4. `recompute_days` on that set (which also stores the failed runs' failed-attempt cost,
+       billing.costs.failed), then store it for up to BACKFILL failed runs that lack a usable
+       one; then move the cursor to the pass's start (less an overlap, see CURSOR_OVERLAP)
+       and release the lease.
     """
     as_of = utc(now or timezone.now())
     state = claim(as_of)
@@ -338,6 +339,8 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         # whose times moved, or a cluster or egress record that changed, leaves old days too.
         days = touched_days(run_ids, as_of) | span_days(run_ids) | _days_since_price_changes(cursor)
         rows, priced = _recompute(days, as_of)
+        # Failed runs no day brought in whose stored failed-attempt cost is missing or stale.
+        failed.backfill(as_of)
         # A run that no longer covers any day (its attempts were removed) keeps no span.
         gone = sorted(run_ids - priced)
         for i in range(0, len(gone), CHUNK):

@@ -63,6 +63,12 @@ from runs.models.uptime import UptimePiece, default_workers, uptime_pieces, work
 
 _MICROSECONDS_PER_MINUTE = 60_000_000
 
+# The run fields the cost engine (`breakdowns_for_runs`) reads: load only these to price many runs.
+RUN_COST_FIELDS = (
+    "id", "source", "team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type",
+    "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id",
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class DayBreakdown:

@@ -10,6 +10,7 @@ from billing.models.costs import (
     CostDaily,
     CostDailyTeam,
     EgressRecord,
+    FailedRunCost,
     RollupState,
     RunCostSpan,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "Delivery",
     "EgressPrice",
     "EgressRecord",
+    "FailedRunCost",
     "InstancePrice",
     "PolicyAction",
     "PolicyVersion",

@@ -150,3 +150,21 @@ class RollupState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.cursor}"
+
+
+class FailedRunCost(models.Model):
+    """The cost engine's figure for a failed run's failed attempts, as of `priced_at`.
+
+    Written by the cost rollup pass (billing.costs.failed.cache) for the failed runs it prices,
+    and read by the failures overview instead of pricing up to 5,000 runs on every view. Used
+    only while it is still the engine's answer (billing.costs.failed.failed_attempts_cost): the
+    run not changed since, its attempts ended, the price book the same (`price_book`).
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="failed_cost")
+    compute = ExactDecimalField()
+    priced_at = models.DateTimeField()
+    price_book = models.CharField(max_length=64, help_text="billing.costs.failed.price_book() when priced.")
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: ${self.compute} as of {self.priced_at.isoformat()}"

@@ -1,7 +1,7 @@
 """The failures overview: failed runs by class, team and week, what they cost, and recurring causes.
 
 Reads stored `FailureAnalysis` rows (one per classified failed run), so the page never runs
-the classifier. Cost is the cost of the failed attempts only (`billing.run_costs`): a run that
+the classifier. Cost is the cost of the failed attempts only (`billing.costs.failed`): a run that
 failed twice and then succeeded counts the two failed attempts.
 """
 
@@ -10,31 +10,31 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
+from django.db.models.functions import Coalesce, TruncDate, TruncWeek
 
-from billing.costs.rollups import RUN_COST_FIELDS
-from billing.costs.run_costs import breakdowns_for_runs
+from billing.costs.failed import failed_attempts_cost
+from dashboard import access
 from dashboard.csv_export import cell
 from runs.choices import RunStatus
 from runs.failures.postmortem import FAILED_STATUSES
-from runs.models import Attempt, FailureAnalysis, Run
+from runs.models import FailureAnalysis
 from runs.telemetry.charts import STATUS_COLORS, time_layout
 
 # Failed runs read for one overview; a wider range shows a note and asks for a narrower one.
 MAX_FAILURES = 5_000
-# What failure_stats reads of a verdict and its run: the verdict's grouping fields, the team's
-# name, and the run fields the cost engine prices by (those billing.rollups loads). Not the
-# evidence, telemetry and workloads: at 5,000 failures their loading was a fifth of the page.
-STATS_FIELDS = (
-    "run_id", "class_id", "title", "signature", "failed_at", "classified_at", "run__team__name",
-    *(f"run__{name}" for name in RUN_COST_FIELDS),
-)  # fmt: skip
+# What failure_stats reads of a verdict, as tuples: its grouping fields and the team's name.
+# Not model instances (15,000 of them with runs and teams were half the page at 5,000
+# failures), nor the run fields the engine prices by: billing.costs.failed loads those for the
+# runs it has to price.
+# The week (Monday, UTC) comes from the database as a date, as `week_of` computes it: parsing
+# 10,000 timestamps was a tenth of the page.
+STATS_FIELDS = ("run_id", "class_id", "title", "signature", "stats_week", "run__team__name")
 TOP_CAUSES = 10
 ZERO = Decimal("0")
 
@@ -73,9 +73,10 @@ class FailureStats:
 def failures_for(user: User, *, team: int | None = None, class_id: str = "", start: date | None = None,
                  end: date | None = None) -> QuerySet[FailureAnalysis]:  # fmt: skip
     """Stored verdicts of the failed runs the user may see, filtered; end date inclusive."""
-    qs = FailureAnalysis.objects.filter(
-        run__in=Run.objects.for_user(user), run__status__in=FAILED_STATUSES
-    ).select_related("run__team")
+    # The team filter on the run's own team, not `run__in` a scoped subquery of every run: at
+    # 100,000 runs that semi-join hashed them all.
+    qs = FailureAnalysis.objects.filter(access.team_q(user, "run__team"), run__status__in=FAILED_STATUSES)
+    qs = qs.select_related("run__team")
     if team:
         qs = qs.filter(run__team_id=team)
     if class_id:
@@ -87,22 +88,6 @@ def failures_for(user: User, *, team: int | None = None, class_id: str = "", sta
     return qs.order_by("-failed_at", "-pk")
 
 
-def failed_attempts_cost(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Decimal]:
-    """Per run: compute cost of its failed or timed-out attempts (classic uptime: all of it)."""
-    runs = list(runs)
-    failed_numbers: dict[int, set[int]] = defaultdict(set)
-    for run_id, number in Attempt.objects.filter(run__in=runs, status__in=FAILED_STATUSES).values_list(
-        "run_id", "number"
-    ):
-        failed_numbers[run_id].add(number)
-    costs = {}
-    for run_id, breakdown in breakdowns_for_runs(runs, now=now).items():
-        costs[run_id] = sum(
-            (i.compute for i in breakdown.intervals if i.number == 0 or i.number in failed_numbers[run_id]), ZERO
-        )
-    return costs
-
-
 def week_of(ts: datetime) -> date:
     day = ts.astimezone(UTC).date()
     return day - timedelta(days=day.weekday())
@@ -112,31 +97,35 @@ def failure_stats(analyses: QuerySet[FailureAnalysis], now: datetime | None = No
     """Aggregate the verdicts by (week, team, class), price their failed attempts, count causes.
 
     1. Read at most MAX_FAILURES verdicts with their runs (one query).
-    2. Price the failed attempts of those runs (`breakdowns_for_runs`, constant queries).
+    2. Their failed attempts' cost (`billing.costs.failed.failed_attempts_cost`: the figure the cost
+       rollup stored for settled runs, the engine's for the rest; constant queries).
     3. Fold into week rows, newest week first, and count (class, signature) pairs.
     """
-    analyses_list = list(analyses.only(*STATS_FIELDS)[: MAX_FAILURES + 1])
-    capped = len(analyses_list) > MAX_FAILURES
-    analyses_list = analyses_list[:MAX_FAILURES]
-    costs = failed_attempts_cost([a.run for a in analyses_list], now=now)
+    weeks = analyses.annotate(
+        stats_week=TruncDate(TruncWeek(Coalesce("failed_at", "classified_at"), tzinfo=UTC), tzinfo=UTC)
+    )
+    found = list(weeks.values_list(*STATS_FIELDS)[: MAX_FAILURES + 1])
+    capped = len(found) > MAX_FAILURES
+    found = found[:MAX_FAILURES]
+    costs = failed_attempts_cost([row[0] for row in found], now=now)
     counts: Counter[tuple[date, str, str]] = Counter()
     sums: dict[tuple[date, str, str], Decimal] = defaultdict(lambda: ZERO)
     titles: dict[str, str] = {}
     causes: Counter[tuple[str, str]] = Counter()
     examples: dict[tuple[str, str], int] = {}
-    for a in analyses_list:
-        key = (week_of(a.failed_at or a.classified_at), a.run.team.name, a.class_id)
+    for run_id, class_id, title, signature, week, team in found:
+        key = (week, team, class_id)
         counts[key] += 1
-        sums[key] += costs.get(a.run_id, ZERO)
-        titles[a.class_id] = a.title
-        causes[(a.class_id, a.signature)] += 1
-        examples.setdefault((a.class_id, a.signature), a.run_id)
+        sums[key] += costs.get(run_id, ZERO)
+        titles[class_id] = title
+        causes[(class_id, signature)] += 1
+        examples.setdefault((class_id, signature), run_id)
     rows = [
         WeekRow(week, team, class_id, titles[class_id], n, sums[(week, team, class_id)])
         for (week, team, class_id), n in sorted(counts.items(), key=lambda kv: (-kv[0][0].toordinal(), kv[0][1:]))
     ]
     top = [Cause(c, s, n, examples[(c, s)]) for (c, s), n in causes.most_common(TOP_CAUSES)]
-    return FailureStats(rows, top, len(analyses_list), sum(costs.values(), ZERO), capped)
+    return FailureStats(rows, top, len(found), sum(costs.values(), ZERO), capped)
 
 
 def stacked_figure(rows: list[WeekRow]) -> dict | None:

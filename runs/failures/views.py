@@ -99,7 +99,7 @@ def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
             series = charts.gpu_series(run, field, start, failed_at + timedelta(minutes=1))
             figures[field] = _mark_failure(charts.gpu_figure(field, series), failed_at)
         figures["metrics"] = _mark_failure(_metrics_by_time(run, start, failed_at + timedelta(minutes=1)), failed_at)
-    failed_cost = failure_stats.failed_attempts_cost([run], now=now).get(run.pk)
+    failed_cost = failure_stats.failed_attempts_cost([run.pk], now=now).get(run.pk)
     similar = []
     if analysis and analysis.class_id != "none":
         same = FailureAnalysis.objects.filter(class_id=analysis.class_id, run__in=Run.objects.for_user(request.user))
@@ -233,7 +233,7 @@ def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
             "Failure page": request.build_absolute_uri(reverse("failure_detail", args=[run.pk])),
             "MLflow": run.mlflow_link(),
         }
-        failed_cost = failure_stats.failed_attempts_cost([run]).get(run.pk)
+        failed_cost = failure_stats.failed_attempts_cost([run.pk]).get(run.pk)
         initial = {
             "title": f"{run.external_id}: {analysis.title if analysis else 'failure'}",
             "root_cause": postmortem.root_cause_text(analysis),

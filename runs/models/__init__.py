@@ -18,13 +18,24 @@ from runs.models.record import (
     RunEvent,
     RunQuerySet,
 )
-from runs.models.telemetry import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuRollupStats, GpuSample, GpuSampleBlock
+from runs.models.telemetry import (
+    ROLLUP_FIELDS,
+    UTILIZATION_SCALE,
+    GpuHour,
+    GpuMinute,
+    GpuRollupStats,
+    GpuSample,
+    GpuSampleBlock,
+    RunUtilization,
+    mean_utilization,
+)
 
 __all__ = [
     "CLI_RUNTIME_CAP",
     "MAX_RUNTIME",
     "NOTEBOOK_RUNTIME_CAP",
     "ROLLUP_FIELDS",
+    "UTILIZATION_SCALE",
     "Attempt",
     "Cluster",
     "ClusterEvent",
@@ -44,4 +55,6 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunQuerySet",
+    "RunUtilization",
+    "mean_utilization",
 ]

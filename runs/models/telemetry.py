@@ -204,3 +204,36 @@ class GpuHour(GpuRollupStats):
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.hour.isoformat()}"
+
+
+# A minute's mean GPU utilization as a whole number of millionths of a percent: integers add
+# up the same in any order, so a run's sum kept by deltas equals one summed afresh.
+UTILIZATION_SCALE = 1_000_000
+
+
+class RunUtilization(models.Model):
+    """A run's GPU-minutes that reported utilization, and the sum of their mean utilization.
+
+    The mean utilization of a run (advice's low_util_multi_gpu) is `utilization_sum /
+    UTILIZATION_SCALE / gpu_minutes`, the mean of its GpuMinute rows' `utilization_gpu_avg`
+    without reading them. Kept equal to the aggregate of the run's stored GpuMinute rows by
+    runs.telemetry.utilization: every rewrite of a minute rollup adds its change, every
+    pruned minute is taken out.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="utilization")
+    gpu_minutes = models.BigIntegerField(default=0)
+    utilization_sum = models.BigIntegerField(default=0, help_text="Millionths of a percent (UTILIZATION_SCALE).")
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.gpu_minutes} GPU-minutes"
+
+    @property
+    def mean(self) -> float | None:
+        """Mean per-GPU-minute utilization, percent; None without minutes."""
+        return mean_utilization(self.gpu_minutes, self.utilization_sum)
+
+
+def mean_utilization(gpu_minutes: int, utilization_sum: int) -> float | None:
+    """A RunUtilization's mean, percent, from its two numbers; None without minutes."""
+    return utilization_sum / UTILIZATION_SCALE / gpu_minutes if gpu_minutes else None

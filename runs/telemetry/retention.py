@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.models import GpuMinute, GpuSample, GpuSampleBlock
-from runs.telemetry import partitions
+from runs.telemetry import partitions, utilization
 
 # Rows per delete: small enough for a short transaction, large enough that a day's worth of a
 # large fleet (8 GPUs x 1 Hz x 500 runs = 345M rows) goes in a bounded number of statements.
@@ -66,7 +66,11 @@ def _delete_before(model: type, field: str, cutoff: datetime, batch_size: int, m
         if not ids:
             break
         with transaction.atomic():
-            count, _ = model.objects.filter(id__in=ids, **before).delete()
+            doomed = model.objects.filter(id__in=ids, **before)
+            if model is GpuMinute:
+                # The runs' utilization summaries stay equal to their stored minutes.
+                utilization.subtract_minutes(doomed)
+            count, _ = doomed.delete()
         deleted += count
         batches += 1
         if len(ids) < batch_size:

@@ -32,7 +32,7 @@ from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, 
 from django.db.models.functions import NullIf, TruncHour, TruncMinute
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
-from runs.telemetry import blocks
+from runs.telemetry import blocks, utilization
 
 # Rows per INSERT statement: 1,000 x 22 columns stays under PostgreSQL's 65,535 bind
 # parameters and SQLite's 32,766.
@@ -279,17 +279,17 @@ def hour_aggregates() -> dict[str, Any]:
 
 def _rebuild(
     source: type, target: type, keys: Iterable[BucketKey], step: timedelta, time_field: str, bucket_field: str
-) -> int:
+) -> list[Any]:
     """Recompute `target` rows at `keys` from `source` rows, one grouped query per span group, and upsert them.
 
     1. Turn the keys into contiguous spans per series and OR them into one filter.
     2. GROUP BY (run, node, gpu, truncated time) with the tier's aggregates.
     3. Upsert the results on the target's natural key; keys whose source rows are gone (all
-       pruned) are left as they are: a rollup outlives the tier below it.
+       pruned) are left as they are: a rollup outlives the tier below it. Returns the rows written.
     """
     keys = set(keys)
     if not keys:
-        return 0
+        return []
     trunc = TruncMinute if step == timedelta(minutes=1) else TruncHour
     aggregates = minute_aggregates() if source is GpuSample else hour_aggregates()
     rows = []
@@ -326,12 +326,37 @@ def _rebuild(
         update_fields=list(aggregates),
         batch_size=500,
     )
-    return len(rows)
+    return rows
 
 
 def refresh_minutes(keys: Iterable[BucketKey]) -> int:
-    """Rebuild the GpuMinute rows for (run_id, node_id, gpu_index, minute) keys from raw samples."""
-    return _rebuild(GpuSample, GpuMinute, keys, timedelta(minutes=1), "ts", "minute")
+    """Rebuild the GpuMinute rows for (run_id, node_id, gpu_index, minute) keys from raw samples,
+    and keep their runs' utilization summaries (`RunUtilization`) equal to them.
+
+    1. Lock the runs' summary rows (runs.telemetry.utilization.lock), before the raw samples
+       are read: a worker writing minutes of the same run waits, then reads what the other
+       committed.
+    2. Read the stored utilization of the minutes about to be rewritten (one query per span
+       group), rebuild and upsert them (`_rebuild`).
+    3. Add each run's difference, new minus stored, to its summary.
+    """
+    keys = set(keys)
+    if not keys:
+        return 0
+    with transaction.atomic():
+        utilization.lock({key[0] for key in keys})
+        stored = {
+            (run_id, node_id, gpu, minute): value
+            for q in _span_filters(keys, ONE_MINUTE, "minute")
+            for run_id, node_id, gpu, minute, value in GpuMinute.objects.filter(q).values_list(
+                "run_id", "node_id", "gpu_index", "minute", "utilization_gpu_avg"
+            )
+        }
+        rows = _rebuild(GpuSample, GpuMinute, keys, ONE_MINUTE, "ts", "minute")
+        # Keys whose samples are gone keep their stored minute (see `_rebuild`): only rewritten ones change.
+        old = [(r.run_id, stored[key]) for r in rows if (key := (r.run_id, r.node_id, r.gpu_index, r.minute)) in stored]
+        utilization.add(utilization.difference(old, [(r.run_id, r.utilization_gpu_avg) for r in rows]))
+    return len(rows)
 
 
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
@@ -339,7 +364,7 @@ def refresh_hours(keys: Iterable[BucketKey]) -> int:
 
     An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`).
     """
-    return _rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour")
+    return len(_rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour"))
 
 
 def _stored_samples(rows: Sequence[GpuHour]) -> dict[BucketKey, int]:

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from runs.choices import RunStatus
 from runs.models import FailureAnalysis, GpuHour, GpuMinute, Node, Run
@@ -79,3 +80,21 @@ def test_a_run_page_costs_the_same_queries_whatever_else_is_stored(world: World)
     small = [_queries(client, f"/runs/{run.pk}/") for run in first]
     _runs(world, 3, 12)
     assert [_queries(client, f"/runs/{run.pk}/") for run in first] == small
+
+
+def test_failures_overview_reads_the_stored_costs_in_the_same_queries(world: World, monkeypatch) -> None:
+    """After a cost rollup pass the overview reads the failed runs' stored cost (no engine), and
+    its queries still do not grow with the runs."""
+    from billing.costs import failed, rollups
+
+    client = world.client_for(world.alice)
+    _runs(world, 0, 6)
+    rollups.refresh_changed(timezone.now() + timedelta(minutes=5))
+    engine = failed.breakdowns_for_runs
+    monkeypatch.setattr(failed, "breakdowns_for_runs", lambda *a, **k: pytest.fail("priced by the engine"))
+    small = _queries(client, "/runs/failures/")
+    monkeypatch.setattr(failed, "breakdowns_for_runs", engine)
+    _runs(world, 6, 18)
+    rollups.refresh_changed(timezone.now() + timedelta(minutes=10))
+    monkeypatch.setattr(failed, "breakdowns_for_runs", lambda *a, **k: pytest.fail("priced by the engine"))
+    assert _queries(client, "/runs/failures/") == small

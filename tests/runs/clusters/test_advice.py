@@ -15,6 +15,7 @@ from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunSource, RunStatus
 from runs.clusters.advice import RULE_IDS, advise, findings_for
 from runs.models import Cluster, GpuMinute, LogChunk, Node, Run
+from runs.telemetry import utilization
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(days=1)
@@ -47,6 +48,8 @@ def minutes(run: Run, count: int, util: float, gpus: int = 1) -> None:
         for m in range(count)
         for g in range(gpus)
     )  # fmt: skip
+    # Written directly, not by the rollup path: sum them into the run's summary as the seed does.
+    utilization.rebuild([run.pk])
 
 
 # --- Cluster rules --------------------------------------------------------------------------

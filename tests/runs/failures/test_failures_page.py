@@ -128,3 +128,26 @@ def test_failures_overview_numbers_and_csv(world: World) -> None:
     assert later.strip().count("\n") == 0  # header only
     staff = world.client_for(world.sam).get("/runs/failures/?format=csv").content.decode()
     assert "nlp" in staff
+
+
+def test_overview_weeks_start_on_monday_utc_as_week_of(world: World) -> None:
+    """The database's week (failure_stats) is `week_of` of the failure time, or of the
+    classification time when the failure time is unknown, at the Sunday/Monday edge too."""
+    from datetime import UTC, datetime
+
+    from runs.failures import stats
+    from runs.models import FailureAnalysis
+
+    monday = datetime(2026, 11, 2, tzinfo=UTC)
+    times = [monday - timedelta(seconds=1), monday, monday + timedelta(days=6, hours=23, minutes=59), None]
+    for i, at in enumerate(times):
+        run = make_run(world.vision, f"w-{i}", status=RunStatus.FAILED)
+        verdict = FailureAnalysis.objects.create(run=run, class_id="cuda_oom", title="OOM", failed_at=at)
+        if at is None:
+            FailureAnalysis.objects.filter(pk=verdict.pk).update(classified_at=monday - timedelta(days=3))
+    expected = {stats.week_of(t or monday - timedelta(days=3)) for t in times}
+    result = stats.failure_stats(stats.failures_for(world.alice))
+    assert {row.week: row.failures for row in result.rows} == {
+        stats.week_of(monday - timedelta(seconds=1)): 2, stats.week_of(monday): 2,
+    }  # fmt: skip
+    assert {row.week for row in result.rows} == expected == {monday.date() - timedelta(days=7), monday.date()}
