@@ -24,6 +24,15 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 MILLIWATTS_PER_WATT = 1000.0
+KIB_PER_MIB = 1024.0
+# GPM metrics read each tick, in this order: SM and tensor activity (percent), NVLink TX and RX
+# over all links (MiB/s; NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC is 61, _RX_PER_SEC 60).
+GPM_METRICS = (
+    "NVML_GPM_METRIC_SM_UTIL",
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
+    "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
+)
 # Xid events read per tick at most: a storm of them must not stall sampling.
 MAX_EVENTS_PER_TICK = 64
 
@@ -159,7 +168,8 @@ class NvmlSampler:
         memory = self._field(gpu, "memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
         power_mw = self._field(gpu, "power", lambda: nv.nvmlDeviceGetPowerUsage(h))
         limit_mw = self._field(gpu, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-        sm_active, tensor_active = self._field(gpu, "gpm", lambda: self._gpm(gpu)) or (None, None)
+        gpm = self._field(gpu, "gpm", lambda: self._gpm(gpu)) or (None, None, None, None)
+        sm_active, tensor_active, nvlink_tx_mib, nvlink_rx_mib = gpm
         ecc = nv.NVML_VOLATILE_ECC  # since the driver loaded: a rise means new errors on this boot
         return {
             "gpu": gpu.index,
@@ -197,6 +207,9 @@ class NvmlSampler:
                 self._field(gpu, "pcie", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES))
             ),
             "processes": self._field(gpu, "processes", lambda: self._processes(h)),
+            # GPM's NVLink rates are MiB/s over the tick, all links together; stored in KB/s like PCIe.
+            "nvlink_tx_kbps": nvlink_tx_mib * KIB_PER_MIB if nvlink_tx_mib is not None else None,
+            "nvlink_rx_kbps": nvlink_rx_mib * KIB_PER_MIB if nvlink_rx_mib is not None else None,
         }
 
     def _field(self, gpu: Gpu, name: str, read: Callable[[], Any]) -> Any:
@@ -245,8 +258,9 @@ class NvmlSampler:
         except (nv.NVMLError, AttributeError):
             gpu.gpm_samples = None  # an older driver or nvidia-ml-py: SM/tensor activity stay missing
 
-    def _gpm(self, gpu: Gpu) -> tuple[float | None, float | None] | None:
-        """SM-active and tensor-active percent between the previous tick's GPM sample and this one."""
+    def _gpm(self, gpu: Gpu) -> tuple[float | None, ...] | None:
+        """GPM_METRICS between the previous tick's GPM sample and this one: SM-active and
+        tensor-active percent, NVLink TX and RX MiB/s; a metric this GPU lacks (no NVLink) is None."""
         if gpu.gpm_samples is None:
             return None
         nv = self._nv
@@ -258,17 +272,23 @@ class NvmlSampler:
             return None
         request = nv.c_nvmlGpmMetricsGet_t()
         request.version = nv.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = 2
+        request.numMetrics = len(GPM_METRICS)
         request.sample1 = previous
         request.sample2 = current
-        request.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
-        request.metrics[1].metricId = nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+        for i, name in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = getattr(nv, name)
         nv.nvmlGpmMetricsGet(request)
         values = [
-            _percent(metric.value) if metric.nvmlReturn == nv.NVML_SUCCESS else None
-            for metric in (request.metrics[0], request.metrics[1])
+            float(metric.value) if metric.nvmlReturn == nv.NVML_SUCCESS else None
+            for metric in (request.metrics[i] for i in range(len(GPM_METRICS)))
         ]
-        return values[0], values[1]
+        sm, tensor, nvlink_tx, nvlink_rx = values
+        return (
+            _percent(sm) if sm is not None else None,
+            _percent(tensor) if tensor is not None else None,
+            max(nvlink_tx, 0.0) if nvlink_tx is not None else None,
+            max(nvlink_rx, 0.0) if nvlink_rx is not None else None,
+        )
 
     def _free_gpm(self, gpu: Gpu) -> None:
         for sample in gpu.gpm_samples or []:

@@ -327,6 +327,20 @@ SAMPLE_COLUMNS = INSERT_COLUMNS[:-1]
 # A sample row: ids and time first, then the value fields in this order.
 SAMPLE_VALUE_COLUMNS = SAMPLE_COLUMNS[4:]
 METRIC_COLUMNS = ("run_id", "key", "step", "ts", "value")
+# A sample row's width before the NVLink columns were appended after `processes`.
+SAMPLE_V1_WIDTH = SAMPLE_COLUMNS.index("processes") + 1
+
+
+def trim_sample_rows(rows: list[list[Any]]) -> list[list[Any]]:
+    """Rows without their trailing missing values past the first layout's width, in place.
+
+    A batch without NVLink then records (and hashes) exactly as it did before the columns were
+    added, so one re-sent across the upgrade is still a duplicate; process_batch pads them back.
+    """
+    for row in rows:
+        while len(row) > SAMPLE_V1_WIDTH and row[-1] is None:
+            row.pop()
+    return rows
 
 
 # Where orjson's text could differ from json.dumps's: an exponent (orjson 1e+16 and 1e-20 may
@@ -364,6 +378,8 @@ def record_batch(team: Group, kind: str, rows: list[list[Any]], source: str = ""
     The rows are serialized once: the JSON text that is hashed is also what the database
     stores (cast to JSON there), instead of JSONField encoding the same 10,000 rows again.
     """
+    if kind == BatchKind.GPU_SAMPLES:
+        trim_sample_rows(rows)
     text = rows_json(rows)
     digest = _content_hash(text, source)
     existing = IngestBatch.objects.filter(team=team, kind=kind, content_hash=digest).first()

@@ -172,6 +172,10 @@ class GpuSampleIn(BaseModel):
     pcie_tx_kbps: bounded(0, 1e9)
     pcie_rx_kbps: bounded(0, 1e9)
     processes: list[GpuProcessIn] | None = Field(default=None, max_length=1000)
+    # NVLink, all links, KB/s (GPM NVLINK_TOTAL_*_PER_SEC x 1024); a B200's NVLink 5 tops out
+    # near 900 GB/s each way, under 1e9 KB/s, so the bound is the PCIe fields' with headroom.
+    nvlink_tx_kbps: bounded(0, 1e10)
+    nvlink_rx_kbps: bounded(0, 1e10)
 
 
 class GpuSampleBatchIn(BaseModel):

@@ -56,6 +56,10 @@ class FakeGpu:
     gpm_supported: bool = False
     gpm_sm_util: float = 88.5  # percent
     gpm_tensor_util: float = 61.25
+    # NVLink over all links, MiB/s (NVML_GPM_METRIC_NVLINK_TOTAL_TX/RX_PER_SEC); None: no NVLink
+    # on this GPU, and the metric answers NVML_ERROR_NOT_SUPPORTED as on a PCIe-only card.
+    gpm_nvlink_tx_mibps: float | None = 180_000.0
+    gpm_nvlink_rx_mibps: float | None = 175_500.5
     # Function names (e.g. "nvmlDeviceGetTotalEccErrors") that raise NVMLError_NotSupported.
     not_supported: set[str] = field(default_factory=set)
     # Function names missing from this driver (NVMLError_FunctionNotFound).
@@ -83,7 +87,7 @@ class FakeState:
     handle_index: dict[int, int] = field(default_factory=dict)  # address -> GPU index
     registered: set[int] = field(default_factory=set)  # GPU indexes with Xid events registered
     pending_events: list[Any] = field(default_factory=list)
-    gpm_samples: dict[int, tuple[Any, tuple[float, float] | None]] = field(default_factory=dict)
+    gpm_samples: dict[int, tuple[Any, tuple[float | None, ...] | None]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
 
 
@@ -314,12 +318,16 @@ def nvmlGpmSampleAlloc() -> Any:
     return sample
 
 
+# FakeGpu attributes a GPM sample holds, in the order nvmlGpmMetricsGet reads them back.
+GPM_VALUES = ("gpm_sm_util", "gpm_tensor_util", "gpm_nvlink_tx_mibps", "gpm_nvlink_rx_mibps")
+
+
 def nvmlGpmSampleGet(device: Any, gpmSample: Any) -> Any:
     gpu = _gpu(device, "nvmlGpmSampleGet")
     if not gpu.gpm_supported:
         _raise(_real.NVML_ERROR_NOT_SUPPORTED)
     address = ctypes.addressof(gpmSample.contents)
-    _state.gpm_samples[address] = (gpmSample, (gpu.value("gpm_sm_util"), gpu.value("gpm_tensor_util")))
+    _state.gpm_samples[address] = (gpmSample, tuple(gpu.value(name) for name in GPM_VALUES))
     return gpmSample
 
 
@@ -332,11 +340,16 @@ def nvmlGpmMetricsGet(metricsGet: Any) -> Any:
     second = _state.gpm_samples.get(ctypes.addressof(metricsGet.sample2.contents))
     if not first or not second or first[1] is None or second[1] is None:
         _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-    sm_util, tensor_util = second[1]
+    sm_util, tensor_util, nvlink_tx, nvlink_rx = second[1]
+    values = {
+        _real.NVML_GPM_METRIC_SM_UTIL: sm_util,
+        _real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: tensor_util,
+        _real.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: nvlink_tx,
+        _real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: nvlink_rx,
+    }
     for i in range(metricsGet.numMetrics):
         metric = metricsGet.metrics[i]
-        values = {_real.NVML_GPM_METRIC_SM_UTIL: sm_util, _real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: tensor_util}
-        if metric.metricId in values:
+        if values.get(metric.metricId) is not None:
             metric.value, metric.nvmlReturn = values[metric.metricId], _real.NVML_SUCCESS
         else:
             metric.nvmlReturn = _real.NVML_ERROR_NOT_SUPPORTED

@@ -40,18 +40,38 @@ class GpuProfile:
     torch_capacity_gib: float
     mem_clock_mhz: float
     has_gpm: bool  # Hopper and newer report SM and tensor activity (NVML GPM)
+    # NVLink bandwidth each way, GB/s (H100 SXM: NVLink 4, 900 GB/s total; B300: NVLink 5,
+    # 1.8 TB/s); 0 where the shape has none. Drawn only on multi-GPU nodes, where GPUs talk.
+    nvlink_gb_s: float = 0.0
 
 
-_H100 = GpuProfile(81_559 * MIB, 700.0, 72.0, 1980.0, 345.0, 79.11, 2619.0, True)
+_H100 = GpuProfile(81_559 * MIB, 700.0, 72.0, 1980.0, 345.0, 79.11, 2619.0, True, 450.0)
 PROFILES: dict[str, GpuProfile] = {
     AcceleratorType.A10_1: GpuProfile(23_028 * MIB, 150.0, 16.0, 1695.0, 210.0, 22.19, 6251.0, False),
     AcceleratorType.H100_1: _H100,
     AcceleratorType.H100_8: _H100,
-    AcceleratorType.B300_8: GpuProfile(275_040 * MIB, 1100.0, 150.0, 2032.0, 390.0, 268.41, 3996.0, True),
+    AcceleratorType.B300_8: GpuProfile(275_040 * MIB, 1100.0, 150.0, 2032.0, 390.0, 268.41, 3996.0, True, 900.0),
 }
 # NVML clocks-event reasons (nvmlClocksEventReasons): idle, and the software power cap.
 THROTTLE_IDLE = 0x1
 THROTTLE_SW_POWER_CAP = 0x4
+# Share of the NVLink bandwidth a data-parallel step keeps busy at full load (gradient
+# all-reduce between the compute bursts), each way; RX a little under TX.
+NVLINK_SHARE = 0.3
+NVLINK_RX_OF_TX = 0.97
+KB_PER_GB = 1e9 / 1024  # GpuSample stores KB/s (1024 bytes), as NVML's PCIe counter does
+
+
+def nvlink_kbps(profile: GpuProfile, util: float, power_factor: float, gpus: int) -> tuple[float, float] | None:
+    """(TX, RX) NVLink KB/s at this load, or None on a single GPU or a shape without NVLink.
+
+    No random draws: the seeded demo stays the same run for run. A hung collective (power
+    factor low) moves almost nothing; eval (forward only) moves little.
+    """
+    if gpus < 2 or not profile.nvlink_gb_s:
+        return None
+    tx = profile.nvlink_gb_s * NVLINK_SHARE * (util / 100.0) * max(power_factor - 0.3, 0.0) / 0.7 * KB_PER_GB
+    return round(tx, 1), round(tx * NVLINK_RX_OF_TX, 1)
 
 
 @dataclass(frozen=True)
@@ -105,7 +125,13 @@ class Activity:
 
 
 def _gpu_fields(
-    rng: random.Random, profile: GpuProfile, util: float, memory: float, power_factor: float, temp: float
+    rng: random.Random,
+    profile: GpuProfile,
+    util: float,
+    memory: float,
+    power_factor: float,
+    temp: float,
+    gpus: int = 1,
 ) -> tuple[dict[str, float | int | None], float]:
     """One GPU's sample fields for a requested level; returns them and the new temperature."""
     util = max(0.0, min(100.0, util))
@@ -146,6 +172,9 @@ def _gpu_fields(
         "ecc_corrected": 0,
         "ecc_uncorrected": 0,
     }
+    nvlink = nvlink_kbps(profile, util, power_factor, gpus)
+    if nvlink is not None:
+        fields["nvlink_tx_kbps"], fields["nvlink_rx_kbps"] = nvlink
     return fields, temp
 
 
@@ -166,7 +195,7 @@ def raw_samples(
                 level = rng.uniform(0, 15)  # a one-second stall: dataloader, GC, a slow rank
             elif roll < 0.003:
                 level = 100.0
-            fields, temps[gpu] = _gpu_fields(rng, profile, level, memory, power_factor, temps[gpu])
+            fields, temps[gpu] = _gpu_fields(rng, profile, level, memory, power_factor, temps[gpu], gpus)
             yield gpu, ts, fields
         ts += timedelta(seconds=1)
 
@@ -217,6 +246,12 @@ def minute_rollups(
                 for name, values in (("sm_active", sm), ("tensor_active", tensor)):
                     gpm |= {f"{name}_min": round(min(values), 2), f"{name}_avg": round(sum(values) / 4, 2),
                             f"{name}_max": round(max(values), 2)}  # fmt: skip
+            links = [nvlink_kbps(profile, u, pf, gpus) for u, (_, _, pf) in zip(utils, probes, strict=True)]
+            if all(link is not None for link in links):
+                for i, name in enumerate(("nvlink_tx_kbps", "nvlink_rx_kbps")):
+                    values = [link[i] for link in links]
+                    gpm |= {f"{name}_min": min(values), f"{name}_avg": round(sum(values) / 4, 1),
+                            f"{name}_max": max(values)}  # fmt: skip
             yield (
                 gpu,
                 minute,

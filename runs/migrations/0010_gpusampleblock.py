@@ -15,7 +15,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from runs.telemetry.blocks import VALUE_FIELDS, decode_block, encode_block
+from runs.telemetry.blocks import decode_block, encode_block
+from runs.telemetry.blocks import V1_VALUE_FIELDS as VALUE_FIELDS  # the fields GpuSample had at this migration
 
 TABLE = "runs_gpusampleblock"
 PLAIN = "runs_gpusampleblock_plain"

@@ -36,6 +36,10 @@ class GpuSample(models.Model):
     ecc_uncorrected = models.BigIntegerField(null=True, blank=True, help_text="Volatile uncorrected ECC errors.")
     pcie_tx_kbps = models.FloatField(null=True, blank=True)
     pcie_rx_kbps = models.FloatField(null=True, blank=True)
+    # NVLink throughput, all links together, KB/s: GPM NVLINK_TOTAL_TX/RX_PER_SEC (Hopper+, MiB/s)
+    # or DCGM_FI_PROF_NVLINK_TX/RX_BYTES (bytes/s). NULL on GPUs without NVLink or without GPM.
+    nvlink_tx_kbps = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps = models.FloatField(null=True, blank=True)
     # [{"pid": 123, "used_memory_bytes": 1024, "run": "ext-id"}]; None when not collected.
     processes = models.JSONField(null=True, blank=True)
     source = models.CharField(max_length=16, choices=TelemetrySource.choices, default=TelemetrySource.API)
@@ -96,11 +100,14 @@ ROLLUP_FIELDS = (
     "sm_clock_mhz",
     # Optional signals, NULL where the GPU or importer has none: SM and tensor-pipe activity
     # (Hopper GPM, DCGM_FI_PROF_SM_ACTIVE / _PIPE_TENSOR_ACTIVE) and PCIe throughput (NVML
-    # nvmlDeviceGetPcieThroughput, nvidia-smi dmon rxpci/txpci), KB/s.
+    # nvmlDeviceGetPcieThroughput, nvidia-smi dmon rxpci/txpci), KB/s, and NVLink throughput
+    # (GPM, DCGM_FI_PROF_NVLINK_TX/RX_BYTES), KB/s.
     "sm_active",
     "tensor_active",
     "pcie_tx_kbps",
     "pcie_rx_kbps",
+    "nvlink_tx_kbps",
+    "nvlink_rx_kbps",
 )
 
 
@@ -142,6 +149,12 @@ class GpuRollupStats(models.Model):
     pcie_rx_kbps_min = models.FloatField(null=True, blank=True)
     pcie_rx_kbps_avg = models.FloatField(null=True, blank=True)
     pcie_rx_kbps_max = models.FloatField(null=True, blank=True)
+    nvlink_tx_kbps_min = models.FloatField(null=True, blank=True)
+    nvlink_tx_kbps_avg = models.FloatField(null=True, blank=True)
+    nvlink_tx_kbps_max = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps_min = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps_avg = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps_max = models.FloatField(null=True, blank=True)
 
     class Meta:
         abstract = True

@@ -58,10 +58,18 @@ INT_FIELDS = frozenset(
     f.name for f in GpuSample._meta.concrete_fields if f.get_internal_type() == "BigIntegerField"
 )  # fmt: skip
 VALUE_FIELDS = tuple(f.name for f in GpuSample._meta.concrete_fields if f.name in FLOAT_FIELDS | INT_FIELDS)
-# Row shape of `block_rows` and GpuSample inserts (runs/telemetry.INSERT_COLUMNS order).
-ROW_COLUMNS = ("run_id", "node_id", "gpu_index", "ts", *VALUE_FIELDS, "processes", "source")
+# Fields added after version 1: a version 1 block has no column for them (they read None), and
+# rows carry them after `processes`, as stored ingest batches do (runs/ingest.SAMPLE_COLUMNS).
+ADDED_IN_V2 = ("nvlink_tx_kbps", "nvlink_rx_kbps")
+V1_VALUE_FIELDS = tuple(name for name in VALUE_FIELDS if name not in ADDED_IN_V2)
+# The value fields a block of each format version holds, in the order they are written.
+FIELDS_BY_VERSION = {1: V1_VALUE_FIELDS, 2: VALUE_FIELDS}
+# Row shape of `block_rows` and GpuSample inserts (runs/telemetry/store.INSERT_COLUMNS order).
+ROW_COLUMNS = ("run_id", "node_id", "gpu_index", "ts", *V1_VALUE_FIELDS, "processes", *ADDED_IN_V2, "source")
+_ROW_AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
+_PROCESSES_AT = _ROW_AT["processes"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Field tags in `data`.
 ALL_NULL, FLOATS, INTS, INTS_WITH_NULLS, CONSTANT_FLOAT, CONSTANT_INT = 0, 1, 2, 3, 4, 5
 NO_PROCESSES, PROCESSES = 0, 1
@@ -105,7 +113,7 @@ def encode_block(
         _chunk(np.asarray(offsets_us, dtype=np.int64)),
     ]
     for name in VALUE_FIELDS:
-        values = columns[name]
+        values = columns.get(name) or [None] * count  # a field the caller has no column for: all missing
         present = [v is not None for v in values]
         first = values[0]
         if not any(present):
@@ -151,13 +159,15 @@ def decode_block(data: bytes | memoryview, fields: Iterable[str] | None = None) 
     """The inverse of `encode_block`; with `fields`, only those value fields are decompressed (the rest read None)."""
     view = memoryview(data)
     version, count = struct.unpack_from("<BH", view, 0)
-    if version != FORMAT_VERSION:
-        raise ValueError(f"GpuSampleBlock data version {version}, expected {FORMAT_VERSION}")
+    stored = FIELDS_BY_VERSION.get(version)
+    if stored is None:
+        raise ValueError(f"GpuSampleBlock data version {version}, expected one of {sorted(FIELDS_BY_VERSION)}")
     gpus, at = _read_chunk(view, 3)
     offsets, at = _read_chunk(view, at)
-    columns: dict[str, list[Any]] = {}
+    # Fields a block of an older version never held read as missing.
+    columns: dict[str, list[Any]] = {name: [None] * count for name in VALUE_FIELDS if name not in stored}
     wanted = set(VALUE_FIELDS if fields is None else fields)
-    for name in VALUE_FIELDS:
+    for name in stored:
         tag = view[at]
         at += 1
         if name not in wanted and tag in (FLOATS, INTS, INTS_WITH_NULLS):
@@ -196,16 +206,17 @@ def block_rows(block: GpuSampleBlock) -> list[list[Any]]:
     rows = []
     for i, (gpu, offset) in enumerate(zip(decoded.gpus, decoded.offsets_us, strict=True)):
         ts = block.minute + timedelta(microseconds=offset)
-        values = [decoded.columns[name][i] for name in VALUE_FIELDS]
-        rows.append([block.run_id, block.node_id, gpu, ts, *values, decoded.processes[i], block.source])
+        v1 = [decoded.columns[name][i] for name in V1_VALUE_FIELDS]
+        added = [decoded.columns[name][i] for name in ADDED_IN_V2]
+        rows.append([block.run_id, block.node_id, gpu, ts, *v1, decoded.processes[i], *added, block.source])
     return rows
 
 
 def _encode_rows(minute: datetime, rows: Sequence[Sequence[Any]]) -> bytes:
     """ROW_COLUMNS rows of one block, sorted by (GPU, ts), as `encode_block` bytes."""
     offsets = [(row[3] - minute) // timedelta(microseconds=1) for row in rows]
-    columns = {name: [row[4 + i] for row in rows] for i, name in enumerate(VALUE_FIELDS)}
-    return encode_block([row[2] for row in rows], offsets, columns, [row[-2] for row in rows])
+    columns = {name: [row[_ROW_AT[name]] for row in rows] for name in VALUE_FIELDS}
+    return encode_block([row[2] for row in rows], offsets, columns, [row[_PROCESSES_AT] for row in rows])
 
 
 def _minute(ts: datetime) -> datetime:

@@ -389,6 +389,10 @@ FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
     # Stored in KB/s as NVML reports (dmon's MB/s x 1024, runs/telemetry/importers.py): drawn in MB/s.
     "pcie_tx_kbps": ("PCIe transmit", "PCIe TX (MB/s)", "MB/s", 1024, 1),
     "pcie_rx_kbps": ("PCIe receive", "PCIe RX (MB/s)", "MB/s", 1024, 1),
+    # All NVLink links together, KB/s (GPM MiB/s x 1024, DCGM bytes/s / 1024): drawn in GB/s,
+    # the scale NVLink runs at (hundreds of GB/s on an SXM H100), as nvidia-smi nvlink reports it.
+    "nvlink_tx_kbps": ("NVLink transmit", "NVLink TX (GB/s)", "GB/s", 1024 * 1024, 2),
+    "nvlink_rx_kbps": ("NVLink receive", "NVLink RX (GB/s)", "GB/s", 1024 * 1024, 2),
 }
 # Percent fields: the y axis runs to 100 whatever the data, so 40% looks like 40%.
 PERCENT_FIELDS = ("utilization_gpu", "sm_active", "tensor_active", "utilization_memory")
@@ -399,14 +403,14 @@ PERCENT_FIELDS = ("utilization_gpu", "sm_active", "tensor_active", "utilization_
 # no panel, and the coverage line names it.
 PANEL_FIELDS = (
     "sm_active", "tensor_active", "power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory",
-    "pcie_tx_kbps", "pcie_rx_kbps",
+    "pcie_tx_kbps", "pcie_rx_kbps", "nvlink_tx_kbps", "nvlink_rx_kbps",
 )  # fmt: skip
 # What the coverage line calls each signal, in panel order.
 SIGNAL_NAMES = {
     "utilization_gpu": "utilization", "memory_used_bytes": "memory", "sm_active": "SM activity",
     "tensor_active": "tensor activity", "power_watts": "power", "temperature_c": "temperature",
     "sm_clock_mhz": "SM clock", "utilization_memory": "memory-controller busy", "pcie_tx_kbps": "PCIe TX",
-    "pcie_rx_kbps": "PCIe RX",
+    "pcie_rx_kbps": "PCIe RX", "nvlink_tx_kbps": "NVLink TX", "nvlink_rx_kbps": "NVLink RX",
 }  # fmt: skip
 
 

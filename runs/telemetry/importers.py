@@ -75,6 +75,8 @@ VALUE_FIELDS = (
     "tensor_active",
     "pcie_tx_kbps",
     "pcie_rx_kbps",
+    "nvlink_tx_kbps",
+    "nvlink_rx_kbps",
 )
 BYTE_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
 PERCENT_FIELDS = {"utilization_gpu", "utilization_memory", "sm_active", "tensor_active"}
@@ -100,6 +102,8 @@ class ParsedSample:
     tensor_active: float | None = None
     pcie_tx_kbps: float | None = None
     pcie_rx_kbps: float | None = None
+    nvlink_tx_kbps: float | None = None
+    nvlink_rx_kbps: float | None = None
     line: int = field(default=0, compare=False)
 
     def values(self) -> dict[str, float | int | None]:
@@ -431,6 +435,7 @@ DMON_FIELDS = {
     "txpci": "pcie_tx_kbps",
 }
 # dmon's PCIe columns are MB/s; GpuSample keeps NVML's KB/s (both in the tool's binary sense).
+# dmon has no NVLink column (`-s t` is rxpci/txpci only): NVLink comes from the agent or DCGM.
 DMON_SCALE = {"rxpci": 1024.0, "txpci": 1024.0}
 
 
@@ -521,6 +526,8 @@ DCGMI_FIELDS: dict[str, tuple[str, float]] = {
     "DRAMA": ("_dram_active", 100.0),
     "PCITX": ("pcie_tx_kbps", 1 / 1024),  # bytes/s -> KB/s
     "PCIRX": ("pcie_rx_kbps", 1 / 1024),
+    "NVLTX": ("nvlink_tx_kbps", 1 / 1024),  # DCGM_FI_PROF_NVLINK_TX_BYTES (1011), bytes/s -> KB/s
+    "NVLRX": ("nvlink_rx_kbps", 1 / 1024),  # DCGM_FI_PROF_NVLINK_RX_BYTES (1012)
 }
 
 
@@ -601,6 +608,9 @@ DCGM_FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_DRAM_ACTIVE": ("_dram_active", 100.0),
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_kbps", 1 / 1024),  # bytes/s -> KB/s
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_kbps", 1 / 1024),
+    # All links together, bytes/s, Volta+ profiling fields 1011 / 1012 (etc/dcp-metrics-included.csv).
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_kbps", 1 / 1024),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_kbps", 1 / 1024),
 }
 # Folded fields: (stand-in, the field it fills when that is missing).
 DCGM_STAND_INS = (("_gr_engine_active", "utilization_gpu"), ("_dram_active", "utilization_memory"))

@@ -34,19 +34,22 @@ from django.db.models.functions import NullIf, TruncHour, TruncMinute
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 from runs.telemetry import blocks, utilization
 
-# Rows per INSERT statement: 1,000 x 22 columns stays under PostgreSQL's 65,535 bind
+# Rows per INSERT statement: 1,000 x 24 columns stays under PostgreSQL's 65,535 bind
 # parameters and SQLite's 32,766.
 INSERT_CHUNK = 1000
 # Series spans OR-ed into one rollup query: SQLite parses `a OR b OR ...` into a tree whose
 # depth is capped at 1,000, so a batch touching more spans than this takes several queries.
 SPANS_PER_QUERY = 200
-# Columns written by the raw insert, in order; the natural key first.
+# Columns written by the raw insert, in order; the natural key first. Columns added later go
+# after `processes` (and before `source`): stored ingest batches are positional rows, and one
+# recorded before a column existed is shorter, its missing tail read as NULL (runs/ingest.py).
 INSERT_COLUMNS = (
     "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
     "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
     "sm_active", "tensor_active", "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "pcie_tx_kbps",
-    "pcie_rx_kbps", "processes", "source",
+    "pcie_rx_kbps", "processes", "nvlink_tx_kbps", "nvlink_rx_kbps", "source",
 )  # fmt: skip
+assert INSERT_COLUMNS == blocks.ROW_COLUMNS, "a reopened block's rows are inserted as they come"
 _TS = INSERT_COLUMNS.index("ts")
 # PostgreSQL: skip stored keys and hand back the keys actually inserted (exact count, rollup keys).
 ON_CONFLICT_RETURNING = (

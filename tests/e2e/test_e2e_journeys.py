@@ -16,8 +16,9 @@ from playwright.sync_api import expect
 
 from billing.policies import budget
 from billing.templatetags.billing_tags import usd
+from runs.choices import RunStatus
 from runs.launch.admission import admit_yaml
-from runs.models import GpuSample, Node
+from runs.models import GpuSample, MetricPoint, Node
 from runs.telemetry.store import store_gpu_samples
 from tests.e2e.conftest import Browsing, Scene
 
@@ -51,6 +52,33 @@ def live_samples(scene: Scene) -> None:
     )
 
 
+def second_node_and_metrics(scene: Scene) -> None:
+    """Make the running run a 2-node run whose second node lags and reports NVLink, with MLflow
+    metrics: the node selector and the metrics' step / time switch then have something to show."""
+    attempt = scene.running.attempts.get()
+    second = Node.objects.create(attempt=attempt, index=1, host="10.0.0.9", status=RunStatus.RUNNING)
+    now = timezone.now()
+    store_gpu_samples(
+        [
+            GpuSample(
+                run=scene.running, node=second, gpu_index=gpu, ts=now - timedelta(minutes=m, seconds=7),
+                utilization_gpu=62.0, memory_used_bytes=58 * 10**9,
+                # GPM's NVLINK_TOTAL_TX/RX_PER_SEC MiB/s x 1024, as the agent stores them.
+                nvlink_tx_kbps=153_600.0 * 1024, nvlink_rx_kbps=149_000.0 * 1024,
+            )
+            for gpu in range(scene.running_gpus)
+            for m in range(0, 8)
+        ]
+    )  # fmt: skip
+    started = scene.running.started_at
+    MetricPoint.objects.bulk_create(
+        MetricPoint(run=scene.running, key=key, step=step * 100, ts=started + timedelta(seconds=30 * step + 15),
+                    value=value)
+        for step in range(12)
+        for key, value in (("loss", 2.4 / (1 + step)), ("samples_per_second", 4_500.0 + step))
+    )  # fmt: skip
+
+
 def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
     live_samples(scene)
     page = browsing.page
@@ -79,10 +107,13 @@ def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
     expect(row.locator("td.run-id")).to_be_in_viewport()
     browsing.screenshot("journey-gpu-busy-runs")
 
+    # A second node joins (the run scales to 2 nodes) and MLflow has logged metrics.
+    second_node_and_metrics(scene)
+
     # The run page: coverage stated, a range picked, one crosshair across the GPU panels.
     row.get_by_role("link", name="vision-live-1").click()
     page.wait_for_load_state("load")
-    expect(page.locator("#coverage")).to_contain_text("Samples from 1 of 1 node")
+    expect(page.locator("#coverage")).to_contain_text("Samples from 2 of 2 nodes")
     page.locator("#range-picker").get_by_role("link", name="15m").click()
     page.wait_for_url(re.compile(r"range=15m"))
     chart = page.locator("[data-figure=fig-utilization] .nsewdrag").first
@@ -92,6 +123,34 @@ def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
     expect(page.locator("[data-figure=fig-utilization] .hoverlayer > *").first).to_be_attached()
     expect(page.locator("[data-figure=fig-memory] .hoverlayer > *").first).to_be_attached()
     browsing.screenshot("journey-gpu-busy-run-page")
+
+    # Node 1 lags the run (62 % against 80-91 %): pick it, and the panels show it alone, NVLink too.
+    expect(page.locator("#node-skew")).to_contain_text("10.0.0.9")
+    page.locator("#gpu-node").select_option("1")
+    page.locator("#node-selector").get_by_role("button", name="Show").click()
+    page.wait_for_url(re.compile(r"gpu_node=1"))
+    assert "range=15m" in page.url  # the picked range stays
+    expect(page.locator("#gpu-node")).to_have_value("1")
+    expect(page.locator("#signals")).to_contain_text("Signals from node 1:")
+    expect(page.locator("#signals")).to_contain_text("NVLink TX, NVLink RX")
+    expect(page.locator("#node-skew tr.selected")).to_contain_text("10.0.0.9")
+    expect(page.locator("[data-figure=fig-nvlink_tx_kbps] .main-svg").first).to_be_visible()
+    expect(page.locator("[data-figure=fig-utilization] .legend")).not_to_contain_text("node 0")
+    browsing.screenshot("journey-gpu-busy-node", full_page=True)
+
+    # The run's MLflow metrics by step, then by UTC time to line them up with the GPU panels.
+    metrics = page.locator("[data-figure=fig-metrics]")
+    expect(metrics.locator(".xtitle")).to_have_text("step")
+    page.locator("#metrics-x").get_by_role("link", name="time (UTC)").click()
+    page.wait_for_url(re.compile(r"x=time"))
+    assert "gpu_node=1" in page.url and "range=15m" in page.url
+    expect(page.locator("#metrics-x strong")).to_have_text("time (UTC)")
+    expect(metrics.locator(".xtitle")).to_have_text("UTC")
+    expect(page.locator("#gpu-node")).to_have_value("1")
+    browsing.screenshot("journey-gpu-busy-metrics-time")
+    page.locator("#metrics-x").get_by_role("link", name="step").click()
+    page.wait_for_url(lambda url: "x=time" not in url)
+    expect(metrics.locator(".xtitle")).to_have_text("step")
 
 
 def test_who_is_over_budget(browsing: Browsing, scene: Scene) -> None:

@@ -128,3 +128,23 @@ def test_a_resent_batch_is_a_duplicate(world: World) -> None:
     again = _post(world, body)
     assert again.status_code == 200 and again.json()["duplicate"] is True
     assert IngestBatch.objects.filter(kind=BatchKind.GPU_SAMPLES).count() == 1
+
+
+@pytest.mark.django_db
+def test_nvlink_is_recorded_after_processes_and_stored(world: World) -> None:
+    run = make_run(world.vision, "r1")
+    # What the agent sends from an SXM H100: GPM's MiB/s x 1024, in KB/s.
+    sample = {**GOOD, "nvlink_tx_kbps": 184_320.0 * 1024, "nvlink_rx_kbps": 179_200.0 * 1024}
+    assert _post(world, json.dumps({"source": "nvml", "samples": [sample]})).status_code == 202
+    batch = IngestBatch.objects.get()
+    (row,) = batch.rows["rows"]
+    assert row[ingest.SAMPLE_V1_WIDTH - 1] == [
+        {"pid": 7, "used_memory_bytes": 1024, "run": "r1"}, {"pid": 8, "used_memory_bytes": None, "run": ""},
+    ]  # fmt: skip
+    assert row[ingest.SAMPLE_V1_WIDTH :] == [184_320.0 * 1024, 179_200.0 * 1024]
+    ingest.process_batch(batch.pk)
+    stored = run.gpu_samples.get()
+    assert (stored.nvlink_tx_kbps, stored.nvlink_rx_kbps) == (184_320.0 * 1024, 179_200.0 * 1024)
+    # A value past any NVLink generation (10 PB/s) is refused with the field named.
+    response = _post(world, json.dumps({"samples": [{**GOOD, "nvlink_rx_kbps": 1e13}]}))
+    assert response.status_code == 422 and "nvlink_rx_kbps" in response.content.decode()

@@ -345,3 +345,26 @@ def test_an_existing_real_user_is_left_alone() -> None:
     assert "'admin' already exists" in out
     reset_demo()
     assert User.objects.filter(pk=admin.pk).exists()
+
+
+def test_demo_nvlink_only_between_gpus_of_a_multi_gpu_node() -> None:
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    from dashboard.demo.series import PROFILES, Activity, minute_rollups, raw_samples
+    from runs.choices import AcceleratorType
+
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    activity = Activity(start, start + timedelta(minutes=5), None, 0.85, 3600, 7200, 60)
+    h100 = PROFILES[AcceleratorType.H100_8]
+    eight = list(raw_samples(random.Random(1), h100, activity, start + timedelta(minutes=2), 8))
+    busy = [f for _, _, f in eight if f["utilization_gpu"] > 90]
+    # A busy SXM H100 moves tens to ~135 GB/s of gradients each way; RX just under TX.
+    assert busy and all(20e9 / 1024 < f["nvlink_tx_kbps"] <= 450e9 * 0.3 / 1024 for f in busy)
+    assert all(f["nvlink_rx_kbps"] < f["nvlink_tx_kbps"] for f in busy)
+    one = list(raw_samples(random.Random(1), h100, activity, start + timedelta(minutes=2), 1))
+    assert all("nvlink_tx_kbps" not in f for _, _, f in one)  # one GPU: nothing to talk to
+    a10 = PROFILES[AcceleratorType.A10_1]
+    assert all("nvlink_tx_kbps" not in f for _, _, f in raw_samples(random.Random(1), a10, activity, start, 2))
+    minutes = list(minute_rollups(random.Random(1), h100, activity, start, activity.end, 8))
+    assert all(f["nvlink_tx_kbps_min"] <= f["nvlink_tx_kbps_avg"] <= f["nvlink_tx_kbps_max"] for _, _, f in minutes)

@@ -100,6 +100,7 @@ def test_a_tick_reads_every_field_in_storage_units(fake: Any) -> None:
     assert (s["pcie_tx_kbps"], s["pcie_rx_kbps"]) == (12_000.0, 34_000.0)  # KB/s as reported
     assert s["processes"] == [{"pid": 4242, "used_memory_bytes": 3 * GIB}]
     assert (s["sm_active"], s["tensor_active"]) == (None, None)  # no GPM on this GPU
+    assert (s["nvlink_tx_kbps"], s["nvlink_rx_kbps"]) == (None, None)  # NVLink rates come from GPM only
 
 
 def test_fields_the_gpu_does_not_report_are_none_not_zero(fake: Any) -> None:
@@ -126,6 +127,23 @@ def test_gpm_activity_where_supported_from_the_second_tick(fake: Any) -> None:
     assert [t[0]["tensor_active"] for t in ticks] == [None, 61.25, 61.25]
     assert {t[1]["sm_active"] for t in ticks} == {None}  # GPM not supported: missing, never 0
     assert not fake.state().gpm_samples  # freed on close
+
+
+def test_nvlink_throughput_from_gpm_in_kb_per_second(fake: Any) -> None:
+    # An SXM H100 with NVLink, and a Hopper PCIe card whose GPM has no NVLink metric.
+    fake.configure([
+        FakeGpu(gpm_supported=True, over_time={"gpm_nvlink_tx_mibps": [0.0, 180_000.0, 42.5]}),
+        FakeGpu(gpm_supported=True, gpm_nvlink_tx_mibps=None, gpm_nvlink_rx_mibps=None),
+    ])  # fmt: skip
+    with NvmlSampler() as sampler:
+        ticks = [sampler.sample_all(NOW + timedelta(seconds=i)) for i in range(3)]
+    # MiB/s as GPM reports it, times 1024: KB/s, the unit PCIe throughput is stored in.
+    assert [t[0]["nvlink_tx_kbps"] for t in ticks] == [None, 180_000.0 * 1024, 42.5 * 1024]
+    assert [t[0]["nvlink_rx_kbps"] for t in ticks] == [None, 175_500.5 * 1024, 175_500.5 * 1024]
+    assert [t[0]["sm_active"] for t in ticks] == [None, 88.5, 88.5]  # the same GPM request still reads activity
+    # No NVLink: missing, never 0, and SM activity is still there.
+    assert [(t[1]["nvlink_tx_kbps"], t[1]["nvlink_rx_kbps"]) for t in ticks] == [(None, None)] * 3
+    assert ticks[2][1]["sm_active"] == 88.5
 
 
 def test_a_lost_gpu_yields_one_event_and_is_skipped_later(fake: Any) -> None:

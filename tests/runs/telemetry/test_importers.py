@@ -520,6 +520,16 @@ def test_dcgm_mem_clock_and_dcp_fields() -> None:
     assert (gpu0.utilization_memory, gpu0.pcie_tx_kbps) == (0.0, 0.0)  # DRAM_ACTIVE stands in for MEM_COPY_UTIL
 
 
+def test_dcgm_nvlink_bytes_are_read_as_reported_zero_not_missing() -> None:
+    # NVIDIA/DCGM#149: a DGX-A100 whose exporter reports 0 B/s NVLink TX on every GPU.
+    result = parse_telemetry(read("dcgm_a100_nvlink.prom"), start=START)
+    assert result.format == "dcgm" and result.problems == []
+    assert [s.gpu_index for s in result.samples] == [0, 1, 2, 3]
+    # 0 B/s is a reading (an idle or misconfigured link), kept as 0.0 KB/s; RX was not in the scrape.
+    assert {(s.nvlink_tx_kbps, s.nvlink_rx_kbps) for s in result.samples} == {(0.0, None)}
+    assert {s.pcie_tx_kbps for s in result.samples} == {None}
+
+
 def test_dcgm_h100_mig_with_only_prof_fields_imports_each_instance() -> None:
     result = parse_telemetry(read("dcgm_h100_mig_prof.prom"), start=START)
     assert result.problems == []

@@ -19,7 +19,7 @@ from django.db.migrations.loader import MigrationLoader
 from dashboard.schedule import BEAT_SCHEDULE
 from runs.models import GpuHour, GpuMinute, GpuSample, Node, Run
 from runs.tasks import maintain_telemetry_partitions
-from runs.telemetry import partitions
+from runs.telemetry import blocks, partitions
 from runs.telemetry.retention import prune_raw_samples
 from runs.telemetry.store import store_gpu_samples
 from tests.conftest import World, make_run
@@ -213,7 +213,11 @@ def test_migration_partitions_a_table_that_has_rows(world: World) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE {partitions.TABLE}")  # rolled back with the test
     with connection.schema_editor() as editor:
-        editor.create_model(old_state.apps.get_model("runs", "GpuSample"))
+        old_model = old_state.apps.get_model("runs", "GpuSample")
+        editor.create_model(old_model)
+        # The columns added since (0013's NVLink), which today's store writes: 0005 keeps any column.
+        for name in blocks.ADDED_IN_V2:
+            editor.add_field(old_model, GpuSample._meta.get_field(name))
     old = _samples(run, today - 20 * DAY, 30, DAY)  # 20 days ago to 9 days ahead (a skewed clock)
     assert store_gpu_samples(old).inserted == 30
     _fire_deferred_checks()

@@ -38,8 +38,12 @@ def store(run, seconds, node=None, **extra) -> None:
     )
 
 
-# What an H100's agent adds (GPM) and what NVML's PCIe counter reads, in KB/s.
-HOPPER = {"sm_active": 78.5, "tensor_active": 41.0, "pcie_tx_kbps": 6849 * 1024.0, "pcie_rx_kbps": 21846 * 1024.0}
+# What an H100's agent adds (GPM) and what NVML's PCIe counter reads, in KB/s; NVLink is GPM's
+# MiB/s over all links x 1024 (an all-reduce moving ~180 GB/s each way on an SXM H100).
+HOPPER = {
+    "sm_active": 78.5, "tensor_active": 41.0, "pcie_tx_kbps": 6849 * 1024.0, "pcie_rx_kbps": 21846 * 1024.0,
+    "nvlink_tx_kbps": 184_320.0 * 1024, "nvlink_rx_kbps": 179_200.0 * 1024,
+}  # fmt: skip
 
 
 def test_a_silence_is_a_gap_not_a_line() -> None:
@@ -60,6 +64,10 @@ def test_run_page_draws_a_panel_per_signal_with_the_gap_and_the_power_limit(worl
     # PCIe in MB/s as nvidia-smi dmon prints it (rxpci 21846), SM activity on a 0-100 axis.
     assert panels["pcie_rx_kbps"]["data"][0]["y"][0] == 21846.0
     assert panels["sm_active"]["layout"]["yaxis"]["range"] == [0, 105]
+    # NVLink in GB/s (184,320 MiB/s is 180 GiB/s), titled so.
+    assert panels["nvlink_tx_kbps"]["data"][0]["y"][0] == 180.0
+    assert panels["nvlink_rx_kbps"]["data"][0]["y"][0] == 175.0
+    assert "GB/s" in panels["nvlink_tx_kbps"]["layout"]["yaxis"]["title"]["text"]
     power = panels["power_watts"]
     assert power["layout"]["shapes"][0]["y0"] == 700.0
     assert None in power["data"][0]["y"]  # the silence is drawn as a gap
@@ -117,12 +125,14 @@ def test_a_signal_the_gpus_never_reported_gets_no_panel_and_the_coverage_line_sa
     assert {field for field, figure in panels.items() if figure} == {
         "power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory"
     }  # fmt: skip
-    for field in ("sm_active", "tensor_active", "pcie_tx_kbps", "pcie_rx_kbps"):
+    for field in ("sm_active", "tensor_active", "pcie_tx_kbps", "pcie_rx_kbps", "nvlink_tx_kbps", "nvlink_rx_kbps"):
         assert f'data-figure="fig-{field}"' not in html
     signals = response.context["signals"]
     # This fixture's agent sent no memory either: said, not drawn as an empty panel.
-    assert signals.not_reported == ["memory", "SM activity", "tensor activity", "PCIe TX", "PCIe RX"]
-    assert "Not reported by these GPUs: memory, SM activity, tensor activity, PCIe TX, PCIe RX" in html
+    missing = ["memory", "SM activity", "tensor activity", "PCIe TX", "PCIe RX", "NVLink TX", "NVLink RX"]
+    assert signals.not_reported == missing
+    assert f"Not reported by these GPUs: {', '.join(missing)}" in html
+    assert "NVLink traffic needs NVLink GPUs with GPM, or DCGM profiling" in html
     assert signals.reported[0] == "utilization"
 
 

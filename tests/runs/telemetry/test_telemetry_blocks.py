@@ -16,7 +16,7 @@ from runs.telemetry import blocks, charts, partitions, stalls
 from runs.telemetry.blocks import compact_samples, decode_block, encode_block
 from runs.telemetry.retention import prune_raw_samples
 from runs.telemetry.store import store_gpu_samples
-from tests.conftest import T0, World, make_run
+from tests.conftest import T0, TESTS, World, make_run
 
 pytestmark = pytest.mark.django_db
 needs_postgresql = pytest.mark.skipif(
@@ -36,7 +36,7 @@ def _sample(run: Run, node: Node, gpu: int, second: float, util: float, **extra)
         memory_total_bytes=81_559 * 2**20, power_watts=round(300 + util * 3.217, 3), power_limit_watts=700.0,
         temperature_c=60.0 + util // 10, sm_clock_mhz=1980.0, mem_clock_mhz=2619.0, sm_active=util * 0.8731,
         tensor_active=util * 0.4117, throttle_reasons=0, ecc_corrected=0, ecc_uncorrected=0,
-        pcie_tx_kbps=1_200.0 + util, pcie_rx_kbps=900.0,
+        pcie_tx_kbps=1_200.0 + util, pcie_rx_kbps=900.0, nvlink_tx_kbps=util * 1_843_200.0, nvlink_rx_kbps=None,
     )  # fmt: skip
     return GpuSample(run=run, node=node, gpu_index=gpu, ts=T0 + timedelta(seconds=second), **(values | extra))
 
@@ -69,6 +69,49 @@ def test_encode_decode_is_lossless_with_gaps_sub_second_stamps_and_processes() -
     assert decoded.columns == columns
     assert [math.copysign(1.0, v) for v in decoded.columns["power_limit_watts"]][-2:] == [1.0, -1.0]
     assert decoded.processes == processes
+
+
+def test_a_version_1_block_written_before_nvlink_still_decodes() -> None:
+    # Written by the version 1 codec (commit 9a5f403's encode_block, over GpuSample's fields then):
+    # two GPUs, three seconds, a gap, a constant, an int column with a null, one process list.
+    data = (TESTS / "data" / "telemetry" / "gpusampleblock_v1.bin").read_bytes()
+    assert data[0] == 1
+    decoded = decode_block(data)
+    assert (decoded.gpus, decoded.offsets_us) == ([0, 0, 0, 1, 1, 1], [0, 1_000_000, 2_000_000] * 2)
+    assert decoded.columns["utilization_gpu"] == [97.0, 98.0, None, 41.0, 42.0, 43.0]
+    assert decoded.columns["power_watts"] == [650.5, 651.25, 649.0, 300.0, 301.5, 299.75]
+    assert decoded.columns["memory_total_bytes"] == [81_559 * 2**20] * 6
+    assert decoded.columns["throttle_reasons"] == [4, 4, 0, 0, None, 0]
+    assert decoded.columns["pcie_rx_kbps"] == [21846 * 1024.0] * 3 + [6849 * 1024.0] * 3
+    assert decoded.processes[0] == [{"pid": 4242, "used_memory_bytes": 3 * 2**30}]
+    # Fields added in version 2 were never stored: missing, not zero.
+    for name in blocks.ADDED_IN_V2:
+        assert decoded.columns[name] == [None] * 6
+    assert set(decoded.columns) == set(blocks.VALUE_FIELDS)
+    # Reading one field skips the others in a version 1 layout too.
+    assert decode_block(data, fields=["throttle_reasons"]).columns["throttle_reasons"] == [4, 4, 0, 0, None, 0]
+    # Re-encoded (a reopened and re-folded minute), it is written as the current version, losslessly.
+    again = encode_block(decoded.gpus, decoded.offsets_us, decoded.columns, decoded.processes)
+    assert again[0] == blocks.FORMAT_VERSION == 2
+    assert decode_block(again).columns == decoded.columns
+
+
+def test_a_version_1_block_in_the_table_reopens_and_charts(world: World, settings) -> None:
+    settings.AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = 10
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    data = (TESTS / "data" / "telemetry" / "gpusampleblock_v1.bin").read_bytes()
+    GpuSampleBlock.objects.create(run=run, node=node, minute=T0, samples=6, data=data)
+    rows = blocks.raw_rows(run.pk, T0, T0 + timedelta(minutes=1), ["utilization_gpu", "nvlink_tx_kbps"])
+    assert [(r[1], r[3], r[4]) for r in rows][:3] == [(0, 97.0, None), (0, 98.0, None), (0, None, None)]
+    # A late sample for that minute reopens the v1 block into rows, then it folds again as v2.
+    store_gpu_samples([_sample(run, node, 0, 30, 55.0)])
+    assert GpuSampleBlock.objects.count() == 0 and GpuSample.objects.count() == 7
+    assert GpuSample.objects.get(gpu_index=0, ts=T0).power_watts == 650.5
+    assert GpuSample.objects.get(gpu_index=0, ts=T0 + timedelta(seconds=30)).nvlink_tx_kbps == 55.0 * 1_843_200.0
+    compact_samples(now=LATER)
+    (block,) = GpuSampleBlock.objects.all()
+    assert bytes(block.data)[0] == 2 and block.samples == 7
 
 
 def test_compaction_folds_closed_minutes_and_charts_the_same(world: World, settings) -> None:
@@ -216,6 +259,35 @@ def test_a_stored_batch_drops_its_rows_and_a_resend_is_still_a_duplicate(world: 
     assert (stored.status, stored.inserted, stored.rows) == (BatchStatus.DONE, 5, {"source": "nvml", "rows": []})
     assert ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, rows, "nvml") == (stored, True)
     assert GpuSample.objects.filter(run=run, source="nvml").count() == 5
+
+
+def test_a_batch_recorded_before_nvlink_still_processes_and_a_new_one_stores_it(world: World) -> None:
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    # A row as the API recorded it before NVLink: 4 ids, 16 values, then processes, and no more.
+    old_width = ingest.SAMPLE_COLUMNS.index("processes") + 1
+    processes = [{"pid": 4242, "used_memory_bytes": 1024, "run": ""}]
+    old = [[run.pk, node.pk, 0, (T0 + timedelta(seconds=s)).isoformat(), 97.5, *([None] * 15), processes]
+           for s in range(3)]  # fmt: skip
+    assert len(old[0]) == old_width == 21
+    old_batch, _ = ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, old, "nvml")
+    assert ingest.process_batch(old_batch.pk).inserted == 3
+    first = GpuSample.objects.get(run=run, ts=T0)
+    assert (first.utilization_gpu, first.processes, first.nvlink_tx_kbps, first.nvlink_rx_kbps) == (
+        97.5, processes, None, None,
+    )  # fmt: skip
+    # The same samples sent today (NVLink missing) hash as before: the resend is a duplicate.
+    resent = [[*row[:-1], processes, None, None] for row in old]
+    assert ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, resent, "nvml") == (
+        IngestBatch.objects.get(pk=old_batch.pk), True,
+    )  # fmt: skip
+    # Today's rows carry NVLink after processes, in SAMPLE_COLUMNS order.
+    values = dict.fromkeys(ingest.SAMPLE_VALUE_COLUMNS) | {"utilization_gpu": 50.0, "nvlink_tx_kbps": 184_320_000.0}
+    new = [[run.pk, node.pk, 1, T0.isoformat(), *(values[name] for name in ingest.SAMPLE_VALUE_COLUMNS)]]
+    new_batch, _ = ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, new, "nvml")
+    assert ingest.process_batch(new_batch.pk).inserted == 1
+    assert GpuSample.objects.get(run=run, gpu_index=1).nvlink_tx_kbps == 184_320_000.0
+    assert GpuMinute.objects.get(run=run, gpu_index=1).nvlink_tx_kbps_max == 184_320_000.0
 
 
 def test_a_late_batch_spanning_many_compacted_minutes_reopens_them_all(world: World) -> None:

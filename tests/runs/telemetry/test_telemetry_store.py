@@ -21,6 +21,7 @@ def sample(run: Run, node: Node, gpu: int, second: int, value: float) -> GpuSamp
         memory_used_bytes=int(value * 10**8), memory_total_bytes=80 * 10**9, power_watts=value * 7,
         temperature_c=60 + value / 10, sm_clock_mhz=1980.0, utilization_memory=value / 2,
         sm_active=value * 0.82, tensor_active=value * 0.48, pcie_tx_kbps=value * 2_048.0, pcie_rx_kbps=value * 9_000.0,
+        nvlink_tx_kbps=value * 1_843_200.0, nvlink_rx_kbps=value * 1_800_000.0,
         processes=[{"pid": 7, "used_memory_bytes": 1}] if second == 0 else None,
     )  # fmt: skip
 
@@ -104,7 +105,7 @@ def test_sm_tensor_and_pcie_roll_up_and_a_gpu_without_them_stays_null(world: Wor
     # An A100 (no GPM) under MIG (no PCIe counters): NVML answers NotSupported, stored as None.
     older = [sample(run, node, 1, s, 40.0) for s in range(60)]
     for s in older:
-        s.sm_active = s.tensor_active = s.pcie_tx_kbps = s.pcie_rx_kbps = None
+        s.sm_active = s.tensor_active = s.pcie_tx_kbps = s.pcie_rx_kbps = s.nvlink_tx_kbps = s.nvlink_rx_kbps = None
     store_gpu_samples(hopper + older)
     minute = GpuMinute.objects.get(run=run, gpu_index=0)
     # A one-second burst survives in the max; the average is the minute's.
@@ -114,6 +115,10 @@ def test_sm_tensor_and_pcie_roll_up_and_a_gpu_without_them_stays_null(world: Wor
     assert minute.tensor_active_max == pytest.approx(90 * 0.48)
     hour = GpuHour.objects.get(run=run, gpu_index=0)
     assert (hour.sm_active_avg, hour.pcie_rx_kbps_max) == pytest.approx((45 * 0.82, 810_000.0))
+    # NVLink (GPM, KB/s): min / avg / max in both tiers.
+    assert (minute.nvlink_tx_kbps_min, minute.nvlink_tx_kbps_max) == pytest.approx((10 * 1_843_200.0, 90 * 1_843_200.0))
+    assert (hour.nvlink_rx_kbps_avg, hour.nvlink_tx_kbps_max) == pytest.approx((45 * 1_800_000.0, 90 * 1_843_200.0))
     for row in (GpuMinute.objects.get(run=run, gpu_index=1), GpuHour.objects.get(run=run, gpu_index=1)):
         assert row.utilization_gpu_avg == 40.0
         assert {row.sm_active_max, row.tensor_active_avg, row.pcie_tx_kbps_max, row.pcie_rx_kbps_min} == {None}
+        assert {row.nvlink_tx_kbps_max, row.nvlink_rx_kbps_avg} == {None}
