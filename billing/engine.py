@@ -1,6 +1,6 @@
 """The one function that answers what a run cost: `run_costs` (and `run_cost` for one run).
 
-The estimate is `billing.run_costs.breakdowns_for_runs` (serverless accelerator-hours, a share
+The estimate is `billing.costs.run_costs.breakdowns_for_runs` (serverless accelerator-hours, a share
 of classic cluster uptime, egress, idle GPUs), the same the rollups write, so a run page adds
 up to what the cost pages show. Where the provider's usage records are linked to the run, the
 billed figure comes from `billing.reconcile` beside it. Pages and template tags compute no money.

@@ -73,7 +73,7 @@ class Family:
 
 
 def spend_by_team_and_policy(now: datetime) -> Family:
-    """Estimated spend of the current UTC month so far: the rollups plus accrual (`billing.spend`)."""
+    """Estimated spend of the current UTC month so far: the rollups plus accrual (`billing.costs.spend`)."""
     family = Family(
         "airboard_spend_month_to_date_usd", "gauge",
         "Estimated spend (compute + egress) of the current UTC month so far, by team and usage policy: "

@@ -17,7 +17,7 @@ BEAT_SCHEDULE = {
         "task": "runs.collect_mlflow",
         "schedule": crontab(minute="*"),
     },
-    # The live demo: in a demo workspace only (runs.demo_live.is_live), a minute of the demo
+    # The live demo: in a demo workspace only (dashboard.demo.live.is_live), a minute of the demo
     # fleet through the ingest path; a no-op returning at once everywhere else.
     "collect-live-demo": {
         "task": "runs.collect_live_demo",

@@ -334,7 +334,7 @@ if not REDIS_URL:
 
 # --- Telemetry tiers (runs/telemetry/store.py, runs/telemetry/retention.py) -----------------------------
 # Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
-# The live demo (runs.demo_live): in a demo workspace (seeded demo runs exist), beat pushes
+# The live demo (dashboard.demo.live): in a demo workspace (seeded demo runs exist), beat pushes
 # telemetry, metrics and logs for the running demo runs each minute, ends some and starts
 # others so that about this many run. Off: the demo stays the snapshot seed_demo wrote.
 AIRBOARD_DEMO_LIVE = env_bool("AIRBOARD_DEMO_LIVE", True)

@@ -385,7 +385,7 @@ def import_telemetry_file(
     Lines that cannot be used are listed in `skipped` with their line numbers (line 0: the file
     as a whole, e.g. samples outside the run's window). A file with nothing usable, or whose
     values are all zero (a broken exporter), is a 422 naming why. Parsing is linear in the
-    file's size and lines over runs.importers.MAX_LINE_CHARS are never parsed.
+    file's size and lines over runs.telemetry.importers.MAX_LINE_CHARS are never parsed.
     """
     Access(request).require_write()
     run = _get_run(request, external_id, source)

@@ -137,7 +137,7 @@ class PostMortemStatus(models.TextChoices):
 
 
 class StallKind(models.TextChoices):
-    """What `runs.stalls` flags on a running run."""
+    """What `runs.telemetry.stalls` flags on a running run."""
 
     HUNG = "hung", "Busy but doing no work (hung collective?)"
     NO_PROCESS = "no_process", "Billed GPU with no process on it"

@@ -129,7 +129,7 @@ def _with_total(row: dict) -> dict:
 
 
 def accrual_for(accrued: Sequence[dict[str, Any]], team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
-    """The accrual rows (`billing.spend.accrual`) that `cost_rows(team_ids, filters)` would hold."""
+    """The accrual rows (`billing.costs.spend.accrual`) that `cost_rows(team_ids, filters)` would hold."""
     team_ids = set(team_ids)
     return [
         row
@@ -270,7 +270,7 @@ def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
              "usd": ZERO, "unpriced": False},
         )  # fmt: skip
         flow["bytes"] += num_bytes
-        # Derived from network metrics (billing.egress): an upper bound, shown as such.
+        # Derived from network metrics (billing.costs.egress): an upper bound, shown as such.
         flow["estimated_bytes"] += num_bytes if line.derived else 0
         flow["usd"] = exact_sum([flow["usd"], line.usd])
         flow["unpriced"] |= line.unpriced

@@ -79,7 +79,7 @@ def days_between(start: datetime, end: datetime) -> list[date]:
 
 
 def cluster_days(clusters: Iterable[Cluster], now: datetime) -> dict[int, set[date]]:
-    """UTC days each cluster was up (`billing.run_costs.cluster_uptime`: the one uptime rule)."""
+    """UTC days each cluster was up (`billing.costs.run_costs.cluster_uptime`: the one uptime rule)."""
     return {
         pk: {day for piece in uptime.pieces for day in days_between(piece.start, piece.end)}
         for pk, uptime in cluster_uptime(clusters, now=now).items()
@@ -272,7 +272,7 @@ def touched_days(run_ids: Iterable[int], now: datetime) -> set[date]:
 
 def accruing_run_ids(team_ids: Iterable[int] | None = None) -> set[int]:
     """Runs whose cost grows with the clock: an attempt still running, or a classic run on a
-    cluster not terminated (its idle uptime is shared by its runs, `billing.run_costs`)."""
+    cluster not terminated (its idle uptime is shared by its runs, `billing.costs.run_costs`)."""
     running = Attempt.objects.filter(started_at__isnull=False, ended_at__isnull=True)
     on_cluster = Run.objects.filter(
         source=RunSource.CLASSIC, cluster__isnull=False, cluster__terminated_time__isnull=True

@@ -6,7 +6,7 @@ rollups it writes); `billing.engine.run_costs` adds the billed figure where one 
 - Serverless runs: `billing.costs` prices attempts as accelerator-hours, and egress.
 - Classic ML runtime clusters, billed by uptime busy or idle: hours x (driver instance price
   + workers x worker instance price), from `InstancePrice`. The uptime and the worker count
-  come from one rule, `runs.uptime` (events, else `last_restarted_time`, never `start_time`),
+  come from one rule, `runs.models.uptime` (events, else `last_restarted_time`, never `start_time`),
   read here by `cluster_uptime`: each piece of uptime goes to the runs running then, and a
   piece with nobody running to every run of the cluster (`share_uptime`), so a cluster shared
   by several runs is billed once. A cluster with no runs keeps its uptime as unattributed.
@@ -19,7 +19,7 @@ rollups it writes); `billing.engine.run_costs` adds the billed figure where one 
   The clusters page's idle cost is its runs' idle, so /costs/ and it agree. Idle cost is a
   part of compute cost, not an addition to it.
 
-Same exact-Decimal rules as `billing.money`.
+Same exact-Decimal rules as `billing.prices.money`.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def instance_prices(keys: set[tuple[str, str]]) -> dict[tuple[str, str], list[Pr
 
 @dataclass(frozen=True)
 class ClusterUptime:
-    """One cluster's uptime (`runs.uptime`), what it cost, and whom it is billed to.
+    """One cluster's uptime (`runs.models.uptime`), what it cost, and whom it is billed to.
 
     `shares` are the runs' parts (`share_uptime`); `unattributed` the uptime of a cluster no
     run of ours used. `cost` is their sum, exactly: the clusters page and the runs agree.
@@ -310,7 +310,7 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
 
     1. One query for the clusters' lifecycle events, one for their classic runs, one for
        those runs' started attempts, one for the instance prices.
-    2. Uptime pieces (`runs.uptime.uptime_pieces`): events, else `last_restarted_time`,
+    2. Uptime pieces (`runs.models.uptime.uptime_pieces`): events, else `last_restarted_time`,
        else the runs' attempts; each piece with its worker count.
     3. Each piece priced at driver + workers x worker (`combined_rate`) and shared among the
        runs running then (`share_uptime`); with no runs it stays unattributed.

@@ -12,8 +12,8 @@ instead of drifting. Each segment's hours are taken as the difference of *cumula
 hours from the interval start, so the segments of an interval add up to exactly the interval's
 own rounded hours: the per-day and per-attempt lines on a page always add up to its total.
 
-The primitives live in `billing.money`. `compute_cost` is pure; `estimate_costs_for_runs` is
-the serverless part of `billing.run_costs.run_costs`, the one function pages read a run's cost
+The primitives live in `billing.prices.money`. `compute_cost` is pure; `estimate_costs_for_runs` is
+the serverless part of `billing.engine.run_costs`, the one function pages read a run's cost
 from (directly, or through the rollups it writes).
 """
 
@@ -95,7 +95,7 @@ class EgressLine:
 
     @property
     def derived(self) -> bool:
-        """True for an estimate from network metrics (billing.egress), not a reported record."""
+        """True for an estimate from network metrics (billing.costs.egress), not a reported record."""
         return self.origin == EgressOrigin.DERIVED
 
 

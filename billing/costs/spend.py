@@ -1,9 +1,9 @@
 """Spend as every surface reports it: the daily rollups plus what accrued since their last pass.
 
 The overview, `/costs/`, `GET /api/v1/costs`, `/metrics`, the policy pages and every CSV read
-money here (or `billing.reports`, which adds the same `accrual` rows), so a team's month is
-one number everywhere. The rollups are written by `billing.rollups` from
-`billing.run_costs.breakdowns_for_runs`, the same engine the run page reads.
+money here (or `billing.costs.reports`, which adds the same `accrual` rows), so a team's month is
+one number everywhere. The rollups are written by `billing.costs.rollups` from
+`billing.costs.run_costs.breakdowns_for_runs`, the same engine the run page reads.
 
 Accrual, computed once (`accrual`): runs whose cost grows with the clock
 (`rollups.accruing_run_ids`) priced now, less the same runs priced at the last rollup pass
@@ -34,7 +34,7 @@ LINE_FOR_COLUMN = dict(zip(COST_AMOUNTS, ("compute", "egress", "idle", "gpu_hour
 
 
 def last_pass() -> datetime | None:
-    """When the rollups were last written (`billing.rollups.refresh_changed`), or None."""
+    """When the rollups were last written (`billing.costs.rollups.refresh_changed`), or None."""
     return RollupState.objects.filter(name=STATE_NAME).values_list("last_run_at", flat=True).first()
 
 

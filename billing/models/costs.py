@@ -25,7 +25,7 @@ class EgressRecord(models.Model):
     class Meta:
         constraints = [
             # A resent egress record is a no-op. Origin is part of the key: derived records are
-            # replaced wholesale (billing.egress) and must never collide with reported ones.
+            # replaced wholesale (billing.costs.egress) and must never collide with reported ones.
             models.UniqueConstraint(
                 fields=["run", "source_region", "destination_region", "ts", "origin"],
                 name="egressrecord_natural_key_origin",

@@ -209,7 +209,7 @@ class PolicyAction(models.Model):
 
 
 class Admission(models.Model):
-    """One admission decision (billing.policies.admit) for a workload naming an existing policy.
+    """One admission decision (billing.policies.budget.admit) for a workload naming an existing policy.
 
     Stored so a policy page can show what it let in and what it refused, and why: the API's
     admission check, `check_workload --team` and the launcher each decide through `admit`.

@@ -181,7 +181,7 @@ def policy_rows(policy: UsagePolicy, start: date, last: date) -> QuerySet[CostDa
 
 
 def policy_accrual(policy: UsagePolicy, now: datetime) -> list[dict[str, Any]]:
-    """`billing.spend.accrual` rows of the policy's name and teams: the same filter as `policy_rows`."""
+    """`billing.costs.spend.accrual` rows of the policy's name and teams: the same filter as `policy_rows`."""
     team_ids = covered_team_ids(policy)
     return [row for row in spend.accrual(team_ids, now) if row["usage_policy_name"] == policy.name]
 
@@ -192,7 +192,7 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     1. Period bounds from the policy (`period_bounds`).
     2. CostDaily rows of the period, today included, with the policy's name in its teams,
        summed per day (exact decimals).
-    3. Plus running runs' accrual since the last rollup (`billing.spend.accrual`), the
+    3. Plus running runs' accrual since the last rollup (`billing.costs.spend.accrual`), the
        same as every other surface adds.
     4. Forecast, linear in elapsed time, once MIN_FORECAST_DAYS of the period have passed:
        spend / elapsed x period length.

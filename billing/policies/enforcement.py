@@ -1,6 +1,6 @@
 """Policy enforcement: the `billing.enforce_policies` pass, cancels and the idle-GPU rule.
 
-Each pass evaluates every policy, fires the alerts it crossed (billing.alerts), cancels the
+Each pass evaluates every policy, fires the alerts it crossed (billing.policies.alerts), cancels the
 running runs of a spent policy whose action says so, and applies the idle-GPU rule. What it
 does to a run is a `PolicyAction`, claimed by inserting (run, kind) under a unique constraint:
 a second worker's insert conflicts and it does nothing, so a run is cancelled (or warned) at

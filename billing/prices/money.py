@@ -1,8 +1,8 @@
 """Money primitives: exact Decimal arithmetic, billed hours, the price in force, formatting.
 
 Every module that computes money uses these and nothing else (issue 17: "one cost engine, one
-number"). What a run cost is answered by `billing.run_costs.run_costs`; pages read it, or the
-daily rollups it writes (`billing.rollups`), through `billing.spend`.
+number"). What a run cost is answered by `billing.engine.run_costs`; pages read it, or the
+daily rollups it writes (`billing.costs.rollups`), through `billing.costs.spend`.
 
 Arithmetic: no floats anywhere. Durations are integer microseconds; the one inexact step is
 microseconds / 3.6e9, rounded half-even to `HOURS_QUANTUM` (1e-9 h, 3.6 microseconds, finer

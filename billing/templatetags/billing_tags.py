@@ -26,5 +26,5 @@ def normalize(value: Decimal) -> str:
 
 @register.filter
 def usd(value: Decimal | None) -> str:
-    """Money as every page shows it (`billing.money.format_usd`): '$1,234.57', half up to the cent."""
+    """Money as every page shows it (`billing.prices.money.format_usd`): '$1,234.57', half up to the cent."""
     return format_usd(value)

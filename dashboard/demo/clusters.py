@@ -1,4 +1,4 @@
-"""Demo classic GPU clusters and runs that trigger every advice rule (`runs.advice`).
+"""Demo classic GPU clusters and runs that trigger every advice rule (`runs.clusters.advice`).
 
 Deterministic: the same `now` writes the same rows (no randomness at all), each marked
 `is_demo`, with `demo-cluster-` / `demo-adv-` ids. `write_demo_clusters` runs inside the

@@ -2,7 +2,7 @@
 
 `build_plan(seed, now, runs)` is pure: the same seed and `now` give an equal `DemoPlan` (runs
 with their attempts, nodes, failures, workload YAML and egress), drawn from one
-`random.Random(seed)` and never the global generator. `runs.demo_write` writes a plan and
+`random.Random(seed)` and never the global generator. `dashboard.demo.write` writes a plan and
 removes demo data; the command `seed_demo` only parses options.
 
 The mix follows what an ML platform team sees in 90 days: most runs on single GPUs or one

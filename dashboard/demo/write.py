@@ -1,4 +1,4 @@
-"""Writing the demo plan (`runs.demo`) to the database, and removing demo data again.
+"""Writing the demo plan (`dashboard.demo.seed`) to the database, and removing demo data again.
 
 `seed_demo()` is what the `seed_demo` command runs:
 

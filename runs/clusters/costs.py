@@ -4,18 +4,18 @@ A classic ML runtime cluster is billed by uptime, driver + workers, busy or idle
 This module answers, per cluster and per team:
 
 - uptime cost: uptime x (driver price + workers x worker price) from `InstancePrice`, split at
-  price changes and UTC days by `billing.costs.compute_cost` (exact Decimals);
+  price changes and UTC days by `billing.costs.serverless.compute_cost` (exact Decimals);
 - GPU-hours held, split into busy, idle and unknown: a GPU-minute of a run on the cluster
   (`GpuMinute`, inside the uptime) is idle when its `utilization_gpu_max` is below
-  `AIRBOARD_IDLE_UTILIZATION_PERCENT` (the same test as `billing.run_costs`), busy otherwise;
+  `AIRBOARD_IDLE_UTILIZATION_PERCENT` (the same test as `billing.costs.run_costs`), busy otherwise;
   held GPU-hours no telemetry covers are "unknown", never guessed;
 - idle cost: idle GPU-hours x the worker instance's price per GPU, as the cluster's runs were
-  charged it (`billing.run_costs`): the clusters page and /costs/ read the same figure;
+  charged it (`billing.costs.run_costs`): the clusters page and /costs/ read the same figure;
 - what-if: the same busy GPU-hours priced as serverless accelerator-hours at the price book's
   `AcceleratorPrice` of the nearest serverless shape (`serverless_equivalent`), or "no
   serverless equivalent" when there is none (A100, T4, V100, H200...).
 
-Uptime and worker counts follow one rule (`runs.uptime`): lifecycle events, else
+Uptime and worker counts follow one rule (`runs.models.uptime`): lifecycle events, else
 `last_restarted_time`, never `start_time`; resize events set the worker count, else a fixed
 size's `num_workers` or an autoscaling cluster's minimum, stated as an estimate.
 """
@@ -137,8 +137,8 @@ class TeamClusterCost:
 def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> list[ClusterCost]:
     """Cost, busy/idle GPU-hours and what-if of each cluster, in a constant number of queries.
 
-    1. Uptime, its cost and its split among runs from `billing.run_costs.cluster_uptime`:
-       the one rule (`runs.uptime`), the same the runs' costs and the rollups read.
+    1. Uptime, its cost and its split among runs from `billing.costs.run_costs.cluster_uptime`:
+       the one rule (`runs.models.uptime`), the same the runs' costs and the rollups read.
     2. Idle GPU-hours and idle cost: the sum of the cluster's runs' own (`breakdowns_for_runs`,
        worker instance price per GPU), so the clusters page and /costs/ say the same.
     3. One query for the GPU-minutes of runs on these clusters; a minute inside the uptime and
@@ -149,7 +149,7 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
     clusters = list(clusters)
     as_of = utc(now or timezone.now(), "now")
     uptimes = cluster_uptime(clusters, now=as_of)
-    # Idle cost is the runs' own (billing.run_costs prices it), so /costs/ and this page agree.
+    # Idle cost is the runs' own (billing.costs.run_costs prices it), so /costs/ and this page agree.
     members = list(Run.objects.filter(cluster__in=clusters, source=RunSource.CLASSIC))
     idle: dict[int, list[tuple[Decimal, Decimal]]] = defaultdict(list)
     breakdowns = breakdowns_for_runs(members, now=as_of) if members else {}
@@ -207,7 +207,7 @@ def _cluster_cost(
         price = price_in_force(serverless, serverless_starts, minute)
         busy_groups[price.usd_per_hour if price else None] += 1
     busy_gpu_hours = idle_hours(sum(busy_groups.values()))
-    # Idle: what the cluster's runs were charged for idle GPUs (billing.run_costs), summed.
+    # Idle: what the cluster's runs were charged for idle GPUs (billing.costs.run_costs), summed.
     idle_gpu_hours = exact_sum(hours for hours, _ in run_idle)
     idle_cost = exact_sum(usd for _, usd in run_idle)
     with localcontext(EXACT):

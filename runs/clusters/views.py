@@ -32,7 +32,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     rows = [{"cost": cost, "access": access_mode(cost.cluster)} for cost in costs]
     if request.GET.get("format") == "csv":
         return _clusters_csv(request.GET.get("table", ""), rows, team_totals(costs))
-    # CPU-only clusters are listed apart: their hours are never GPU time (runs.instance_types).
+    # CPU-only clusters are listed apart: their hours are never GPU time (runs.models.instance_types).
     ctx = {
         "rows": [row for row in rows if row["cost"].has_gpus],
         "cpu_rows": [row for row in rows if not row["cost"].has_gpus],

@@ -5,7 +5,7 @@ answers `{"events": [...], "next_page": {...}, "total_count": N}`; the CLI print
 list itself. Each event: `cluster_id`, `timestamp` (epoch milliseconds), `type` (CREATING,
 STARTING, RESTARTING, RUNNING, RESIZING, UPSIZE_COMPLETED, TERMINATING, ...) and `details`
 (`current_num_workers`, `target_num_workers`, `reason`, `user`...). They are what
-`runs.uptime` reads a cluster's billable uptime and worker count from.
+`runs.models.uptime` reads a cluster's billable uptime and worker count from.
 
 An event that is not of that shape is named with its position and skipped; the others are
 stored. Storing is idempotent: an event is (cluster, timestamp, type), stored once.

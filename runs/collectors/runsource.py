@@ -232,7 +232,7 @@ def upsert_clusters(
     2. Create or update the row, counting created / updated / unchanged.
     3. RESTARTING at last_state_loss_time, TERMINATING at terminated_time, written
        conflict-ignoring so a re-read adds nothing. Nothing at start_time: the API documents it
-       as when the creation request was received, not when the cluster came up (runs.uptime).
+       as when the creation request was received, not when the cluster came up (runs.models.uptime).
     """
     counts = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     by_id: dict[str, Cluster] = {}
@@ -661,7 +661,7 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         cluster_records = client.list_clusters()
         clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
         if settings.AIRBOARD_CLUSTER_EVENTS_COMMAND.strip():
-            # Their lifecycle events decide their uptime and worker count (runs.uptime).
+            # Their lifecycle events decide their uptime and worker count (runs.models.uptime).
             result.lines += collect_events(
                 clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             )

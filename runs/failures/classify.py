@@ -2,7 +2,7 @@
 
 Pure text in, one `Classification` out: no database, no Django models, so the management
 command, the post-mortem page and the tests can all call it. The patterns and remedies live in
-`runs.classify_rules`; this module holds the algorithm that picks the *first causal* error
+`runs.failures.rules`; this module holds the algorithm that picks the *first causal* error
 rather than the last line of the cascade.
 
     >>> classify_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").class_id

@@ -1,6 +1,6 @@
 """Why did this run fail? The classifier applied to a whole run, stored, and the post-mortem helpers.
 
-`runs.classify` judges one log. A run has many: every node of every attempt, plus exit codes,
+`runs.failures.classify` judges one log. A run has many: every node of every attempt, plus exit codes,
 GPU events and its timing. `classify_run` reads them all and stores one `FailureAnalysis`.
 
 How the first causal error is chosen across logs (`_pick`):

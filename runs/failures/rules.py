@@ -1,4 +1,4 @@
-"""The failure classes and the line patterns that recognise them, for `runs.classify`.
+"""The failure classes and the line patterns that recognise them, for `runs.failures.classify`.
 
 Kept apart from the scanning algorithm so that adding a pattern or rewording a remedy never
 touches the ordering logic. Every pattern here was written against the labelled corpus in

@@ -16,7 +16,7 @@ class FailureAnalysis(models.Model):
     """The classifier's verdict on a failed run: its first causal error, where, and what to do."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="failure")
-    # A class id of runs.classify_rules.CLASSES; not a choices field, so a new class in the
+    # A class id of runs.failures.rules.CLASSES; not a choices field, so a new class in the
     # rules needs no migration.
     class_id = models.CharField(max_length=40)
     title = models.CharField(max_length=200)
@@ -34,7 +34,7 @@ class FailureAnalysis(models.Model):
     confidence = models.FloatField(null=True, blank=True)
     # Attempts before the one that ended the run: [{"attempt": 1, "class_id", "title", "evidence"}].
     earlier_attempts = models.JSONField(default=list, blank=True)
-    # What the GPU telemetry showed before the end (runs.postmortem.TelemetrySignal.as_dict).
+    # What the GPU telemetry showed before the end (runs.failures.postmortem.TelemetrySignal.as_dict).
     telemetry = models.JSONField(default=dict, blank=True)
     classified_at = models.DateTimeField(default=timezone.now)
 

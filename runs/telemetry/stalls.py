@@ -156,8 +156,8 @@ def stalls_of_runs(runs: Iterable[Run], now: datetime | None = None) -> dict[int
 def run_stalls(runs: Iterable[Run], now: datetime | None = None) -> list[RunStalls]:
     """Stalls of each running run, grouped by kind and priced as the cost engine prices a GPU-hour.
 
-    Cost so far = stalled GPU-hours (exact, `billing.money.billed_hours`) x the price of one
-    GPU-hour of the run in force now (`billing.run_costs.gpu_hour_prices`: the accelerator-hour
+    Cost so far = stalled GPU-hours (exact, `billing.prices.money.billed_hours`) x the price of one
+    GPU-hour of the run in force now (`billing.costs.run_costs.gpu_hour_prices`: the accelerator-hour
     price of a serverless run, the worker instance price per GPU of a classic one), to the cent.
     """
     now = now or timezone.now()

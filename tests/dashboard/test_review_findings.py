@@ -128,7 +128,7 @@ def test_a_shared_policy_does_not_show_another_teams_runs(world: World) -> None:
     assert "vision-secret-run-77" in alice_page
 
 
-# One number: cents are rounded in one place (billing.money.to_cents) --------------------------
+# One number: cents are rounded in one place (billing.prices.money.to_cents) --------------------------
 
 
 def test_a_half_cent_shows_the_same_cents_on_the_failure_page_its_csv_and_the_post_mortem(world: World) -> None:

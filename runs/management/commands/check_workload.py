@@ -24,7 +24,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("-f", "--file", required=True, help="path to the workload YAML file")
-        # With a team, the workload also goes through admission (billing.policies.admit): the
+        # With a team, the workload also goes through admission (billing.policies.budget.admit): the
         # team's usage policy constraints and budget. That needs the database; without --team
         # the check stays pure file checking.
         parser.add_argument("--team", help="team the run would be charged to: also check admission for it")

@@ -2,7 +2,7 @@
 
     databricks clusters events 0915-021615-dvxnyad4 -o json | manage.py import_cluster_events 0915-021615-dvxnyad4 -
 
-The events decide the cluster's billable uptime and worker count (`runs.uptime`).
+The events decide the cluster's billable uptime and worker count (`runs.models.uptime`).
 """
 
 from __future__ import annotations

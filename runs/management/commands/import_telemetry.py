@@ -7,7 +7,7 @@ Idempotent: importing the same file again stores nothing new.
 Timestamps: nvidia-smi and dmon write local time without a zone; they are read as UTC unless
 `--tz` names the zone they were written in. Files without timestamps (dcgmi dmon, untimed DCGM
 scrapes, dmon without `-o DT`) need `--start`: a time is never guessed from the file's mtime.
-Samples outside the run's window (see runs.importers.keep_window) are not imported and counted.
+Samples outside the run's window (see runs.telemetry.importers.keep_window) are not imported and counted.
 
 Exit status 1, with the reason, for an unknown run, a file with nothing usable (every sample
 outside the run's window included), or a file whose values are all zero (a broken exporter).

@@ -1,6 +1,6 @@
 """`manage.py launch -f FILE --team T`: admit a workload and run its command here as a real run.
 
-The work is in `runs.launcher`; this command reads the arguments, runs the admission check and
+The work is in `runs.launch.launcher`; this command reads the arguments, runs the admission check and
 turns the outcome into an exit status: 0 when the run succeeded, 1 when it was refused, failed,
 timed out or was cancelled. Refusals go to stderr as `FILE:LINE: path: message`.
 """

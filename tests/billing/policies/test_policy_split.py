@@ -1,4 +1,4 @@
-"""Who is over budget (billing.policy_split): a policy's spend by user, experiment and run, the
+"""Who is over budget (billing.policies.split): a policy's spend by user, experiment and run, the
 runs breaking its limits and its admission decisions, on the policy page."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The live demo (runs.demo_live): a seeded demo keeps moving through the real ingest path."""
+"""The live demo (dashboard.demo.live): a seeded demo keeps moving through the real ingest path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The demo ships the usage policies its runs name, and their alerts fire (billing.demo_policies)."""
+"""The demo ships the usage policies its runs name, and their alerts fire (dashboard.demo.policies)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The log failure classifier (runs.classify) and `manage.py classify_log`.
+"""The log failure classifier (runs.failures.classify) and `manage.py classify_log`.
 
 The corpus test is the measurement: every file under tests/data/failures/<class_id>/ is a
 trimmed excerpt of a real log from a public bug report (SOURCES.md says which), labelled by its

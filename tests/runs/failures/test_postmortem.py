@@ -1,4 +1,4 @@
-"""runs.postmortem.classify_run: the first causal error across nodes, attempts, exit codes,
+"""runs.failures.postmortem.classify_run: the first causal error across nodes, attempts, exit codes,
 GPU events and timing; the task through a real worker; the backfill command."""
 
 from __future__ import annotations

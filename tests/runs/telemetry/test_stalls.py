@@ -1,4 +1,4 @@
-"""runs.stalls: a hung collective (busy utilization, idle SMs or power) and GPUs with no process."""
+"""runs.telemetry.stalls: a hung collective (busy utilization, idle SMs or power) and GPUs with no process."""
 
 from __future__ import annotations
 
