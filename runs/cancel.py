@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.outbound import SIGNATURE_HEADER, send, sign
+from dashboard.redaction import redact
 from runs.choices import CancelOutcome, RunEventKind, RunOrigin, RunSource, RunStatus
 from runs.models import Run, RunEvent
 
@@ -82,9 +83,18 @@ def run_cancel_command(template: str, run_id: str) -> tuple[str, str]:
     """Run the cancel command for `run_id`: (outcome, output tail).
 
     The template is split first and {run_id} substituted into each argument after, so a run
-    id can never add arguments or reach a shell.
+    id can never add arguments or reach a shell. A template that does not split (an unclosed
+    quote) fails the cancel like a command that exits non-zero, never the page or the pass. The
+    output is kept redacted, as every command's error is (dashboard.commands): the policy page
+    shows it to the team.
     """
-    args = [part.replace("{run_id}", run_id) for part in shlex.split(template)]
+    try:
+        parts = shlex.split(template)
+    except ValueError as exc:
+        return CancelOutcome.FAILED, f"cannot parse AIRBOARD_CANCEL_COMMAND: {exc}"
+    if not parts:
+        return CancelOutcome.FAILED, "AIRBOARD_CANCEL_COMMAND is blank"
+    args = [part.replace("{run_id}", run_id) for part in parts]
     try:
         done = subprocess.run(
             args, capture_output=True, text=True, timeout=settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS, check=False
@@ -93,7 +103,7 @@ def run_cancel_command(template: str, run_id: str) -> tuple[str, str]:
         return CancelOutcome.FAILED, f"timed out after {settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS} s"
     except OSError as exc:
         return CancelOutcome.FAILED, f"cannot run {args[0]!r}: {exc.strerror or exc}"
-    output = (done.stdout + done.stderr)[-OUTPUT_TAIL:]
+    output = redact((done.stdout + done.stderr)[-OUTPUT_TAIL:])
     if done.returncode != 0:
         return CancelOutcome.FAILED, f"exit status {done.returncode}\n{output}"
     return CancelOutcome.DONE, output

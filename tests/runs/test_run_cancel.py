@@ -6,6 +6,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
+from runs import cancel
 from runs.choices import RunEventKind, RunStatus
 from runs.models import Run, RunEvent
 from tests.conftest import make_run
@@ -115,3 +116,29 @@ def test_csrf_is_enforced(world) -> None:
     assert client.post(cancel_url(run)).status_code == 403
     run.refresh_from_db()
     assert run.cancel_requested_at is None
+
+
+def test_a_cancel_command_that_does_not_parse_fails_the_cancel_not_the_page(world, settings) -> None:
+    # An unclosed quote in the operator's template: shlex cannot split it.
+    settings.AIRBOARD_CANCEL_COMMAND = "databricks jobs cancel-run '{run_id}"
+    run = running(world)
+
+    response = world.client_for(world.bob).post(cancel_url(run), follow=True)
+
+    assert response.status_code == 200
+    event = RunEvent.objects.get(run=run)
+    assert event.details["outcome"] == "failed" and event.details["method"] == "command"
+    assert "the cancel command failed" in next(str(m) for m in get_messages(response.wsgi_request))
+
+
+def test_the_cancel_command_output_is_kept_redacted(world, settings) -> None:
+    # A CLI that echoes its credential on failure (as a misconfigured profile may).
+    settings.AIRBOARD_CANCEL_COMMAND = (
+        "python3 -c \"import sys; print('Error: token=dapi0123456789abcdef0123456789abcdef'); sys.exit(1)\" {run_id}"
+    )
+    run = running(world)
+
+    done = cancel.request_cancel(run, reason="test", now=run.started_at)
+
+    assert done.outcome == "failed" and "exit status 1" in done.output
+    assert "dapi0123456789abcdef" not in done.output and "***" in done.output
