@@ -7,6 +7,7 @@ two home-made contracts find what they are for, and runs/ keeps few modules at i
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -152,3 +153,53 @@ def test_no_file_names_a_module_by_its_old_place() -> None:
                 if (name, match.group(1)) not in MOVED_NAME_KEPT:
                     found.append(f"{name}:{number} {match.group(1)} (now {MOVED[match.group(1)]})")
     assert found == []
+
+
+# --- Tasks by name -----------------------------------------------------------------------------
+
+TASK_MODULES = {"runs.tasks", "billing.tasks", "dashboard.tasks"}
+
+
+def enqueued_names() -> dict[str, str]:
+    """Task names domain code sends by name (`enqueue_on_commit("runs.x", ...)`, or a name it
+    picks from literals first), with where: every string literal shaped like a task name in a
+    module that calls `enqueue_on_commit`."""
+    found: dict[str, str] = {}
+    for package in ("runs", "billing", "dashboard"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts or path.name == "queue.py":
+                continue
+            text = path.read_text()
+            if "enqueue_on_commit(" not in text:
+                continue
+            for node in ast.walk(ast.parse(text)):
+                is_text = isinstance(node, ast.Constant) and isinstance(node.value, str)
+                if is_text and re.fullmatch(r"(runs|billing)\.[a-z_]+", node.value):
+                    found[node.value] = f"{path.relative_to(ROOT)}:{node.lineno}"
+    return found
+
+
+def test_every_task_sent_by_name_exists_and_has_a_worker_queue() -> None:
+    import agent
+    from dashboard.celery import app
+    from dashboard.management.commands.runall import QUEUES
+    from dashboard.schedule import BEAT_SCHEDULE
+
+    app.loader.import_default_modules()
+    sent = enqueued_names()
+    assert {"runs.classify_run", "runs.ingest_gpu_samples", "billing.derive_egress"} <= set(sent)
+    sent |= {entry["task"]: f"beat {key}" for key, entry in BEAT_SCHEDULE.items()}
+    sent[agent.TASK_NAME] = "agent.TASK_NAME"
+    missing = {name: where for name, where in sent.items() if name not in app.tasks}
+    assert missing == {}
+    workers = set(QUEUES.split(","))
+    for name in sent:
+        queue = app.amqp.router.route({}, name, (), {}).get("queue")
+        assert queue is not None and queue.name in workers, (name, queue)
+
+
+def test_no_domain_module_imports_a_tasks_module() -> None:
+    graph = grimp.build_graph("runs", "billing", "dashboard", cache_dir=None)
+    for tasks in TASK_MODULES:
+        importers = graph.find_modules_that_directly_import(tasks)
+        assert importers <= TASK_MODULES, (tasks, importers - TASK_MODULES)
