@@ -25,11 +25,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.prices.money import format_usd
 from runs.choices import RunEventKind, RunStatus
 from runs.failures.classify import Classification, classify_lines, match_rule, scan_text
 from runs.failures.rules import CLASSES, EXCEPTION, EXIT_CODE_CLASSES, ROOT, SYMPTOM, TRACEBACK
@@ -605,11 +603,12 @@ def _pct(value: object) -> str:
     return f"{value:.0%}" if isinstance(value, float) else "-"
 
 
-def draft_body(
-    run: Run, analysis: FailureAnalysis | None, *, failed_cost: Decimal | None, links: dict[str, str]
-) -> str:
+def draft_body(run: Run, analysis: FailureAnalysis | None, *, failed_cost: str | None, links: dict[str, str]) -> str:
     """The write-up a new post-mortem starts from, in Markdown: timeline, cost, telemetry,
-    evidence and links. Everything in it is read from what Airboard stored; people edit the rest."""
+    evidence and links. Everything in it is read from what Airboard stored; people edit the rest.
+
+    `failed_cost` comes formatted (`billing.prices.money.format_usd`) by the caller: this module
+    is on the runs write path (the classify task), which never imports billing."""
     parts = ["## Timeline", "", "| When | What |", "| --- | --- |"]
     events: list[tuple[datetime, str]] = []
     causes = {a["attempt"]: a for a in (analysis.earlier_attempts if analysis else [])}
@@ -635,7 +634,7 @@ def draft_body(
     for when, what in sorted(events, key=lambda e: e[0]):
         parts.append(f"| {_when(when)} | {what.replace('|', '/')} |")
     parts += ["", "## Cost of the failed attempts", ""]
-    parts.append(format_usd(failed_cost) if failed_cost is not None else "No cost estimate (no price for this run).")
+    parts.append(failed_cost if failed_cost is not None else "No cost estimate (no price for this run).")
     parts += ["", "## Telemetry before the failure", ""]
     snapshot = telemetry_snapshot(run, analysis.attempt_number if analysis else None,
                                   analysis.failed_at if analysis else run.ended_at)  # fmt: skip

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
+from billing.prices.money import format_usd
 from runs.choices import PostMortemStatus
 from runs.failures import postmortem
 from runs.failures import stats as failure_stats
@@ -234,11 +235,12 @@ def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
             "MLflow": run.mlflow_link(),
         }
         failed_cost = failure_stats.failed_attempts_cost([run.pk]).get(run.pk)
+        cost_text = format_usd(failed_cost) if failed_cost is not None else None
         initial = {
             "title": f"{run.external_id}: {analysis.title if analysis else 'failure'}",
             "root_cause": postmortem.root_cause_text(analysis),
             # The write-up drafts itself from what is stored; people edit it from there.
-            "body": postmortem.draft_body(run, analysis, failed_cost=failed_cost, links=links),
+            "body": postmortem.draft_body(run, analysis, failed_cost=cost_text, links=links),
             "owner": request.user.pk if run.team.user_set.filter(pk=request.user.pk).exists() else None,
             "status": PostMortemStatus.DRAFT,
         }

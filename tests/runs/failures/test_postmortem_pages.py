@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from runs.choices import PostMortemStatus
@@ -119,6 +121,9 @@ def test_a_new_post_mortem_drafts_itself_and_the_export_carries_it(world: World)
                  "## Links", f"/runs/{run.pk}/failure/"):  # fmt: skip
         assert part in form, part
     body = form.split('name="body"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
+    # The cost of the failed attempts, formatted as every page shows money.
+    cost_line = body.split("## Cost of the failed attempts", 1)[1].strip().splitlines()[0]
+    assert re.fullmatch(r"\$\d[\d,]*\.\d\d", cost_line), cost_line
     response = client.post(
         f"/runs/{run.pk}/postmortem/new/",
         {"title": "Retried OOM", "status": PostMortemStatus.DRAFT, "owner": world.alice.pk, "body": body.replace(
