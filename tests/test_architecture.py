@@ -203,3 +203,23 @@ def test_no_domain_module_imports_a_tasks_module() -> None:
     for tasks in TASK_MODULES:
         importers = graph.find_modules_that_directly_import(tasks)
         assert importers <= TASK_MODULES, (tasks, importers - TASK_MODULES)
+
+
+# dashboard/ modules the apps may import besides the kit: the API's shared pieces, API keys,
+# the app config, and the Celery app (dashboard.queue sends through it).
+SHARED_WITH_THE_APPS = {
+    *("dashboard.api", "dashboard.models", "dashboard.apps", "dashboard.celery", "dashboard.migrations"),
+}
+
+
+def test_every_dashboard_module_is_kit_wiring_or_named_as_shared() -> None:
+    kit = set(contract("The shared kit")["source_modules"])
+    wiring = set(contract("Only the project package")["forbidden_modules"])
+    assert not kit & wiring and not (kit | wiring) & SHARED_WITH_THE_APPS
+    assert children("dashboard") == kit | wiring | SHARED_WITH_THE_APPS
+
+
+def test_models_may_not_import_the_wiring_the_api_or_the_queue() -> None:
+    forbidden = set(contract("Models and choices")["forbidden_modules"])
+    wiring = set(contract("Only the project package")["forbidden_modules"])
+    assert wiring | {"dashboard.api", "dashboard.queue", "dashboard.celery"} <= forbidden
