@@ -4,7 +4,8 @@
   inside functions (grimp records those too). A cycle hidden in a function body is still a
   knot: each module needs the other to be importable, and neither can move alone.
 - `no_private_imports`: no name starting with one underscore is imported from another module
-  of the root packages (or of `extra_packages`). What two modules share is public.
+  of `packages` (relative imports too), nor read as an attribute of another project module
+  (`from runs import ingest; ingest._ts`). What two modules share is public.
 
 Loaded from pyproject.toml's `[tool.importlinter] contract_types`; lint-imports runs from the
 repository root, so this module is importable as `scripts.import_contracts`.
@@ -98,20 +99,64 @@ def _source_files(package: str, root: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module an ImportFrom names, relative imports (`from .x import y`) resolved."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    """`a.b.c` as ["a", "b", "c"], or None when the chain does not start at a plain name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
 def private_imports(packages: list[str], root: Path | None = None) -> list[str]:
-    """`module:line imports _name from other` for every private name imported across modules."""
+    """`module:line imports _name from other` for every private name imported across modules,
+    relative imports included, and `module:line reads other._name` for a private name reached
+    as an attribute of another project module (`from pkg import mod; mod._name`)."""
+    root = root or Path.cwd()
+    modules = {name for package in packages for name, _ in _source_files(package, root)}
     found = []
     for package in packages:
-        for module, path in _source_files(package, root or Path.cwd()):
+        for module, path in _source_files(package, root):
             tree = ast.parse(path.read_text(), filename=str(path))
+            bound: dict[str, str] = {}  # local name -> the project module it is bound to
             for node in ast.walk(tree):
-                if not isinstance(node, ast.ImportFrom) or node.level != 0 or not node.module:
+                if isinstance(node, ast.ImportFrom):
+                    source = _absolute(module, path, node)
+                    for alias in node.names:
+                        if source != module and _is_private(alias.name):
+                            found.append(f"{module}:{node.lineno} imports {alias.name} from {source}")
+                        if f"{source}.{alias.name}" in modules:
+                            bound[alias.asname or alias.name] = f"{source}.{alias.name}"
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.asname and alias.name in modules:
+                            bound[alias.asname] = alias.name
+                        elif not alias.asname and alias.name.split(".")[0] in packages:
+                            bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
                     continue
-                if node.module == module:
+                chain = _dotted(node.value)
+                if chain is None or chain[0] not in bound:
                     continue
-                for alias in node.names:
-                    if alias.name.startswith("_") and not alias.name.startswith("__"):
-                        found.append(f"{module}:{node.lineno} imports {alias.name} from {node.module}")
+                target = ".".join([bound[chain[0]], *chain[1:]])
+                if target in modules and target != module:
+                    found.append(f"{module}:{node.lineno} reads {node.attr} of {target}")
     return found
 
 
