@@ -247,3 +247,13 @@ def test_models_may_not_import_the_wiring_the_api_or_the_queue() -> None:
     forbidden = set(contract("Models and choices")["forbidden_modules"])
     wiring = set(contract("Only the project package")["forbidden_modules"])
     assert wiring | {"dashboard.api", "dashboard.queue", "dashboard.celery"} <= forbidden
+
+
+def test_tests_mirror_the_rooms() -> None:
+    """Each room of runs/ and billing/ (and the demo) has its tests in the same place under tests/."""
+    not_rooms = {"models", "management", "migrations", "templatetags"}
+    for app in ("runs", "billing", "dashboard"):
+        for room in (ROOT / app).iterdir():
+            if room.is_dir() and (room / "__init__.py").exists() and room.name not in not_rooms:
+                tests = TESTS / app / room.name
+                assert tests.is_dir() and any(tests.glob("test_*.py")), tests
