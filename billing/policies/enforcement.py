@@ -6,13 +6,9 @@ does to a run is a `PolicyAction`, claimed by inserting (run, kind) under a uniq
 a second worker's insert conflicts and it does nothing, so a run is cancelled (or warned) at
 most once whatever the number of workers.
 
-How a run is cancelled:
-- a local run (runs/launch/launcher.py), or any run not written by the run source collector: set
-  `Run.cancel_requested_at`; the launcher (or the key's own pusher) polls it;
-- else `AIRBOARD_CANCEL_COMMAND`, a template such as `databricks air cancel {run_id}` split
-  with shlex and run without a shell under a timeout ({run_id} is the source's run id);
-- else `AIRBOARD_CANCEL_WEBHOOK_URL`: a signed JSON POST (same signature as alert webhooks);
-- else nothing can cancel it: the action is recorded as skipped and the channels are told.
+How a run is cancelled is runs/cancel.py's to say (the one cancel path, the run page's button
+uses it too): a flag the launcher polls, else AIRBOARD_CANCEL_COMMAND, else the cancel webhook,
+else nothing, recorded as skipped; the channels are told either way.
 """
 
 from __future__ import annotations
