@@ -159,7 +159,7 @@ def test_the_cost_page_shows_billed_egress_beside_the_estimate_for_the_users_tea
     assert route[0].endswith(",120,GB,2.4")
     assert not any("eu-west-1" in line for line in lines)
 
-    # The same figure the run page shows, from the same rows (one sum, reconcile._egress_routes).
+    # The same figure the run page shows, from the same rows (one sum, billing.reconcile.matching._egress_routes).
     figure = reconcile.billed_for_run(runs["corrected"])
     assert figure is not None and [r.billed_usd for r in figure.egress] == [Decimal("2.40")]
     charlie = world.client_for(world.charlie).get(reverse("cost_overview"), query).content.decode()
