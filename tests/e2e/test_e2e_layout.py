@@ -112,3 +112,7 @@ def test_overview_and_cost_tables_fit_their_cards(browsing: Browsing, scene: Sce
         browsing.goto("/costs/")
         assert page.evaluate(SCROLLING, "#top-experiments, #top-users") == [], width
         assert _outside(browsing, "form.filters .field, form.filters .filter-actions", "form.filters") == []
+        # The run page's cost card, the narrower column, holds its five-column breakdown.
+        browsing.goto(f"/runs/{scene.running.pk}/")
+        assert page.locator(".cost-breakdown").count() == 1
+        assert page.evaluate(SCROLLING, ".grid-run") == [], width
