@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Group
+from django.template import Context, Template
+from django.utils import timezone
 
 from billing.costs.charts import SANKEY_LINK, egress_sankey_figure
 from billing.forms import CostFilterForm
@@ -35,3 +37,10 @@ def test_sankey_links_carry_their_own_colour() -> None:
     assert figure["data"][0]["link"]["color"] == [SANKEY_LINK]
     # Half opaque: visible on white and on the dark theme's #161b22 alike.
     assert 0.3 <= float(SANKEY_LINK.rsplit(",", 1)[1].rstrip(") ")) <= 0.7
+
+
+def test_a_time_followed_by_punctuation_has_no_stray_space() -> None:
+    """_time.html ends at its last tag: the run page's coverage line read '18:15 , of a run'."""
+    html = Template('{% include "_time.html" with value=now %}, of a run').render(Context({"now": timezone.now()}))
+    assert "</time>, of a run" in html
+    assert Template('{% include "_time.html" with value=None %}.').render(Context()).endswith("</span>.")
