@@ -17,6 +17,8 @@ from django.db.models import Model, Q, QuerySet
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
+    from dashboard.models import ApiKey
+
 M = TypeVar("M", bound=Model)
 
 
@@ -34,11 +36,20 @@ def visible_teams(user: User | AnonymousUser) -> QuerySet[Group]:
     return Group.objects.filter(pk__in=user.groups.values("pk")).order_by("name")
 
 
-def visible_team_ids(user: User | AnonymousUser) -> list[int] | None:
-    """The ids of `user`'s teams, or None for "every team" (staff): for code that filters ids."""
-    if sees_all_teams(user):
+def visible_team_ids(user: User | AnonymousUser, *, all_with_perm: str = "") -> list[int] | None:
+    """The ids of `user`'s teams, or None for "every team": for code that filters ids.
+
+    Staff see every team; so do holders of `all_with_perm` where a page names one (a policy
+    admin, `billing.manage_policies`, reads every team's part of a policy).
+    """
+    if sees_all_teams(user) or (all_with_perm and user.is_authenticated and user.has_perm(all_with_perm)):
         return None
     return list(visible_teams(user).values_list("pk", flat=True))
+
+
+def key_teams(key: ApiKey) -> QuerySet[Group]:
+    """What an API key sees: exactly its own team, whatever its creator may see."""
+    return Group.objects.filter(pk=key.team_id)
 
 
 def team_q(user: User | AnonymousUser, field: str = "team") -> Q:

@@ -165,7 +165,7 @@ class Access:
 
     def teams(self) -> QuerySet[Group]:
         if self.key is not None:
-            return Group.objects.filter(pk=self.key.team_id)
+            return access.key_teams(self.key)
         assert self.user is not None
         return access.visible_teams(self.user)
 

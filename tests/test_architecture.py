@@ -257,3 +257,9 @@ def test_tests_mirror_the_rooms() -> None:
             if room.is_dir() and (room / "__init__.py").exists() and room.name not in not_rooms:
                 tests = TESTS / app / room.name
                 assert tests.is_dir() and any(tests.glob("test_*.py")), tests
+
+
+def test_test_files_have_unique_names_across_the_mirrored_folders() -> None:
+    """tests/ has no __init__.py and pytest imports test files by their name (prepend mode)."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

@@ -22,9 +22,13 @@ UUID_FORMAT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 MAX_THRESHOLD = 1000
 
 
+# The permission of policy admins (besides staff): they write policies and see every team's part.
+MANAGE_POLICIES = "billing.manage_policies"
+
+
 def can_manage_policies(user: AbstractBaseUser | AnonymousUser) -> bool:
     """Policy admins: staff, or holders of the `billing.manage_policies` permission."""
-    return access.sees_all_teams(user) or bool(user.is_authenticated and user.has_perm("billing.manage_policies"))
+    return access.sees_all_teams(user) or bool(user.is_authenticated and user.has_perm(MANAGE_POLICIES))
 
 
 class CommaListField(forms.CharField):

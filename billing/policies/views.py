@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
 from billing.policies import budget
 from billing.policies import split as policy_split
-from billing.policies.forms import ChannelForm, PolicyForm, can_manage_policies
+from billing.policies.forms import MANAGE_POLICIES, ChannelForm, PolicyForm, can_manage_policies
 from dashboard import access
 from dashboard.csv_export import csv_response
 from runs.models import Run
@@ -90,9 +90,7 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
 
 def viewer_team_ids(request: HttpRequest) -> list[int] | None:
     """The teams whose part of a policy the user sees: every team (None) for staff and policy admins."""
-    if can_manage_policies(request.user):
-        return None
-    return access.visible_team_ids(request.user)
+    return access.visible_team_ids(request.user, all_with_perm=MANAGE_POLICIES)
 
 
 def visible_actions(request: HttpRequest, policy: UsagePolicy) -> QuerySet[PolicyAction]:
