@@ -8,8 +8,9 @@ Point DATABASE_URL (or AIRBOARD_VAR_DIR) at a throwaway database: it is migrated
 
 1. Runs of one 8-GPU node, sampled at 1 Hz for 6 hours each, two days ago, with the shapes of
    runs/demo_series (training, eval, checkpoint dips, stalls), at NVML's resolution: integer
-   percent utilisation, power in milliwatts, GPM SM/tensor activity as full doubles, PCIe in
-   KB/s, and the agent's process list on every sample.
+   percent utilisation, power in milliwatts, GPM SM/tensor activity and NVLink TX/RX (MiB/s,
+   posted as KB/s) as full doubles, PCIe in KB/s, and the agent's process list on every sample:
+   every column of today's row (runs/ingest.SAMPLE_COLUMNS, NVLink included).
 2. Every batch of 10,000 goes through the real path behind the API: `ingest.record_batch`
    (the IngestBatch row with its JSON rows, as the web process writes it), then
    `ingest.process_batch` (the worker: store_sample_rows, the minute and hour rollups, and the
@@ -96,11 +97,21 @@ def vacuum(model: type) -> None:
             cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
 
 
+def nvlink(kbps: float | None, rng: random.Random) -> float | None:
+    """An NVLink rate as the agent posts it: GPM's MiB/s (a full double) times 1024, in KB/s.
+
+    No traffic is exactly 0.0 (no bytes moved between the two GPM samples).
+    """
+    if not kbps:
+        return kbps
+    return (kbps / 1024 + rng.random()) * 1024
+
+
 def sample_rows(run: Run, node: Node, start: datetime, seconds: int, rng: random.Random) -> list[list]:
     """One run's 1 Hz rows in the API's SAMPLE_COLUMNS order, at NVML's resolution (see the docstring)."""
     profile = PROFILES[AcceleratorType.H100_8]
     activity = Activity.make(rng, start, start + timedelta(seconds=seconds), None)
-    rows = []
+    rows: list[list] = []
     pid = rng.randrange(1000, 60000)
     for gpu, ts, fields in raw_samples(rng, profile, activity, start, GPUS):
         util = fields["utilization_gpu"]
@@ -116,7 +127,9 @@ def sample_rows(run: Run, node: Node, start: datetime, seconds: int, rng: random
             float(rng.randrange(100_000, 2_000_000) if util > 50 else rng.randrange(0, 5_000)),
             float(rng.randrange(100_000, 2_000_000) if util > 50 else rng.randrange(0, 5_000)),
             [{"pid": pid + gpu, "used_memory_bytes": fields["memory_used_bytes"], "run": run.external_id}],
+            nvlink(fields.get("nvlink_tx_kbps"), rng), nvlink(fields.get("nvlink_rx_kbps"), rng),
         ])  # fmt: skip
+    assert not rows or len(rows[0]) == len(ingest.SAMPLE_COLUMNS), "a row is every column of today's layout"
     return rows
 
 
@@ -138,6 +151,7 @@ def main() -> None:
         vacuum(model)
     base = {model: table_bytes(model) for model in (GpuSample, GpuSampleBlock, GpuMinute, GpuHour, IngestBatch)}
     print(f"backend {connection.vendor}; {total:,} samples; load average {os.getloadavg()}")
+    print(f"row layout: {len(ingest.SAMPLE_COLUMNS)} columns ({', '.join(ingest.SAMPLE_COLUMNS[4:])})")
 
     rng = random.Random(21)
     runs = math.ceil(total / (GPUS * RUN_SECONDS))

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, date, datetime
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import IO
+from typing import IO, Any
 
+from django.db import connection
+from django.db.models import BigIntegerField, Func
+from django.db.models.expressions import Expression
 from django.http import HttpResponse, StreamingHttpResponse
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -47,6 +50,40 @@ def cell(value: object) -> object:
     if text.startswith(FORMULA_PREFIXES):
         return "'" + text
     return text
+
+
+class EpochMicros(Func):
+    """A PostgreSQL timestamp as whole microseconds since the Unix epoch, exact on every version."""
+
+    template = (
+        "(EXTRACT(EPOCH FROM date_trunc('second', %(expressions)s))::bigint * 1000000"
+        " + MOD(EXTRACT(MICROSECONDS FROM %(expressions)s)::bigint, 1000000))"
+    )
+    output_field = BigIntegerField()
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def datetime_column(field: str) -> tuple[str | Expression, Callable[[Any], datetime | None]]:
+    """What a long download reads for a datetime column, and how it gets back the same datetime.
+
+    On PostgreSQL Django reads timestamptz with psycopg's Python parser (its UTC loader
+    subclasses it): 300,000 of them were most of the run list's CSV at 100,000 runs. Read as
+    an integer (C code) and rebuilt with C arithmetic it is the same aware UTC datetime,
+    written by `cell()` as any other; on other backends the column is read as it is.
+    """
+    if connection.vendor != "postgresql":
+        return field, _same
+    return EpochMicros(field), _from_micros
+
+
+def _same(value: datetime | None) -> datetime | None:
+    return value
+
+
+def _from_micros(value: int | None) -> datetime | None:
+    return None if value is None else EPOCH + timedelta(microseconds=value)
 
 
 def unescape(text: str) -> str:

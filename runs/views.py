@@ -24,7 +24,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
-from dashboard.csv_export import csv_response, csv_streaming_response
+from dashboard.csv_export import csv_response, csv_streaming_response, datetime_column
 from dashboard.schemas import EARLIEST, LATEST
 from runs import cancel, compare, glance
 from runs.choices import CancelOutcome
@@ -184,11 +184,14 @@ def _runs_csv(runs: QuerySet[Run]) -> StreamingHttpResponse:
     download started, the same instant for every row.
     """
     now = timezone.now()
+    # The three times read as integers on PostgreSQL and rebuilt (csv_export.datetime_column).
+    times = [datetime_column(name) for name in ("submitted_at", "started_at", "ended_at")]
+    columns = [*CSV_FIELDS[:-4], *(read for read, _ in times), CSV_FIELDS[-1]]
+    as_datetime = times[0][1]
 
     def rows() -> Iterator[list[object]]:
-        for *fields, submitted, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(
-            chunk_size=2000
-        ):
+        for *fields, submitted, started, ended, mlflow_run_id in runs.values_list(*columns).iterator(chunk_size=2000):
+            submitted, started, ended = as_datetime(submitted), as_datetime(started), as_datetime(ended)
             duration = "" if started is None else int(max((ended or now) - started, timedelta(0)).total_seconds())
             yield [*fields, submitted, started, ended, duration, mlflow_run_id]
 

@@ -33,14 +33,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, localcontext
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, TextField
+from django.db.models.functions import Cast, Mod
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from billing.costs.run_costs import breakdowns_for_runs
 from billing.prices.money import to_cents
 from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, accelerator_count_problem
 from runs.clusters.costs import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
-from runs.models import Cluster, LogChunk, Run, RunUtilization, mean_utilization
+from runs.models import CLI_RUNTIME_CAP, NOTEBOOK_RUNTIME_CAP, Cluster, LogChunk, Run, RunUtilization, mean_utilization
 
 WINDOW = timedelta(days=30)
 LOW_UTIL_PERCENT = 40.0
@@ -319,6 +321,53 @@ def no_checkpoint_near_cap(run: Run, evidence: Evidence) -> Finding | None:
     )  # fmt: skip
 
 
+def text_mentions(*phrases: str) -> Q:
+    """Runs whose `run_text` may hold one of the phrases (case-insensitively): its SQL twin.
+
+    The workload YAML and the parameters' JSON as the database writes it (`_advice_params`, the
+    alias `findings_for` adds); a phrase of letters, digits, `-`, `_` or `.` reads the same in
+    either JSON, so every run whose text holds it is matched.
+    """
+    match = Q()
+    for phrase in phrases:
+        match |= Q(workload_yaml__icontains=phrase) | Q(_advice_params__icontains=phrase)
+    return match
+
+
+def rule_candidates(evidence: Evidence) -> dict[str, Q]:
+    """Per run rule, a filter every run it can fire on passes (most runs pass none).
+
+    The rules stay the judges: these only spare building and testing the ~8,000 window runs
+    (at 100,000 runs) that no rule can fire on, so each must hold whatever its rule reads to
+    fire. A rule missing here is run over every run in the window.
+    """
+    hits = evidence.log_hits
+    per_node_q = Q()
+    single = []
+    for shape, per_node in _SHAPES.items():
+        if per_node == 1:
+            single.append(shape)
+        else:  # accelerator_count_problem: whole nodes only
+            per_node_q |= Q(accelerator_type=shape) & ~Q(Exact(Mod("num_accelerators", per_node), 0))
+    low = [pk for pk, (mean, _) in evidence.mean_util.items() if mean is not None and mean < LOW_UTIL_PERCENT]
+    shortest_cap = min(NOTEBOOK_RUNTIME_CAP, CLI_RUNTIME_CAP) * NEAR_CAP
+    launcher = text_mentions("--nproc", "--nnodes", "--num_nodes", "--num_machines", "--num-nodes")
+    distributed = (
+        per_node_q
+        | Q(accelerator_type=AcceleratorType.H100_1) & ~Q(num_accelerators=1)
+        | Q(accelerator_type__in=single) & (Q(num_accelerators__gt=1) | launcher)
+    )
+    return {
+        "distributed_on_single_gpu_shape": distributed,
+        "horovod_runner": text_mentions("horovodrunner") | Q(pk__in=hits.get("horovod", set())),
+        "databricks_genai": text_mentions("databricks_genai") | Q(pk__in=hits.get("genai", set())),
+        "dataset_as_argument": text_mentions("distributor") | Q(pk__in=hits.get("serialize", set())),
+        "low_util_multi_gpu": Q(num_accelerators__gt=1, pk__in=low),
+        "no_checkpoint_near_cap": Q(source=RunSource.SERVERLESS, started_at__lte=evidence.now - shortest_cap)
+        & (Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at") + shortest_cap)),
+    }
+
+
 RUN_RULES: tuple[Callable[[Run, Evidence], Finding | None], ...] = (
     distributed_on_single_gpu_shape, horovod_runner, databricks_genai, dataset_as_argument,
     low_util_multi_gpu, no_checkpoint_near_cap,
@@ -401,7 +450,11 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
     ).values_list("cluster_id", "workload_yaml", "parameters"):
         texts[cluster_id].append(f"{yaml_text}\n{json.dumps(params or {}, sort_keys=True)}")
     evidence.cluster_texts = {pk: "\n".join(parts) for pk, parts in texts.items()}
-    low = [r for r in runs if r.pk in evidence.mean_util and evidence.mean_util[r.pk][0] < LOW_UTIL_PERCENT]
+    if run_query is not None:  # the runs are not loaded yet: the low ones are those of the summaries
+        low = [pk for pk, (mean, _) in evidence.mean_util.items() if mean is not None and mean < LOW_UTIL_PERCENT]
+        low = list(Run.objects.filter(pk__in=low)) if low else []
+    else:
+        low = [r for r in runs if r.pk in evidence.mean_util and evidence.mean_util[r.pk][0] < LOW_UTIL_PERCENT]
     if any(r.get_deferred_fields() for r in low):
         # The rules read a few fields (RULE_FIELDS); the cost engine reads the whole run.
         low = list(Run.objects.filter(pk__in=[r.pk for r in low]))
@@ -411,11 +464,25 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
 
 
 def findings_for(runs: Iterable[Run], clusters: Iterable[Cluster], now: datetime | None = None) -> list[Finding]:
-    """Every rule over the given runs and clusters; findings ordered by rule, then subject."""
+    """Every rule over the given runs and clusters; findings ordered by rule, then subject.
+
+    Given a queryset, the evidence names its runs by subquery and only the runs some rule can
+    fire on (`rule_candidates`) are loaded: the same findings as every rule over every run.
+    """
     now = now or timezone.now()
-    run_query = runs if isinstance(runs, QuerySet) else None
-    runs, clusters = list(runs), list(clusters)
-    evidence = gather(runs, clusters, now, run_query)
+    clusters = list(clusters)
+    if isinstance(runs, QuerySet):
+        evidence = gather([], clusters, now, runs)
+        matches = rule_candidates(evidence)
+        candidates = Q()
+        for match in matches.values():
+            candidates |= match
+        if set(matches) != {rule.__name__ for rule in RUN_RULES}:
+            candidates = Q()  # a rule without its pre-filter sees every run
+        runs = list(runs.alias(_advice_params=Cast("parameters", TextField())).filter(candidates))
+    else:
+        runs = list(runs)
+        evidence = gather(runs, clusters, now)
     found = [f for c in clusters for rule in CLUSTER_RULES if (f := rule(c, evidence))]
     found += [f for r in runs for rule in RUN_RULES if (f := rule(r, evidence))]
     order = {rule: i for i, rule in enumerate(RULE_IDS)}

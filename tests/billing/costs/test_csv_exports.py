@@ -15,7 +15,7 @@ from django.utils import timezone
 from billing.models import PriceChange, UsagePolicy
 from dashboard.csv_export import STREAM_CHUNK_ROWS, cell, csv_response, csv_streaming_response
 from runs.choices import RunStatus
-from runs.models import Cluster, CollectorState, GpuSample, Node
+from runs.models import Cluster, CollectorState, GpuSample, Node, Run
 from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
@@ -79,6 +79,26 @@ def test_streamed_csv_is_the_same_file_in_chunks() -> None:
     assert b"".join(chunks) == csv_response('r"uns.csv', header, rows).content
     assert streamed["Content-Disposition"] == 'attachment; filename="r_uns.csv"'
     assert b"".join(chunks).decode().splitlines()[1] == f"'=run-0,0,0,true,,2.5,{cell(T0)},plain"
+
+
+def test_run_list_times_are_the_stored_instants(world: World) -> None:
+    """The run list's CSV reads its times as integers on PostgreSQL (datetime_column): the cells
+    are the stored instants to the microsecond, as `cell()` writes the ORM's datetimes, and the
+    duration of a running run counts up to the download."""
+    started = T0 + timedelta(seconds=1, microseconds=806124)
+    make_run(world.vision, "done", submitted_at=T0 - timedelta(microseconds=1), started_at=started,
+             ended_at=started + timedelta(hours=2, microseconds=999_999))  # fmt: skip
+    make_run(world.vision, "running", status=RunStatus.RUNNING, started_at=started, ended_at=None)
+    with time_machine.travel(NOW, tick=False):
+        response = world.client_for(world.alice).get("/runs/", {"format": "csv"})
+        body = b"".join(response.streaming_content).decode()
+    rows = {r["external_id"]: r for r in csv.DictReader(io.StringIO(body))}
+    done = Run.objects.get(external_id="done")
+    assert rows["done"]["submitted_at"] == cell(done.submitted_at) == (T0 - timedelta(microseconds=1)).isoformat()
+    assert rows["done"]["started_at"] == cell(done.started_at) == started.isoformat()
+    assert started.isoformat().endswith(".806124+00:00")
+    assert rows["done"]["ended_at"] == cell(done.ended_at) and rows["done"]["duration_seconds"] == "7200"
+    assert rows["running"]["ended_at"] == "" and rows["running"]["duration_seconds"] == str(10 * 60 - 2)
 
 
 # --- Overview -----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from runs.telemetry import utilization
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(days=1)
+# advise() over a queryset with low-utilization runs and no clusters (see the test that pins it).
+PAGE_PATH_QUERIES = 14
 
 
 def cluster(world: World, cluster_id: str = "c-1", **fields: object) -> Cluster:
@@ -197,6 +199,54 @@ def test_advise_page_path_matches_full_runs(world: World) -> None:
     with CaptureQueriesContext(connection) as three:
         assert len(advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)) == 3
     assert len(three.captured_queries) == len(one.captured_queries)
+
+
+def every_run_rule(world: World, suffix: str) -> None:
+    """A run each run rule fires on, and a twin that passes its SQL pre-filter but not the rule."""
+    make_run(world.vision, f"torchrun{suffix}", accelerator_type=AcceleratorType.H100_1, num_accelerators=1,
+             gpus_per_node=1, workload_yaml="command: torchrun --nproc_per_node=8 train.py\n")  # fmt: skip
+    make_run(world.vision, f"count{suffix}", num_accelerators=12)
+    make_run(world.vision, f"one-gpu{suffix}", accelerator_type=AcceleratorType.H100_1, num_accelerators=1,
+             gpus_per_node=1, workload_yaml="command: torchrun --nproc_per_node=1 train.py\n")  # fmt: skip
+    log(make_run(world.vision, f"horovod{suffix}"), "hr = HorovodRunner(np=2)\n")
+    make_run(world.vision, f"genai{suffix}", parameters={"code": "from databricks_genai import finetuning"})
+    spawn = "command: python -c 'TorchDistributor(num_processes=8).run(train_fn, {})'\n"
+    make_run(world.vision, f"passed{suffix}", workload_yaml=spawn.format("dataset"))
+    make_run(world.vision, f"kwargs{suffix}", workload_yaml=spawn.format("lr=0.1"))
+    minutes(make_run(world.vision, f"low{suffix}"), 20, 20.0, gpus=8)
+    minutes(make_run(world.vision, f"busy{suffix}"), 20, 90.0, gpus=8)
+    start = NOW - timedelta(days=12)
+    make_run(world.vision, f"cli-12d{suffix}", status=RunStatus.RUNNING, submitted_at=start, started_at=start,
+             ended_at=None)  # fmt: skip
+    ckpt = make_run(world.vision, f"ckpt-12d{suffix}", status=RunStatus.RUNNING, submitted_at=start,
+                    started_at=start, ended_at=None)  # fmt: skip
+    log(ckpt, "Saving checkpoint to /Volumes/x\n")
+    make_run(world.vision, f"plain{suffix}")
+
+
+def test_page_path_loads_only_candidates_and_finds_what_every_run_would(world: World) -> None:
+    """advise() lets SQL pick each rule's candidate runs; the findings are those of every rule
+    over every run, whichever rule fires, and its queries are a fixed number as findings grow."""
+    every_run_rule(world, "")
+    page = advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)
+    whole = findings_for(list(Run.objects.filter(team=world.vision)), [], now=NOW)
+    assert page == whole
+    assert {f.rule for f in page} == {
+        "distributed_on_single_gpu_shape", "horovod_runner", "databricks_genai", "dataset_as_argument",
+        "low_util_multi_gpu", "no_checkpoint_near_cap",
+    }  # fmt: skip
+    assert {f.subject for f in page} == {"torchrun", "count", "horovod", "genai", "passed", "low", "cli-12d"}
+    with CaptureQueriesContext(connection) as one:
+        advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)
+    every_run_rule(world, "-2")
+    with CaptureQueriesContext(connection) as two:
+        page = advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)
+    assert len(page) == 14
+    assert page == findings_for(list(Run.objects.filter(team=world.vision)), [], now=NOW)
+    # Six log phrases, the utilization summaries, the low runs loaded whole, the cost engine's
+    # five (attempts, prices, egress, attempts, minutes), the candidate runs: as many with twice
+    # the findings.
+    assert len(two.captured_queries) == len(one.captured_queries) == PAGE_PATH_QUERIES
 
 
 def test_no_checkpoint_near_cap(world: World) -> None:
