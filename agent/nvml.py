@@ -208,8 +208,10 @@ class NvmlSampler:
             ),
             "processes": self._field(gpu, "processes", lambda: self._processes(h)),
             # GPM's NVLink rates are MiB/s over the tick, all links together; stored in KB/s like PCIe.
-            "nvlink_tx_kbps": nvlink_tx_mib * KIB_PER_MIB if nvlink_tx_mib is not None else None,
-            "nvlink_rx_kbps": nvlink_rx_mib * KIB_PER_MIB if nvlink_rx_mib is not None else None,
+            # Whole KB/s, the resolution NVML gives PCIe: GPM's MiB/s is a ratio of counters over the
+            # interval (a full double), and its last bits are noise that the compacted tier would keep.
+            "nvlink_tx_kbps": float(round(nvlink_tx_mib * KIB_PER_MIB)) if nvlink_tx_mib is not None else None,
+            "nvlink_rx_kbps": float(round(nvlink_rx_mib * KIB_PER_MIB)) if nvlink_rx_mib is not None else None,
         }
 
     def _field(self, gpu: Gpu, name: str, read: Callable[[], Any]) -> Any:

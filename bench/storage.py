@@ -98,13 +98,13 @@ def vacuum(model: type) -> None:
 
 
 def nvlink(kbps: float | None, rng: random.Random) -> float | None:
-    """An NVLink rate as the agent posts it: GPM's MiB/s (a full double) times 1024, in KB/s.
+    """An NVLink rate as the agent posts it: GPM's MiB/s (a full double) times 1024, to whole KB/s.
 
     No traffic is exactly 0.0 (no bytes moved between the two GPM samples).
     """
     if not kbps:
         return kbps
-    return (kbps / 1024 + rng.random()) * 1024
+    return float(round((kbps / 1024 + rng.random()) * 1024))
 
 
 def sample_rows(run: Run, node: Node, start: datetime, seconds: int, rng: random.Random) -> list[list]:

@@ -132,13 +132,14 @@ def test_gpm_activity_where_supported_from_the_second_tick(fake: Any) -> None:
 def test_nvlink_throughput_from_gpm_in_kb_per_second(fake: Any) -> None:
     # An SXM H100 with NVLink, and a Hopper PCIe card whose GPM has no NVLink metric.
     fake.configure([
-        FakeGpu(gpm_supported=True, over_time={"gpm_nvlink_tx_mibps": [0.0, 180_000.0, 42.5]}),
+        FakeGpu(gpm_supported=True, over_time={"gpm_nvlink_tx_mibps": [0.0, 180_000.0, 1.2345678]}),
         FakeGpu(gpm_supported=True, gpm_nvlink_tx_mibps=None, gpm_nvlink_rx_mibps=None),
     ])  # fmt: skip
     with NvmlSampler() as sampler:
         ticks = [sampler.sample_all(NOW + timedelta(seconds=i)) for i in range(3)]
     # MiB/s as GPM reports it, times 1024: KB/s, the unit PCIe throughput is stored in.
-    assert [t[0]["nvlink_tx_kbps"] for t in ticks] == [None, 180_000.0 * 1024, 42.5 * 1024]
+    # Whole KB/s: 1.2345678 MiB/s is 1264.197... KB/s, kept as 1264 (the noise bits cost the blocks ~13 B a sample).
+    assert [t[0]["nvlink_tx_kbps"] for t in ticks] == [None, 180_000.0 * 1024, 1264.0]
     assert [t[0]["nvlink_rx_kbps"] for t in ticks] == [None, 175_500.5 * 1024, 175_500.5 * 1024]
     assert [t[0]["sm_active"] for t in ticks] == [None, 88.5, 88.5]  # the same GPM request still reads activity
     # No NVLink: missing, never 0, and SM activity is still there.
