@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 
 from billing.choices import GroupBy
 from billing.costs.serverless import egress_prices, price_egress
@@ -60,6 +60,17 @@ class CostFilters:
     region: str = ""
     usage_policy_name: str = ""
 
+    def dimensions(self, prefix: str = "") -> Q:
+        """The optional dimension filters as one Q; `prefix` reaches the run's fields ("run__")
+        from records that are not rollup rows (egress records, billed usage)."""
+        chosen = {
+            "team_id": self.team_id,
+            "accelerator_type": self.accelerator_type,
+            "region": self.region,
+            "usage_policy_name": self.usage_policy_name,
+        }
+        return Q(**{f"{prefix}{name}": value for name, value in chosen.items() if value})
+
 
 @dataclass(frozen=True)
 class MonthToDate:
@@ -89,16 +100,7 @@ def cost_rows(team_ids: Iterable[int], filters: CostFilters | None = None) -> Qu
     rows = CostDaily.objects.filter(team_id__in=list(team_ids))
     if filters is None:
         return rows
-    rows = rows.filter(day__gte=filters.start, day__lte=filters.end)
-    if filters.team_id:
-        rows = rows.filter(team_id=filters.team_id)
-    if filters.accelerator_type:
-        rows = rows.filter(accelerator_type=filters.accelerator_type)
-    if filters.region:
-        rows = rows.filter(region=filters.region)
-    if filters.usage_policy_name:
-        rows = rows.filter(usage_policy_name=filters.usage_policy_name)
-    return rows
+    return rows.filter(filters.dimensions(), day__gte=filters.start, day__lte=filters.end)
 
 
 def summary_rows(team_ids: Iterable[int], filters: CostFilters) -> QuerySet[CostDailyTeam] | None:
@@ -250,15 +252,9 @@ def month_to_date(team_ids: Iterable[int], now: datetime, extra: Sequence[dict[s
 def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:
     """Bytes (and how many of them derived estimates) and priced USD per region pair in the range; two queries."""
     begin, end = utc_midnight(filters.start), utc_midnight(filters.end + timedelta(days=1))
-    records = EgressRecord.objects.filter(run__team_id__in=list(team_ids), ts__gte=begin, ts__lt=end)
-    if filters.team_id:
-        records = records.filter(run__team_id=filters.team_id)
-    if filters.accelerator_type:
-        records = records.filter(run__accelerator_type=filters.accelerator_type)
-    if filters.region:
-        records = records.filter(run__region=filters.region)
-    if filters.usage_policy_name:
-        records = records.filter(run__usage_policy_name=filters.usage_policy_name)
+    records = EgressRecord.objects.filter(
+        filters.dimensions("run__"), run__team_id__in=list(team_ids), ts__gte=begin, ts__lt=end
+    )
     rows = list(records.values_list("ts", "source_region", "destination_region", "bytes", "origin"))
     prices = egress_prices({(r[1], r[2]) for r in rows})
     flows: dict[tuple[str, str], dict] = {}

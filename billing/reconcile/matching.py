@@ -409,19 +409,12 @@ def billed_egress(team_ids: Iterable[int], filters: reports.CostFilters) -> tupl
     team and is never here), dated (`usage_date`) in [start, end], under the page's run filters.
     """
     usage = BilledUsage.objects.filter(
+        filters.dimensions("run__"),
         billing_origin_product=NETWORKING,
         run__team_id__in=list(team_ids),
         usage_date__gte=filters.start,
         usage_date__lte=filters.end,
     )
-    if filters.team_id:
-        usage = usage.filter(run__team_id=filters.team_id)
-    if filters.accelerator_type:
-        usage = usage.filter(run__accelerator_type=filters.accelerator_type)
-    if filters.region:
-        usage = usage.filter(run__region=filters.region)
-    if filters.usage_policy_name:
-        usage = usage.filter(run__usage_policy_name=filters.usage_policy_name)
     rows = usage.values_list("usage_metadata", "usage_quantity", "usage_unit", "billed_usd")
     return _egress_routes([(metadata or {}, quantity, unit, usd) for metadata, quantity, unit, usd in rows])
 
