@@ -42,6 +42,10 @@ class Cancel:
     outcome: str = CancelOutcome.SKIPPED
     output: str = ""
 
+    def describe(self, reason: str) -> str:
+        """The line the run's event, a policy's notice and its webhook payload say."""
+        return f"{reason}: cancel {CancelOutcome(self.outcome).label.lower()} via {self.method or 'nothing'}"
+
 
 def request_cancel(run: Run, *, reason: str, now: datetime, details: dict[str, Any] | None = None) -> Cancel:
     """Ask `run` to stop, once. `reason` heads the run's event; `details` are kept on it."""
@@ -52,12 +56,12 @@ def request_cancel(run: Run, *, reason: str, now: datetime, details: dict[str, A
         return Cancel(requested=False, output="a cancel was already requested, or the run has ended")
     run.cancel_requested_at = now
     method, outcome, output = _by_method(run, reason)
-    message = f"{reason}: cancel {CancelOutcome(outcome).label.lower()} via {method or 'nothing'}"
+    done = Cancel(requested=True, method=method, outcome=outcome, output=output[-OUTPUT_TAIL:])
     RunEvent.objects.create(
-        run=run, ts=now, kind=RunEventKind.CANCEL_REQUESTED, message=message,
+        run=run, ts=now, kind=RunEventKind.CANCEL_REQUESTED, message=done.describe(reason),
         details={**(details or {}), "method": method, "outcome": outcome},
     )  # fmt: skip
-    return Cancel(requested=True, method=method, outcome=outcome, output=output[-OUTPUT_TAIL:])
+    return done
 
 
 def _by_method(run: Run, reason: str) -> tuple[str, str, str]:

@@ -29,8 +29,6 @@ from runs.choices import RunEventKind
 from runs.models import GpuMinute, Run, RunEvent
 
 logger = logging.getLogger(__name__)
-# Output of a cancel command kept on the PolicyAction.
-OUTPUT_TAIL = 2000
 # Telemetry older than this at the time of a pass says nothing about the GPUs now.
 IDLE_DATA_STALE = timedelta(minutes=5)
 
@@ -98,9 +96,10 @@ def cancel_run(policy: UsagePolicy, run: Run, kind: str, reason: str, now: datet
     if action is None:
         return None
     done = cancel.request_cancel(run, reason=reason, now=now, details={"policy": policy.name, "action": kind})
-    action.method, action.outcome, action.output_tail = done.method, done.outcome, done.output[-OUTPUT_TAIL:]
+    # The output is already cut to runs.cancel.OUTPUT_TAIL (and redacted) by the cancel path.
+    action.method, action.outcome, action.output_tail = done.method, done.outcome, done.output
     action.save(update_fields=["method", "outcome", "output_tail"])
-    message = f"{reason}: cancel {EnforcementOutcome(done.outcome).label.lower()} via {done.method or 'nothing'}"
+    message = done.describe(reason)
     alerts.notify(policy, alerts.Notice(f"[Airboard] {policy.name}: run {run.external_id} cancelled",
                                         f"Run {run.external_id} ({run.experiment_name}): {message}.",
                                         {"event": "run_cancel", "policy": policy.name, "run_id": run.external_id,
