@@ -44,6 +44,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import connection, reset_queries
+from django.db.models import F
 from django.test import Client
 
 from runs.choices import AcceleratorType, RunStatus
@@ -99,6 +100,9 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
         [Node(attempt=a, index=0, host=f"10.0.{i // 250}.{i % 250}", status=a.status) for i, a in enumerate(attempts)],
         batch_size=5000,
     )
+    # A year of runs was last written when each one ended, not all at once now (bulk_create
+    # stamps `updated_at`): the stored failed-run costs read that (billing.costs.failed).
+    Run.objects.filter(team=team).exclude(ended_at=None).update(updated_at=F("ended_at"))
     print(f"  {len(runs):,} runs, attempts and nodes", flush=True)
     hours = int(span.total_seconds() // 3600)
     minutes_from = now.replace(second=0, microsecond=0) - timedelta(days=args.minute_days)
@@ -150,9 +154,9 @@ def enrich(team: Group, now: datetime) -> None:
        which prices every run with the cost engine, and stores the failed runs' failed-attempt
        cost (`billing.costs.failed`; backfilled on a workspace rolled up before it existed).
     """
-    from billing.costs.failed import backfill
+    from billing.costs.failed import BACKFILL, backfill
     from billing.costs.rollups import refresh_changed
-    from billing.models import AcceleratorPrice, CostDaily, FailedRunCost
+    from billing.models import AcceleratorPrice, CostDaily
     from billing.prices.pricebook import load_default_prices
     from runs.failures.postmortem import classify_run
     from runs.models import FailureAnalysis
@@ -188,12 +192,19 @@ def enrich(team: Group, now: datetime) -> None:
             f"in {time.perf_counter() - began:.0f} s",
             flush=True,
         )
-    if FailedRunCost.objects.count() < failed.count():
-        # A workspace rolled up before the failed runs' costs were stored: what later passes backfill.
-        began = time.perf_counter()
-        stored = 0
-        while batch := backfill(now):
-            stored += batch
+    if failed.filter(updated_at__gt=F("ended_at")).exists():
+        # Built before `build` dated each run's last write to its end.
+        failed.update(updated_at=F("ended_at"))
+    # Figures missing or no longer usable (a workspace rolled up before the failed runs' costs were
+    # stored, or before the line above): what the beat's next passes backfill.
+    began = time.perf_counter()
+    stored = 0
+    # Bounded: a figure priced within SETTLE of its run's last write stays unusable.
+    for _ in range(failed.count() // BACKFILL + 1):
+        if not (batch := backfill(now)):
+            break
+        stored += batch
+    if stored:
         print(f"  failed-attempt costs stored for {stored:,} runs in {time.perf_counter() - began:.0f} s", flush=True)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
