@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
+from django.db import connection
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -24,7 +25,13 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
-from dashboard.csv_export import csv_response, csv_streaming_response, datetime_column
+from dashboard.csv_export import (
+    SqlIntegerCell,
+    copy_streaming_response,
+    csv_response,
+    csv_streaming_response,
+    sql_cell,
+)
 from dashboard.schemas import EARLIEST, LATEST
 from runs import cancel, compare, glance
 from runs.choices import CancelOutcome
@@ -176,26 +183,27 @@ CSV_FIELDS = (
 )  # fmt: skip
 
 
-def _runs_csv(runs: QuerySet[Run]) -> StreamingHttpResponse:
-    """Stream the filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
+def runs_csv(runs: QuerySet[Run], now: datetime, *, by_database: bool) -> StreamingHttpResponse:
+    """The filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
-    Read as tuples in chunks (`values_list(...).iterator()`) and written through the one CSV
-    writer (`csv_streaming_response`). A running run's duration counts up to the moment the
-    download started, the same instant for every row.
+    A running run's duration counts up to `now`, the same instant for every row. `by_database`
+    (PostgreSQL): COPY writes the rows from the `cell()` rules in SQL (`sql_cell`), ~0.3 s at
+    100,000 runs where reading tuples and writing them in Python took 1.3 s; else tuples are read
+    in chunks and written by the one Python writer. Both write the same bytes
+    (tests/dashboard/test_csv_copy.py).
     """
-    now = timezone.now()
-    # The three times read as integers on PostgreSQL and rebuilt (csv_export.datetime_column).
-    times = [datetime_column(name) for name in ("submitted_at", "started_at", "ended_at")]
-    columns = [*CSV_FIELDS[:-4], *(read for read, _ in times), CSV_FIELDS[-1]]
-    as_datetime = times[0][1]
+    filename = f"runs-{now:%Y-%m-%d}.csv"
+    if by_database:
+        cells = [sql_cell(runs, name) for name in CSV_FIELDS]
+        cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
+        return copy_streaming_response(filename, CSV_HEADER, runs.values_list(*cells))
 
     def rows() -> Iterator[list[object]]:
-        for *fields, submitted, started, ended, mlflow_run_id in runs.values_list(*columns).iterator(chunk_size=2000):
-            submitted, started, ended = as_datetime(submitted), as_datetime(started), as_datetime(ended)
+        for *fields, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(chunk_size=2000):
             duration = "" if started is None else int(max((ended or now) - started, timedelta(0)).total_seconds())
-            yield [*fields, submitted, started, ended, duration, mlflow_run_id]
+            yield [*fields, started, ended, duration, mlflow_run_id]
 
-    return csv_streaming_response(f"runs-{now:%Y-%m-%d}.csv", CSV_HEADER, rows())
+    return csv_streaming_response(filename, CSV_HEADER, rows())
 
 
 @login_required
@@ -208,7 +216,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         runs = filter_runs(runs, getattr(form, "cleaned_data", {}))
     runs, sort = sort_runs(runs, request.GET.get("sort", DEFAULT_SORT))
     if request.GET.get("format") == "csv":
-        return _runs_csv(runs)
+        return runs_csv(runs, timezone.now(), by_database=connection.vendor == "postgresql")
     page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
     page.object_list = glance.attach(page.object_list)
 

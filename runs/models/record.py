@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -146,6 +147,15 @@ class Run(models.Model):
         end = self.ended_at or timezone.now()
         return max(end - self.started_at, timedelta(0))
 
+    @staticmethod
+    def duration_seconds_sql(now: datetime) -> models.Func:
+        """`duration` in whole seconds as SQL (PostgreSQL), a running run's end being `now`.
+
+        For the run list's CSV written by COPY; tests/dashboard/test_csv_copy.py pins it to
+        `int(duration.total_seconds())` at the same `now`.
+        """
+        return _DurationSeconds(models.F("ended_at"), models.Value(now), models.F("started_at"))
+
     def mlflow_link(self) -> str:
         """The MLflow UI link: the recorded one, else one built from AIRBOARD_MLFLOW_UI_URL."""
         if self.mlflow_url:
@@ -154,6 +164,23 @@ class Run(models.Model):
         if template and self.mlflow_run_id:
             return template.replace("{run_id}", self.mlflow_run_id)
         return ""
+
+
+class _DurationSeconds(models.Func):
+    """FLOOR(seconds of GREATEST(COALESCE(end, now) - start, 0)): NULL when the run has not started."""
+
+    output_field = models.BigIntegerField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        (ended, ended_params), (now, now_params), (started, started_params) = (
+            compiler.compile(expression) for expression in self.source_expressions
+        )
+        # GREATEST skips NULLs, so a run not started is asked for first: its duration is NULL.
+        sql = (
+            f"CASE WHEN {started} IS NULL THEN NULL ELSE"
+            f" FLOOR(EXTRACT(EPOCH FROM GREATEST(COALESCE({ended}, {now}) - {started}, interval '0')))::bigint END"
+        )
+        return sql, [*started_params, *ended_params, *now_params, *started_params]
 
 
 class Attempt(models.Model):

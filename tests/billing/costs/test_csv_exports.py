@@ -82,7 +82,7 @@ def test_streamed_csv_is_the_same_file_in_chunks() -> None:
 
 
 def test_run_list_times_are_the_stored_instants(world: World) -> None:
-    """The run list's CSV reads its times as integers on PostgreSQL (datetime_column): the cells
+    """The run list's CSV (COPY on PostgreSQL, the Python writer on SQLite): the cells
     are the stored instants to the microsecond, as `cell()` writes the ORM's datetimes, and the
     duration of a running run counts up to the download."""
     started = T0 + timedelta(seconds=1, microseconds=806124)
