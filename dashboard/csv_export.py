@@ -137,14 +137,14 @@ def copy_streaming_response(filename: str, header: Sequence[str], queryset: Quer
 def _copy_chunks(header: Sequence[str], sql: str, params: Sequence[Any]) -> Iterator[bytes]:
     head = io.StringIO()
     csv.writer(head, lineterminator="\r\n").writerow([cell(h) for h in header])
-    rows: list[bytes | memoryview] = [head.getvalue().encode()[:-2]]
+    rows: list[bytes] = [head.getvalue().encode()[:-2]]
     # A reader that stops early closes this generator mid-COPY: psycopg cancels the COPY, which
     # aborts the transaction it ran in; in a savepoint of its own only the savepoint is lost.
     with transaction.atomic(), connection.cursor() as cursor:
         statement = connection.ops.compose_sql(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params)
         with cursor.copy(statement) as copy:
             for row in copy:
-                rows.append(row[:-1])
+                rows.append(row[:-1].tobytes())  # bytes: held memoryviews are GC-tracked (a full collection a download)
                 if len(rows) > STREAM_CHUNK_ROWS:
                     yield b"\r\n".join(rows) + b"\r\n"
                     rows = []
