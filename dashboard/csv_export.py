@@ -18,8 +18,6 @@ from typing import IO, Any
 
 from django.db import connection, transaction
 from django.db.models import (
-    AutoField,
-    BooleanField,
     CharField,
     DateTimeField,
     F,
@@ -112,7 +110,7 @@ def sql_cell(queryset: QuerySet[Any], name: str) -> Expression:
     field = queryset.query.resolve_ref(name).output_field
     if isinstance(field, DateTimeField):
         return SqlDatetimeCell(F(name))
-    if isinstance(field, IntegerField | AutoField) and not isinstance(field, BooleanField):
+    if isinstance(field, IntegerField):  # AutoField too; BooleanField is not one
         return SqlIntegerCell(F(name))
     if isinstance(field, CharField | TextField):
         return SqlTextCell(F(name))
@@ -136,8 +134,8 @@ def copy_streaming_response(filename: str, header: Sequence[str], queryset: Quer
 
 def _copy_chunks(header: Sequence[str], sql: str, params: Sequence[Any]) -> Iterator[bytes]:
     head = io.StringIO()
-    csv.writer(head, lineterminator="\r\n").writerow([cell(h) for h in header])
-    rows: list[bytes] = [head.getvalue().encode()[:-2]]
+    csv.writer(head, lineterminator="").writerow([cell(h) for h in header])  # ended by the join below
+    rows: list[bytes] = [head.getvalue().encode()]
     # A reader that stops early closes this generator mid-COPY: psycopg cancels the COPY, which
     # aborts the transaction it ran in; in a savepoint of its own only the savepoint is lost.
     with transaction.atomic(), connection.cursor() as cursor:

@@ -200,8 +200,9 @@ def runs_csv(runs: QuerySet[Run], now: datetime, *, by_database: bool) -> Stream
 
     def rows() -> Iterator[list[object]]:
         for *fields, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(chunk_size=2000):
-            duration = "" if started is None else int(max((ended or now) - started, timedelta(0)).total_seconds())
-            yield [*fields, started, ended, duration, mlflow_run_id]
+            duration = Run.duration_between(started, ended, now)
+            seconds = "" if duration is None else int(duration.total_seconds())
+            yield [*fields, started, ended, seconds, mlflow_run_id]
 
     return csv_streaming_response(filename, CSV_HEADER, rows())
 

@@ -142,14 +142,18 @@ class Run(models.Model):
 
     @property
     def duration(self) -> timedelta | None:
-        if not self.started_at:
+        return self.duration_between(self.started_at, self.ended_at, timezone.now())
+
+    @staticmethod
+    def duration_between(started: datetime | None, ended: datetime | None, now: datetime) -> timedelta | None:
+        """A run's duration from its times: None before it starts, up to `now` while it runs, never negative."""
+        if not started:
             return None
-        end = self.ended_at or timezone.now()
-        return max(end - self.started_at, timedelta(0))
+        return max((ended or now) - started, timedelta(0))
 
     @staticmethod
     def duration_seconds_sql(now: datetime) -> models.Func:
-        """`duration` in whole seconds as SQL (PostgreSQL), a running run's end being `now`.
+        """`duration_between` in whole seconds as SQL (PostgreSQL), a running run's end being `now`.
 
         For the run list's CSV written by COPY; tests/dashboard/test_csv_copy.py pins it to
         `int(duration.total_seconds())` at the same `now`.
