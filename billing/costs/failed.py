@@ -35,7 +35,8 @@ from runs.choices import RunSource, RunStatus
 from runs.models import Attempt, Run
 
 FAILED_STATUSES = tuple(RunStatus.failed())
-# As billing.costs.rollups.CURSOR_OVERLAP: how late a run's write may become visible.
+# How late a run's write may become visible: `updated_at` is stamped before its transaction
+# commits. The rollup pass re-reads this much behind its cursor (rollups.CURSOR_OVERLAP is this).
 SETTLE = timedelta(minutes=2)
 # Failed runs without a usable stored figure that one rollup pass prices (a new install's backfill).
 BACKFILL = 20_000

@@ -41,8 +41,9 @@ STATE_NAME = "costs"
 # A worker that died holding the lease gives it up after this; a pass takes seconds.
 LEASE = timedelta(minutes=10)
 # Run.updated_at is stamped by the writer's clock before its transaction commits, so a run
-# saved just before our read may become visible just after it: re-read a little overlap.
-CURSOR_OVERLAP = timedelta(minutes=2)
+# saved just before our read may become visible just after it: re-read a little overlap. The
+# same lag decides when a stored failed-run cost is still the engine's (billing.costs.failed).
+CURSOR_OVERLAP = failed.SETTLE
 # Runs priced per batch: bounds memory and keeps IN lists under SQLite's variable limit.
 CHUNK = 2000
 DIMENSIONS = ("team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type", "region")
