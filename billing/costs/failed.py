@@ -78,11 +78,26 @@ def price_book() -> str:
     return digest.hexdigest()
 
 
+# Classic runs on a cluster: their share of its uptime moves with the other runs on it, so their
+# figure is never stored and always priced.
+ON_SHARED_CLUSTER = Q(source=RunSource.CLASSIC, cluster__isnull=False)
+
+
+def _stale(book: str) -> Q:
+    """Runs whose stored figure is missing or no longer the engine's answer: priced with another
+    price book (`book` is today's digest), or not SETTLE after the run's last write."""
+    return (
+        Q(failed_cost__isnull=True)
+        | ~Q(failed_cost__price_book=book)
+        | Q(failed_cost__priced_at__lte=F("updated_at") + SETTLE)
+    )
+
+
 def _storable(run_ids: Iterable[int]) -> set[int]:
     """Of `run_ids`, the failed runs whose figure may be stored (not classic runs on a cluster)."""
     return set(
         Run.objects.filter(pk__in=list(run_ids), status__in=FAILED_STATUSES)
-        .exclude(source=RunSource.CLASSIC, cluster__isnull=False)
+        .exclude(ON_SHARED_CLUSTER)
         .values_list("pk", flat=True)
     )
 
@@ -111,14 +126,7 @@ def cache(breakdowns: dict[int, RunBreakdown], as_of: datetime, book: str | None
 def backfill(as_of: datetime, limit: int = BACKFILL) -> int:
     """Price and store up to `limit` failed runs whose stored figure is missing or no longer usable."""
     book = price_book()
-    unusable = (
-        Q(failed_cost__isnull=True)
-        | ~Q(failed_cost__price_book=book)
-        | Q(failed_cost__priced_at__lte=F("updated_at") + SETTLE)
-    )
-    runs = Run.objects.filter(unusable, status__in=FAILED_STATUSES).exclude(
-        source=RunSource.CLASSIC, cluster__isnull=False
-    )
+    runs = Run.objects.filter(_stale(book), status__in=FAILED_STATUSES).exclude(ON_SHARED_CLUSTER)
     ids = list(runs.order_by("pk").values_list("pk", flat=True)[:limit])
     stored = 0
     for i in range(0, len(ids), CHUNK):
@@ -137,15 +145,11 @@ def failed_attempts_cost(run_ids: Iterable[int], now: datetime | None = None) ->
     ids = list(run_ids)
     if not ids:
         return {}
-    running = Attempt.objects.filter(run_id=OuterRef("run_id"), started_at__isnull=False, ended_at__isnull=True)
+    running = Attempt.objects.filter(run_id=OuterRef("pk"), started_at__isnull=False, ended_at__isnull=True)
     stored = (
-        FailedRunCost.objects.filter(
-            run_id__in=ids, price_book=price_book(), priced_at__gt=F("run__updated_at") + SETTLE
-        )
-        .exclude(run__source=RunSource.CLASSIC, run__cluster__isnull=False)
-        .exclude(Exists(running))
+        Run.objects.filter(pk__in=ids).exclude(_stale(price_book())).exclude(ON_SHARED_CLUSTER).exclude(Exists(running))
     )
-    usable = dict(stored.values_list("run_id", "compute"))
+    usable = dict(stored.values_list("pk", "failed_cost__compute"))
     rest = [pk for pk in ids if pk not in usable]
     if not rest:
         return usable
