@@ -19,7 +19,8 @@ written by the beat's own pass (`billing.costs.rollups.refresh_changed`, ~45 s).
 Each page is fetched `--repeat` times through Django's full stack in process (a signed-in team
 member, not staff) and printed with its median time and its query count, and whether it is
 under the 300 ms target. A streamed download (the run list's CSV) is timed to its last byte,
-and its first bytes are timed too.
+and its first bytes are timed too. Two fixed reference figures (`machine_speed`) are printed
+before the pages: page times from machines whose references differ do not compare.
 """
 
 from __future__ import annotations
@@ -206,8 +207,40 @@ def enrich(team: Group, now: datetime) -> None:
         stored += batch
     if stored:
         print(f"  failed-attempt costs stored for {stored:,} runs in {time.perf_counter() - began:.0f} s", flush=True)
+    # What autovacuum leaves a settled database with: the build's updates had left as many dead
+    # rows as live ones in runs_run (99,819 of 100,000), and no visibility map for index-only scans.
+    # Quick once done (3 s on a vacuumed workspace).
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        cursor.execute("VACUUM (ANALYZE)")
+
+
+def machine_speed(repeat: int = 5) -> str:
+    """This machine's speed in two fixed figures, so page times taken on different machines compare.
+
+    The same pages on the same workspace took 2.5-3x longer on one 2-core machine than on another;
+    these two references moved with them. PostgreSQL: format and sort 100,000 timestamps in one
+    process. Python: a fixed loop.
+    """
+    sql = (
+        "SELECT count(*) FROM (SELECT to_char(timestamptz '2026-01-01' + g * interval '1 second',"
+        " 'YYYY-MM-DD\"T\"HH24:MI:SS') AS t FROM generate_series(1, 100000) g ORDER BY t DESC) s"
+    )
+    database, python = [], []
+    with connection.cursor() as cursor:
+        cursor.execute("SET max_parallel_workers_per_gather = 0")
+        for _ in range(repeat):
+            began = time.perf_counter()
+            cursor.execute(sql)
+            cursor.fetchone()
+            database.append((time.perf_counter() - began) * 1000)
+            began = time.perf_counter()
+            sum(i * i % 7 for i in range(1_000_000))
+            python.append((time.perf_counter() - began) * 1000)
+        cursor.execute("RESET max_parallel_workers_per_gather")
+    return (
+        f"machine speed: PostgreSQL reference {statistics.median(database):.0f} ms,"
+        f" Python reference {statistics.median(python):.0f} ms (median of {repeat}; lower is faster)"
+    )
 
 
 def time_page(client: Client, url: str, repeat: int) -> tuple[float, float | None, int, int]:
@@ -276,6 +309,7 @@ def main() -> None:
     ]  # fmt: skip
     print(f"{runs.count():,} runs, {GpuHour.objects.count():,} hour and {GpuMinute.objects.count():,} minute rollups")
     print(f"load average {os.getloadavg()}")
+    print(machine_speed())
     pages = [url for url in pages if args.only in url]
     met = 0
     for url in pages:
