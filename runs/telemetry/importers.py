@@ -303,7 +303,8 @@ SMI_FIELDS: dict[str, tuple[str, int]] = {
 }
 SMI_DEVICE_IDS = ("uuid", "gpu_uuid", "pci.bus_id", "gpu_bus_id")
 SMI_IDS = {"index", "timestamp", "name", "gpu_name", *SMI_DEVICE_IDS}
-_HEADER_CELL = re.compile(r"([a-z][a-z0-9_.]*)\s*(?:\[([^\]]*)\])?")
+# Field names as `--help-query-gpu` lists them, camelCase included (encoder.stats.sessionCount).
+_HEADER_CELL = re.compile(r"([A-Za-z][A-Za-z0-9_.]*)\s*(?:\[([^\]]*)\])?")
 _SMI_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 
 
@@ -314,7 +315,7 @@ def _smi_header(cells: list[str]) -> list[tuple[str, str]] | None:
         match = _HEADER_CELL.fullmatch(cell.strip())
         if not match:
             return None
-        parsed.append((match.group(1), match.group(2) or ""))
+        parsed.append((match.group(1).lower(), match.group(2) or ""))
     if not any(name in SMI_FIELDS or name in SMI_IDS for name, _ in parsed):
         return None
     return parsed
@@ -531,6 +532,23 @@ DCGMI_FIELDS: dict[str, tuple[str, float]] = {
 }
 
 
+def _dcgmi_header(line: str) -> list[str] | None:
+    """The column names of a `dcgmi dmon` header line, or None when `line` is not one.
+
+    Current dcgmi writes `#Entity   SMACT ...`; the DCGM user guide's examples show `# Entity  GRACT ...`.
+    """
+    if not line.startswith("#"):
+        return None
+    words = line[1:].split()
+    if not words or words[0].lower() != "entity":
+        return None
+    return words[1:]
+
+
+# What dcgmi prints when dmon is stopped by Ctrl-C (dcgmi/DeviceMonitor.cpp, its spelling).
+DCGMI_STOPPED = "dmon was stopped do to receiving a signal"
+
+
 def parse_dcgmi_dmon(text: str, start: datetime | None = None) -> ParseResult:
     """`dcgmi dmon -e ...`: a `#Entity SMACT ...` header, an `ID` unit line, then `GPU 0  0.5 ...`.
 
@@ -546,8 +564,8 @@ def parse_dcgmi_dmon(text: str, start: datetime | None = None) -> ParseResult:
     ticker: _Ticker | None = None
     for number, line in _lines(text, out):
         stripped = line.strip()
-        if stripped.lower().startswith("#entity"):
-            columns = stripped[len("#entity") :].split()
+        if (header := _dcgmi_header(stripped)) is not None:
+            columns = header
             for skipped in before_header:
                 out.problem(skipped, "not dcgmi dmon output (before the `#Entity` header)")
             before_header = []
@@ -556,8 +574,8 @@ def parse_dcgmi_dmon(text: str, start: datetime | None = None) -> ParseResult:
             before_header.append(number)
             continue
         tokens = stripped.split()
-        if tokens[0] == "ID" or stripped.startswith("#"):
-            continue  # the unit line under the header
+        if tokens[0].upper() == "ID" or stripped.startswith("#") or stripped.startswith(DCGMI_STOPPED):
+            continue  # the unit line under the header (`ID`, or `Id` in older output); Ctrl-C's last words
         if tokens[0] != "GPU":
             out.problem(number, f"entity {' '.join(tokens[:2])[:40]!r} is not a GPU: not imported")
             continue
@@ -596,6 +614,8 @@ DCGM_FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_USED": ("memory_used_bytes", float(MIB)),
     "DCGM_FI_DEV_FB_TOTAL": ("memory_total_bytes", float(MIB)),
     "DCGM_FI_DEV_FB_FREE": ("_fb_free", float(MIB)),
+    # In dcgm-exporter's default counters (no FB_TOTAL): used + free leaves it out (dcgm-exporter #271).
+    "DCGM_FI_DEV_FB_RESERVED": ("_fb_reserved", float(MIB)),
     "DCGM_FI_DEV_POWER_USAGE": ("power_watts", 1.0),
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_watts", 1.0),
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_watts", 1.0),
@@ -612,6 +632,9 @@ DCGM_FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_kbps", 1 / 1024),
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_kbps", 1 / 1024),
 }
+# Not supported on MIG instances: dcgm-exporter writes them as 0 there (NVIDIA/dcgm-exporter #216,
+# #50: "use DCGM_FI_PROF_GR_ENGINE_ACTIVE"), so on a GPU_I_ID line they are no reading at all.
+DCGM_NOT_ON_MIG = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"})
 # Folded fields: (stand-in, the field it fills when that is missing).
 DCGM_STAND_INS = (("_gr_engine_active", "utilization_gpu"), ("_dram_active", "utilization_memory"))
 # DCGM's "blank" values (dcgm_structs.h): a field with no data reads as these, and the
@@ -736,7 +759,7 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
                 out.problem(number, f"{sample.name[:60]!r} is not a DCGM field")
             continue  # another DCGM field (XID, ECC, NVLink...): no column for it
         labels = sample.labels
-        hostname = labels.get("Hostname")
+        hostname = labels.get("Hostname") or labels.get("hostname")  # lower case since dcgm-exporter #655
         if hostname:
             host = host or hostname
             if hostname != host:
@@ -747,6 +770,8 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
                 raise ValueError("no gpu label")
             gpu = _gpu_index(labels["gpu"])
             if labels.get("GPU_I_ID"):
+                if sample.name in DCGM_NOT_ON_MIG:
+                    continue
                 gpu = mig_gpu_index(gpu, _gpu_index(labels["GPU_I_ID"]))
             try:
                 value: float | None = float(sample.value)
@@ -783,11 +808,11 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
 
 
 def _fold_dcgm(read: dict[str, float | None]) -> dict[str, float | None]:
-    """DCGM fields as VALUE_FIELDS: total = FB_TOTAL, else used + free; DCP activities stand in."""
+    """DCGM fields as VALUE_FIELDS: total = FB_TOTAL, else used + free (+ reserved); DCP activities stand in."""
     values = {name: read.get(name) for name in VALUE_FIELDS}
     free, used = read.get("_fb_free"), values["memory_used_bytes"]
     if values["memory_total_bytes"] is None and used is not None and free is not None:
-        values["memory_total_bytes"] = used + free
+        values["memory_total_bytes"] = used + free + (read.get("_fb_reserved") or 0.0)
     for stand_in, target in DCGM_STAND_INS:
         if values[target] is None:
             values[target] = read.get(stand_in)
@@ -867,6 +892,14 @@ _DMON_COLUMNS = {"pwr", "gtemp", "temp", "sm", "mem", "pclk", "mclk", "fb", "enc
 _DMON_DATA = re.compile(r"[\d\s.:-]+")
 
 
+def _dmon_header(line: str) -> bool:
+    """`# gpu pwr gtemp ...` (or its CSV form): nvidia-smi dmon's header."""
+    if not line.startswith("#"):
+        return False
+    tokens = set(line.lstrip("#").replace(",", " ").lower().split())
+    return "gpu" in tokens and bool(tokens & _DMON_COLUMNS)
+
+
 def detect_format(text: str) -> str | None:
     """The format of a telemetry file from its first lines, or None when it is none we read.
 
@@ -876,15 +909,17 @@ def detect_format(text: str) -> str | None:
     head = [line.strip() for _number, line in itertools.islice(_lines(text), 200)]
     if any(line.startswith(("# HELP ", "# TYPE ", "DCGM_FI_")) for line in head):
         return TelemetryFormat.DCGM
+    # A header wins over the lines above it: the command that produced the file
+    # (`dcgmi dmon -e 1001,1004`, `nvidia-smi dmon -i 0,1`) has commas but is no CSV.
     for stripped in head:
-        if stripped.lower().startswith("#entity"):
+        if _dcgmi_header(stripped) is not None:
             return TelemetryFormat.DCGMI_DMON
+        if _dmon_header(stripped):
+            return TelemetryFormat.DMON
+    for stripped in head:
         if stripped.startswith("#"):
-            tokens = set(stripped.lstrip("#").replace(",", " ").lower().split())
-            if "gpu" in tokens and tokens & _DMON_COLUMNS:
-                return TelemetryFormat.DMON
             continue
-        if "," in stripped:
+        if "," in stripped or _smi_header([stripped]) is not None:  # a one-column query has no comma
             return TelemetryFormat.NVIDIA_SMI_CSV
         if _DMON_DATA.fullmatch(stripped):
             return TelemetryFormat.DMON
