@@ -14,7 +14,8 @@ What a run is (the one documented choice for runs without a GPU):
    its GPUs: a task that holds GPUs is GPU time either way.
 2. **Classic GPU**: a run on a cluster (`existing_cluster_id`, `cluster_instance`, the run's
    or a task's `new_cluster`, or a `job_clusters[]` entry named by a task's
-   `job_cluster_key`) whose driver or worker instance type carries GPUs.
+   `job_cluster_key`) whose driver or worker instance type carries GPUs, or whose spec asks
+   for a GPU runtime (`-gpu-` in `spark_version`) on an instance type we cannot count GPUs of.
 3. **Anything else is skipped**, never stored: notebook and pipeline jobs on CPU clusters or
    serverless CPU are not GPU workloads, and a stored run would count GPU time
    (`num_accelerators` defaults to 1). A classic run on a cluster we cannot see (not listed,
@@ -295,14 +296,27 @@ def spec_gpus(spec: dict[str, Any]) -> int:
     return (driver.count if driver else 0) + spec_workers(spec) * (worker.count if worker else 0)
 
 
+def unknown_gpu_specs(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cluster specs of the run on a GPU runtime whose instance types Airboard cannot count GPUs of.
+
+    Databricks starts a GPU runtime (`spark_version` such as '13.3.x-gpu-ml-scala2.12') only on
+    GPU instance types, so such a spec is a GPU cluster even when the type is not in our table.
+    """
+    return [
+        spec
+        for _, spec in new_cluster_specs(record)
+        if "-gpu-" in str(spec.get("spark_version") or "").lower() and not spec_gpus(spec)
+    ]
+
+
 def classify(record: dict[str, Any], known_cluster_gpus: dict[str, int]) -> str:
     """AI_RUNTIME, CLASSIC or NOT_GPU (see the module docstring); `known_cluster_gpus` by cluster id."""
     if ai_runtime_compute(record) is not None:
         return RunKind.AI_RUNTIME
     specs = new_cluster_specs(record)
     spec_ids = {cid for cid, _ in specs if cid}
-    if any(spec_gpus(spec) for _, spec in specs):
-        return RunKind.CLASSIC
+    if any(spec_gpus(spec) for _, spec in specs) or unknown_gpu_specs(record):
+        return RunKind.CLASSIC  # a GPU runtime on an unknown type is kept as a cluster we cannot see
     others = [cid for cid in cluster_ids_of(record) if cid not in spec_ids]
     if any(known_cluster_gpus.get(cid, 1) for cid in others):
         return RunKind.CLASSIC  # a GPU cluster, or one we cannot see (kept: see the docstring)

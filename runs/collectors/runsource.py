@@ -60,6 +60,7 @@ from runs.collectors.jobs_records import (
     new_cluster_specs,
     spec_gpus,
     task_attempts,
+    unknown_gpu_specs,
     usage_policy_id_of,
 )
 from runs.collectors.state import CollectResult, save_cursor, track
@@ -508,6 +509,12 @@ def gpu_records(
     # GPUs with one worker up: zero only when neither the driver nor a worker has a GPU.
     gpus = {cid: cluster_gpus(c, 1) for cid, c in known.items()}
     kept = [r for r in records if classify(r, gpus) != RunKind.NOT_GPU]
+    for record in kept:
+        for spec in unknown_gpu_specs(record):
+            result.say(
+                f"runs: {record.get('run_id')}: GPU runtime {spec.get('spark_version')!r} on instance type "
+                f"{spec.get('node_type_id')!r} Airboard does not know: kept, GPU count unknown"
+            )
     if skipped := len(records) - len(kept):
         result.say(f"runs: {skipped} record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored")
     return kept

@@ -297,6 +297,33 @@ def test_an_unknown_accelerator_type_is_named_and_not_stored_as_one(world: World
     assert Run.objects.get(external_id="9001").accelerator_type == ""
 
 
+def test_a_gpu_runtime_on_an_instance_type_airboard_does_not_know_is_kept_and_named(world: World) -> None:
+    # g7e (RTX PRO 6000 Blackwell; AWS blog "How Synthesia optimizes generative AI video inference on
+    # Amazon EC2 G7e instances", g7e.2xlarge) is a real EC2 GPU family our table lacks; the spec shape
+    # is NVIDIA/spark-rapids-examples' Databricks start_cluster.sh with that worker type.
+    spec = {"spark_version": "13.3.x-gpu-ml-scala2.12", "node_type_id": "g7e.2xlarge", "num_workers": 2}
+    record = {
+        "run_id": 9101, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
+        "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": spec}],
+        "tasks": [
+            {"task_key": "t", "run_id": 9102, "job_cluster_key": "gpu", "notebook_task": {"notebook_path": "/n"}},
+        ],
+    }  # fmt: skip
+    cpu = {**record, "run_id": 9201, "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": {
+        "spark_version": "13.3.x-cpu-ml-scala2.12", "node_type_id": "m5.xlarge", "num_workers": 2,
+    }}]}  # fmt: skip
+
+    result = runsource.collect_once(_Client([record, cpu]))
+
+    assert (
+        "runs: 9101: GPU runtime '13.3.x-gpu-ml-scala2.12' on instance type 'g7e.2xlarge' Airboard does not know: "
+        "kept, GPU count unknown"
+    ) in result.lines
+    run = Run.objects.get(external_id="9101")
+    assert (run.source, run.instance_type) == (RunSource.CLASSIC, "g7e.2xlarge")
+    assert not Run.objects.filter(external_id="9201").exists()
+
+
 class _Client:
     def __init__(self, runs: list[dict[str, Any]]) -> None:
         self.runs = runs
