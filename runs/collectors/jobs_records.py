@@ -173,8 +173,28 @@ def ai_runtime_compute(record: dict[str, Any]) -> tuple[str, int] | None:
     if isinstance(legacy, dict):
         compute = legacy.get("compute") or {}
         if legacy.get("training_script_path") or compute.get("gpu_type"):
-            return str(compute.get("gpu_type") or ""), int(compute.get("num_gpus") or 0)
+            count = int(compute.get("num_gpus") or 0)
+            return legacy_accelerator_type(str(compute.get("gpu_type") or ""), count), count
     return None
+
+
+def legacy_accelerator_type(gpu_type: str, num_gpus: int) -> str:
+    """The accelerator type of a legacy `gen_ai_compute_task.compute.gpu_type`, else the name unchanged.
+
+    Older runs carry the backend's GPU names, which the CLI shows as A10 and H100
+    (databricks/cli 7bbe285213 `experimental/air/cmd/format.go`, `gpuDisplayNames`: "h100_80gb",
+    "a10"); newer ones the accelerator type itself. `num_gpus` is the total across nodes, so
+    H100s come on 8-GPU nodes when they fill whole nodes, on the 1-GPU shape when there is one;
+    any other H100 count fits no shape and stays unknown.
+    """
+    if gpu_type == "a10":
+        return AcceleratorType.A10_1.value
+    if gpu_type == "h100_80gb":
+        if num_gpus == 1:
+            return AcceleratorType.H100_1.value
+        if num_gpus and num_gpus % GPUS_PER_NODE[AcceleratorType.H100_8] == 0:
+            return AcceleratorType.H100_8.value
+    return gpu_type
 
 
 def strip_user_prefix(name: str) -> str:

@@ -331,12 +331,15 @@ def workload_fields(latest: dict[str, Any], result: CollectResult | None = None)
         return {}, 1
     accelerator_type, count = compute
     fields: dict[str, Any] = {"experiment_name": experiment_of(latest)}
+    if count > 0:
+        fields["num_accelerators"] = count
+    # An unknown type keeps its GPU count and retries: only the shape (and so nodes) is unknown.
     per_node = accelerator_shape(accelerator_type)
     if per_node is None:
         if result is not None:
             result.say(f"runs: {latest.get('run_id')}: accelerator type {accelerator_type!r} is not one Airboard knows")
-        return fields, 1
-    fields |= {"accelerator_type": accelerator_type, "num_accelerators": count, "gpus_per_node": per_node}
+    else:
+        fields |= {"accelerator_type": accelerator_type, "gpus_per_node": per_node}
     if (retries := max_retries_of(latest)) is not None:
         fields["max_retries"] = retries
     parameters: dict[str, Any] = {"mlflow_run_name": mlflow_run_name_of(latest), "sweep": is_sweep(latest)}
@@ -349,7 +352,7 @@ def workload_fields(latest: dict[str, Any], result: CollectResult | None = None)
         "sweep_iterations": sweep.get("total"),
     }
     fields["parameters"] = {key: value for key, value in parameters.items() if value}
-    return fields, max(count // per_node, 1)
+    return fields, max(count // per_node, 1) if per_node else 1
 
 
 def run_data(

@@ -286,7 +286,7 @@ def test_an_air_get_envelope_is_fetched_as_the_jobs_run(settings, world: World, 
 def test_an_unknown_accelerator_type_is_named_and_not_stored_as_one(world: World) -> None:
     record = {
         "run_id": 9001, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
-        "tasks": [{"task_key": "t", "run_id": 9002, "ai_runtime_task": {
+        "tasks": [{"task_key": "t", "run_id": 9002, "max_retries": 2, "ai_runtime_task": {
             "experiment": "x", "deployments": [{"compute": {"accelerator_type": "GPU_4xA100", "accelerator_count": 4}}],
         }}],
     }  # fmt: skip
@@ -294,34 +294,44 @@ def test_an_unknown_accelerator_type_is_named_and_not_stored_as_one(world: World
     result = runsource.collect_once(_Client([record]))
 
     assert "runs: 9001: accelerator type 'GPU_4xA100' is not one Airboard knows" in result.lines
-    assert Run.objects.get(external_id="9001").accelerator_type == ""
+    run = Run.objects.get(external_id="9001")
+    # The shape is unknown, the GPUs asked for and the retry budget are not.
+    assert (run.accelerator_type, run.num_accelerators, run.max_retries) == ("", 4, 2)
 
 
-def test_a_gpu_runtime_on_an_instance_type_airboard_does_not_know_is_kept_and_named(world: World) -> None:
-    # g7e (RTX PRO 6000 Blackwell; AWS blog "How Synthesia optimizes generative AI video inference on
-    # Amazon EC2 G7e instances", g7e.2xlarge) is a real EC2 GPU family our table lacks; the spec shape
-    # is NVIDIA/spark-rapids-examples' Databricks start_cluster.sh with that worker type.
-    spec = {"spark_version": "13.3.x-gpu-ml-scala2.12", "node_type_id": "g7e.2xlarge", "num_workers": 2}
-    record = {
-        "run_id": 9101, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
-        "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": spec}],
-        "tasks": [
-            {"task_key": "t", "run_id": 9102, "job_cluster_key": "gpu", "notebook_task": {"notebook_path": "/n"}},
-        ],
+def _legacy_run(run_id: int, gpu_type: str, num_gpus: int) -> dict[str, Any]:
+    """The `runs/get` answer of databricks/cli 7bbe285213 acceptance/experimental/air/get/test.toml
+    (a legacy `gen_ai_compute_task`), with the backend's GPU name in `compute.gpu_type` as the CLI's
+    `gpuDisplayNames` (experimental/air/cmd/format.go) knows them: "h100_80gb", "a10"."""
+    return {
+        "run_id": run_id, "run_page_url": f"https://my-workspace.cloud.databricks.test/jobs/runs/{run_id}",
+        "creator_user_name": "bob@example.com", "start_time": 1700000000000, "end_time": 1700000012000,
+        "state": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS"},
+        "tasks": [{"task_key": "train", "run_id": run_id + 1, "attempt_number": 0, "max_retries": 3,
+            "gen_ai_compute_task": {
+                "mlflow_experiment_name": "/Users/user@example.com/my-exp",
+                "compute": {"gpu_type": gpu_type, "num_gpus": num_gpus}, "dl_runtime_image": "ml-runtime-gpu:1.0",
+            }}],
     }  # fmt: skip
-    cpu = {**record, "run_id": 9201, "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": {
-        "spark_version": "13.3.x-cpu-ml-scala2.12", "node_type_id": "m5.xlarge", "num_workers": 2,
-    }}]}  # fmt: skip
 
-    result = runsource.collect_once(_Client([record, cpu]))
 
-    assert (
-        "runs: 9101: GPU runtime '13.3.x-gpu-ml-scala2.12' on instance type 'g7e.2xlarge' Airboard does not know: "
-        "kept, GPU count unknown"
-    ) in result.lines
-    run = Run.objects.get(external_id="9101")
-    assert (run.source, run.instance_type) == (RunSource.CLASSIC, "g7e.2xlarge")
-    assert not Run.objects.filter(external_id="9201").exists()
+def test_legacy_backend_gpu_names_are_read_as_accelerator_types(world: World) -> None:
+    records = [_legacy_run(9300, "h100_80gb", 16), _legacy_run(9310, "h100_80gb", 1), _legacy_run(9320, "a10", 2)]
+
+    result = runsource.collect_once(_Client(records))
+
+    assert not [line for line in result.lines if "not one Airboard knows" in line]
+    got = {
+        run.external_id: (run.accelerator_type, run.num_accelerators, run.gpus_per_node, run.max_retries)
+        for run in Run.objects.filter(external_id__in=["9300", "9310", "9320"])
+    }
+    assert got == {
+        "9300": ("GPU_8xH100", 16, 8, 3),
+        "9310": ("GPU_1xH100", 1, 1, 3),
+        "9320": ("GPU_1xA10", 2, 1, 3),
+    }
+    # 16 H100s on 8-GPU nodes: two nodes an attempt.
+    assert Run.objects.get(external_id="9300").attempts.get().nodes.count() == 2
 
 
 class _Client:
