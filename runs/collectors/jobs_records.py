@@ -7,8 +7,8 @@ Databricks CLI's `experimental/air/cmd/joblist.go` and its acceptance fixtures).
 
 What a run is (the one documented choice for runs without a GPU):
 
-1. **AI Runtime (serverless GPU)**: the first task, unwrapped from a `for_each_task` sweep,
-   carries `ai_runtime_task` (GPUs in `deployments[0].compute`), or the older tool's
+1. **AI Runtime (serverless GPU)**: a task (the first that does: `workload_entry`), unwrapped
+   from a `for_each_task` sweep, carries `ai_runtime_task` (GPUs in `deployments[0].compute`), or the older tool's
    `gen_ai_compute_task` with a `training_script_path` or GPUs in `compute`. The CLI's own
    list filter asks for the script path, yet `air get`'s fixture run has none and still names
    its GPUs: a task that holds GPUs is GPU time either way.
@@ -41,16 +41,34 @@ class RunKind:
     NOT_GPU = "not_gpu"
 
 
+def _carries_workload(task: dict[str, Any]) -> bool:
+    inner = (task.get("for_each_task") or {}).get("task") or {}
+    return any(
+        isinstance(t, dict) and (t.get("ai_runtime_task") or t.get("gen_ai_compute_task")) for t in (task, inner)
+    )
+
+
+def workload_entry(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's entry in `tasks` that carries the workload, or its first task when none does.
+
+    The CLI's own runs hold one task, but an `ai_runtime_task` composes with other tasks in a
+    job (a notebook that prepares data, then the training task), and `runs/get` does not
+    promise task order: the first entry carrying `ai_runtime_task` or `gen_ai_compute_task`
+    (directly or in a `for_each_task` sweep) is the workload's.
+    """
+    tasks = [t for t in record.get("tasks") or [] if isinstance(t, dict)]
+    return next((t for t in tasks if _carries_workload(t)), tasks[0] if tasks else None)
+
+
 def workload_task(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The task that carries the workload: the first task, or a sweep's iterated task settings.
+    """The task settings that carry the workload: `workload_entry`, or a sweep's iterated task.
 
     As the CLI's `firstTask`: a `for_each_task` sweep holds the workload in
     `for_each_task.task`; the outer task keeps the run id, window and attempts.
     """
-    tasks = record.get("tasks") or []
-    if not tasks or not isinstance(tasks[0], dict):
+    first = workload_entry(record)
+    if first is None:
         return None
-    first = tasks[0]
     if first.get("ai_runtime_task") or first.get("gen_ai_compute_task"):
         return first
     inner = (first.get("for_each_task") or {}).get("task")
@@ -58,8 +76,8 @@ def workload_task(record: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def is_sweep(record: dict[str, Any]) -> bool:
-    tasks = record.get("tasks") or []
-    return bool(tasks) and isinstance(tasks[0], dict) and bool(tasks[0].get("for_each_task"))
+    entry = workload_entry(record)
+    return entry is not None and bool(entry.get("for_each_task"))
 
 
 def for_each_task_run_id(record: dict[str, Any]) -> int | None:
@@ -80,8 +98,8 @@ def for_each_task_run_id(record: dict[str, Any]) -> int | None:
 
 def sweep_total(record: dict[str, Any]) -> int | None:
     """Iterations the sweep will run (`for_each_task.stats.task_run_stats.total_iterations`), if said."""
-    tasks = record.get("tasks") or [{}]
-    stats = ((tasks[0].get("for_each_task") or {}).get("stats") or {}).get("task_run_stats") or {}
+    entry = workload_entry(record) or {}
+    stats = ((entry.get("for_each_task") or {}).get("stats") or {}).get("task_run_stats") or {}
     value = stats.get("total_iterations")
     return int(value) if isinstance(value, int) else None
 
@@ -109,7 +127,7 @@ def iteration_records(parent: dict[str, Any], iterated: dict[str, Any]) -> list[
       the run's `sweep_*` parameters.
     """
     entries = [e for e in iterated.get("iterations") or [] if isinstance(e, dict) and e.get("run_id") is not None]
-    inner = ((parent.get("tasks") or [{}])[0].get("for_each_task") or {}).get("task") or {}
+    inner = ((workload_entry(parent) or {}).get("for_each_task") or {}).get("task") or {}
     by_key: dict[Any, list[dict[str, Any]]] = {}
     for entry in entries:
         by_key.setdefault(entry.get("task_key"), []).append(entry)
@@ -231,23 +249,23 @@ def accelerator_shape(accelerator_type: str) -> int | None:
 
 
 def task_attempts(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The first task's attempts in this record, oldest first.
+    """The workload task's attempts in this record (`workload_entry`'s `task_key`), oldest first.
 
     Jobs lists each try of a task as its own entry of `tasks` (same `task_key`, its own
     `run_id`, `attempt_number` from 0, its own window and state); a record with no tasks is
     one attempt of itself.
     """
     tasks = [t for t in record.get("tasks") or [] if isinstance(t, dict)]
-    if not tasks:
+    entry = workload_entry(record)
+    if entry is None:
         return []
-    key = tasks[0].get("task_key")
-    same = [t for t in tasks if t.get("task_key") == key] if key is not None else tasks[:1]
+    key = entry.get("task_key")
+    same = [t for t in tasks if t.get("task_key") == key] if key is not None else [entry]
     return sorted(same, key=lambda t: int(t.get("attempt_number") or 0))
 
 
 def max_retries_of(record: dict[str, Any]) -> int | None:
-    tasks = record.get("tasks") or []
-    value = tasks[0].get("max_retries") if tasks and isinstance(tasks[0], dict) else None
+    value = (workload_entry(record) or {}).get("max_retries")
     return int(value) if isinstance(value, int) and value >= 0 else None
 
 

@@ -334,6 +334,48 @@ def test_legacy_backend_gpu_names_are_read_as_accelerator_types(world: World) ->
     assert Run.objects.get(external_id="9300").attempts.get().nodes.count() == 2
 
 
+def test_an_ai_runtime_task_after_another_task_is_the_runs_workload(world: World) -> None:
+    # A job composing a data-prep notebook with the training task, as docs.databricks.com
+    # machine-learning/ai-runtime/productionizing-training-workloads ("compose it with other
+    # tasks") shows it: task settings as that page's bundle, ai_runtime_task as the CLI submits
+    # it (tests/data/databricks/SOURCES.md); the train task was retried once.
+    train = {
+        "task_key": "train", "depends_on": [{"task_key": "prepare"}], "max_retries": 1,
+        "ai_runtime_task": {"experiment": "llama-ft", "deployments": [{
+            "command_path": "/Workspace/Users/bob@example.com/.air/cli_launch/llama-ft/command.sh",
+            "compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 16},
+        }]},
+    }  # fmt: skip
+    record = {
+        "run_id": 9500, "creator_user_name": "bob@example.com", "start_time": 1793000000000,
+        "state": {"life_cycle_state": "RUNNING"},
+        "tasks": [
+            {"task_key": "prepare", "run_id": 9501, "attempt_number": 0, "environment_key": "default",
+             "notebook_task": {"notebook_path": "/Workspace/prep"}, "start_time": 1793000000000,
+             "end_time": 1793000600000, "state": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS"}},
+            {**train, "run_id": 9502, "attempt_number": 0, "start_time": 1793000600000, "end_time": 1793001200000,
+             "state": {"life_cycle_state": "TERMINATED", "result_state": "FAILED"}},
+            {**train, "run_id": 9503, "attempt_number": 1, "start_time": 1793001300000,
+             "state": {"life_cycle_state": "RUNNING"}},
+        ],
+    }  # fmt: skip
+
+    runsource.collect_once(_Client([record]))
+
+    run = Run.objects.get(external_id="9500")
+    assert (run.source, run.accelerator_type, run.num_accelerators, run.max_retries) == (
+        RunSource.SERVERLESS, "GPU_8xH100", 16, 1,
+    )  # fmt: skip
+    assert run.experiment_name == "llama-ft"
+    # The train task's tries, not the notebook's: two attempts of two nodes each.
+    attempts = list(run.attempts.order_by("number"))
+    assert [(a.number, a.status) for a in attempts] == [(1, RunStatus.FAILED), (2, RunStatus.RUNNING)]
+    assert attempts[0].started_at == datetime.fromtimestamp(1793000600, tz=UTC)
+    assert [a.nodes.count() for a in attempts] == [2, 2]
+    # Task order in runs/get is not promised: the same run listed train-first reads the same.
+    assert classify({**record, "tasks": record["tasks"][::-1]}, {}) == RunKind.AI_RUNTIME
+
+
 class _Client:
     def __init__(self, runs: list[dict[str, Any]]) -> None:
         self.runs = runs
