@@ -25,6 +25,9 @@ timeout apart; the newer `status` object is the fallback):
     status.state RUNNING, TERMINATING                                 -> running
     status TERMINATED + termination code SUCCESS(_WITH_FAILURES)      -> succeeded
     status TERMINATED + USER_CANCELED, CANCELED, SKIPPED              -> cancelled
+    status TERMINATED + MAX_CONCURRENT_RUNS_EXCEEDED, DISABLED,
+      WORKSPACE_RUN_LIMIT_EXCEEDED, MAX_JOB_QUEUE_SIZE_EXCEEDED,
+      BUDGET_POLICY_LIMIT_EXCEEDED                                    -> cancelled (never ran)
     status TERMINATED + any other code (DRIVER_ERROR, CLUSTER_ERROR)  -> failed
 """
 
@@ -102,8 +105,17 @@ _TERMINATION_CODE = {
     "SUCCESS": RunStatus.SUCCEEDED,
     "SUCCESS_WITH_FAILURES": RunStatus.SUCCEEDED,
     "USER_CANCELED": RunStatus.CANCELLED,
+    # By the platform, "for example, if the maximum run duration was exceeded" (the SDK's
+    # TerminationCodeCode): not always a timeout, so not called one.
     "CANCELED": RunStatus.CANCELLED,
     "SKIPPED": RunStatus.CANCELLED,
+    # Never ran, as MAXIMUM_CONCURRENT_RUNS_REACHED and DISABLED are on the `state` path: the job's
+    # or the workspace's concurrency limit, the job's queue, a disabled run, a budget policy.
+    "MAX_CONCURRENT_RUNS_EXCEEDED": RunStatus.CANCELLED,
+    "WORKSPACE_RUN_LIMIT_EXCEEDED": RunStatus.CANCELLED,
+    "MAX_JOB_QUEUE_SIZE_EXCEEDED": RunStatus.CANCELLED,
+    "DISABLED": RunStatus.CANCELLED,
+    "BUDGET_POLICY_LIMIT_EXCEEDED": RunStatus.CANCELLED,
 }
 
 

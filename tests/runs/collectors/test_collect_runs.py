@@ -246,6 +246,20 @@ def test_a_run_that_cannot_be_fetched_stays_tracked(world: World) -> None:
         ({"status": {"state": "TERMINATED", "termination_details": {"code": "SUCCESS"}}}, RunStatus.SUCCEEDED),
         ({"status": {"state": "TERMINATED", "termination_details": {"code": "USER_CANCELED"}}}, RunStatus.CANCELLED),
         ({"status": {"state": "TERMINATED", "termination_details": {"code": "DRIVER_ERROR"}}}, RunStatus.FAILED),
+        # The newer API's records carry only `status` (databricks/cli's
+        # TestJobRunWaitReportsFailedTaskWithoutDeprecatedState): a run that never started is
+        # cancelled there too, as MAXIMUM_CONCURRENT_RUNS_REACHED is on the `state` path.
+        *(
+            ({"status": {"state": "TERMINATED", "termination_details": {"code": code}}}, RunStatus.CANCELLED)
+            for code in (
+                "MAX_CONCURRENT_RUNS_EXCEEDED",
+                "WORKSPACE_RUN_LIMIT_EXCEEDED",
+                "MAX_JOB_QUEUE_SIZE_EXCEEDED",
+                "DISABLED",
+                "BUDGET_POLICY_LIMIT_EXCEEDED",
+            )
+        ),
+        ({"status": {"state": "TERMINATED", "termination_details": {"code": "CLOUD_FAILURE"}}}, RunStatus.FAILED),
         ({}, RunStatus.QUEUED),
     ],
 )
