@@ -33,6 +33,7 @@ timeout apart; the newer `status` object is the fallback):
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
@@ -196,10 +197,28 @@ class TeamResolver:
 # --- Clusters ---------------------------------------------------------------------------------
 
 
+# AWS zones are the region and a letter (us-west-2a, us-gov-west-1b); GCP zones the region, a dash
+# and a letter (us-central1-a, europe-west4-b). Databricks' own values ("auto" on AWS, "HA" and
+# "AUTO" on GCP) and AWS Local Zones (us-west-2-lax-1a) name no region of their own.
+_AWS_ZONE = re.compile(r"(?P<region>[a-z]{2}(?:-gov)?-[a-z]+-\d+)[a-z]")
+_GCP_ZONE = re.compile(r"(?P<region>[a-z]+-[a-z]+\d+)-[a-z]")
+
+
 def region_from_zone(zone_id: str) -> str:
-    """'us-west-2a' -> 'us-west-2'; 'auto' or an unknown shape -> ''."""
-    if zone_id and zone_id[-1].isalpha() and zone_id[-2:-1].isdigit():
-        return zone_id[:-1]
+    """'us-west-2a' (AWS) or 'us-central1-a' (GCP) -> the region; 'auto', 'HA' or another shape -> ''."""
+    match = _AWS_ZONE.fullmatch(zone_id) or _GCP_ZONE.fullmatch(zone_id)
+    return match["region"] if match else ""
+
+
+def cluster_region(record: dict[str, Any]) -> str:
+    """The region of a `clusters list` / `clusters get` record, from its AWS or GCP zone.
+
+    Azure records name no location (the workspace's region is not in them): ''.
+    """
+    for attributes in ("aws_attributes", "gcp_attributes"):
+        zone = (record.get(attributes) or {}).get("zone_id")
+        if isinstance(zone, str) and (region := region_from_zone(zone)):
+            return region
     return ""
 
 
@@ -227,7 +246,7 @@ def cluster_fields(record: dict[str, Any]) -> dict[str, Any]:
         "single_user_name": record.get("single_user_name") or "",
         "runtime_engine": record.get("runtime_engine") or "",
         "docker_image": (record.get("docker_image") or {}).get("url") or "",
-        "region": region_from_zone((record.get("aws_attributes") or {}).get("zone_id") or ""),
+        "region": cluster_region(record),
         "state": record.get("state") or "",
         "start_time": ms_to_dt(record.get("start_time")),
         "last_restarted_time": ms_to_dt(record.get("last_restarted_time")),
