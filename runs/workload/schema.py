@@ -15,6 +15,12 @@ admission and the launcher all read `Workload.max_retries`); `usage_policy_name`
 `dependencies` or `version`; `code_source.type: snapshot` with `snapshot.root_path`,
 `snapshot.git` (branch xor commit; `remote` only `false`), `snapshot.include_paths` and
 `snapshot.remote_volume` under `/Volumes/`; permissions with exactly one principal and a level.
+
+Newer than that commit, as Databricks' workload YAML reference documents them (docs.databricks.com
+.../machine-learning/ai-runtime/connecting/cli/yaml-config; the flat `code_source` needs CLI
+1.20.0 or later): `code_source` may hold the snapshot's keys directly (`code_source: {root_path:
+.}`), and `compute` takes `pool_id` (provisioned GPU capacity) and `priority_class` (BEST_EFFORT,
+NORMAL or CRITICAL, only with `pool_id`). The older tool's `node_pool_id` and `pool_name` stay refused.
 `GPU_8xB300` is accepted beside the CLI's three types (the seeds list it in preview).
 
 Two things the CLI lets through and we do not:
@@ -55,7 +61,8 @@ TOP_KEYS = (
     "mlflow_experiment_directory", "permissions", "usage_policy_name", "usage_policy_id",
 )
 # fmt: on
-COMPUTE_KEYS = ("accelerator_type", "num_accelerators")
+COMPUTE_KEYS = ("accelerator_type", "num_accelerators", "pool_id", "priority_class")
+PRIORITY_CLASSES = ("BEST_EFFORT", "NORMAL", "CRITICAL")
 ENVIRONMENT_KEYS = ("dependencies", "version", "docker_image")
 DOCKER_IMAGE_KEYS = ("url", "tag_policy", "credentials_scope", "credentials_key")
 TAG_POLICIES = ("auto", "latest")
@@ -521,6 +528,10 @@ class _Checker:
             self.required(section, "accelerator_type", path), (*path, "accelerator_type"), tuple(AcceleratorType.values)
         )
         count = self.integer(self.required(section, "num_accelerators", path), (*path, "num_accelerators"), 1)
+        self.string(section.get("pool_id"), (*path, "pool_id"), numbers_ok=True)
+        priority = self.one_of(section.get("priority_class"), (*path, "priority_class"), PRIORITY_CLASSES)
+        if priority is not None and section.get("pool_id") is None:
+            self.add((*path, "priority_class"), "applies to provisioned GPU capacity only: give compute.pool_id too")
         if accelerator is None or count is None:
             return {}
         per_node = GPUS_PER_NODE[AcceleratorType(accelerator)]
@@ -587,6 +598,12 @@ class _Checker:
 
     def code_source(self, value: Any) -> dict[str, Any] | None:
         path: Path = ("code_source",)
+        if isinstance(value, dict) and value and not {"type", "snapshot"} & value.keys():
+            # The flat form: the snapshot's keys straight under code_source.
+            flat = self.mapping(value, path, SNAPSHOT_KEYS)
+            if flat is not None:
+                self.snapshot(flat, path)
+            return flat
         section = self.mapping(value, path, CODE_SOURCE_KEYS)
         if section is None:
             return None
@@ -595,15 +612,18 @@ class _Checker:
             self.add((*path, "type"), f"must be snapshot (the only type), got {_describe(kind)}")
         snapshot_path: Path = (*path, "snapshot")
         snapshot = self.mapping(self.required(section, "snapshot", path), snapshot_path, SNAPSHOT_KEYS)
-        if snapshot is None:
-            return section
+        if snapshot is not None:
+            self.snapshot(snapshot, snapshot_path)
+        return section
+
+    def snapshot(self, snapshot: dict[str, Any], snapshot_path: Path) -> None:
+        """A local directory to archive: `root_path`, and optionally a volume, a git revision and paths."""
         self.string(self.required(snapshot, "root_path", snapshot_path), (*snapshot_path, "root_path"))
         volume = self.string(snapshot.get("remote_volume"), (*snapshot_path, "remote_volume"))
         if volume is not None and not volume.startswith("/Volumes/"):
             self.add((*snapshot_path, "remote_volume"), "must be a volume path starting with /Volumes/")
         self.git(snapshot.get("git"), (*snapshot_path, "git"))
         self.include_paths(snapshot.get("include_paths"), (*snapshot_path, "include_paths"))
-        return section
 
     def git(self, value: Any, path: Path) -> None:
         section = self.mapping(value, path, GIT_KEYS)

@@ -142,8 +142,8 @@ def test_missing_required_keys_are_all_reported() -> None:
 
 def test_missing_compute_keys_point_at_compute() -> None:
     text = "experiment_name: x\ncommand: go\ncompute:\n  pool_id: p\n"
-    # The older tool's compute.pool_id is gone from the CLI's schema.
-    assert where(text) == [(3, "compute.accelerator_type"), (3, "compute.num_accelerators"), (4, "compute.pool_id")]
+    # A pool (provisioned capacity) still needs the accelerators asked of it.
+    assert where(text) == [(3, "compute.accelerator_type"), (3, "compute.num_accelerators")]
 
 
 def test_wrong_type_is_named() -> None:
@@ -190,9 +190,40 @@ def test_unknown_accelerator_type(accelerator: str) -> None:
     assert "must be one of GPU_1xA10, GPU_1xH100, GPU_8xH100, GPU_8xB300" in problem.message
 
 
-@pytest.mark.parametrize("key", ["pool_id: p1", "priority_class: NORMAL", "node_pool_id: p1", "pool_name: p"])
+@pytest.mark.parametrize("key", ["node_pool_id: p1", "pool_name: p"])
 def test_the_older_tools_pool_keys_are_refused(key: str) -> None:
     assert where(with_compute("GPU_8xH100", 8, f"  {key}\n")) == [(5, f"compute.{key.split(':')[0]}")]
+
+
+# Provisioned GPU capacity, as Databricks' workload YAML reference documents compute.pool_id and
+# compute.priority_class (docs.databricks.com/aws/en/machine-learning/ai-runtime/connecting/cli/yaml-config).
+@pytest.mark.parametrize(
+    "keys",
+    [
+        "  pool_id: gpu-pool-1\n",
+        "  pool_id: gpu-pool-1\n  priority_class: BEST_EFFORT\n",
+        "  pool_id: 1234\n  priority_class: CRITICAL\n",
+    ],
+)
+def test_provisioned_capacity_keys_accepted(keys: str) -> None:
+    assert parse_workload(with_compute("GPU_8xH100", 8, keys)).num_accelerators == 8
+
+
+@pytest.mark.parametrize(
+    ("keys", "found"),
+    [
+        ("  priority_class: NORMAL\n", [(5, "compute.priority_class")]),
+        ("  pool_id: p\n  priority_class: normal\n", [(6, "compute.priority_class")]),
+        ("  pool_id: ''\n", [(5, "compute.pool_id")]),
+    ],
+)
+def test_provisioned_capacity_keys_refused(keys: str, found: list[tuple[int, str]]) -> None:
+    assert where(with_compute("GPU_8xH100", 8, keys)) == found
+
+
+def test_priority_class_without_a_pool_says_why() -> None:
+    [problem] = problems_of(with_compute("GPU_8xH100", 8, "  priority_class: NORMAL\n"))
+    assert "give compute.pool_id too" in problem.message
 
 
 @pytest.mark.parametrize(
@@ -399,10 +430,27 @@ def test_environment_shapes_refused(environment: str, paths: list[str]) -> None:
         "{type: snapshot, snapshot: {root_path: ., git: {commit: 'a1b2c3d', remote: false}}}",
         "{type: snapshot, snapshot: {root_path: ., git: {branch: release/v1.2_rc-1}}}",
         "{type: snapshot, snapshot: {root_path: ., remote_volume: /Volumes/main/ml/code}}",
+        # The flat form of the current reference's example (`code_source: root_path: .`, CLI 1.20+).
+        "{root_path: .}",
+        "{root_path: ., git: {branch: main}, include_paths: [src]}",
     ],
 )
 def test_code_source_shapes_accepted(code_source: str) -> None:
     parse_workload(with_extra(f"code_source: {code_source}\n"))
+
+
+def test_the_workload_references_example_parses() -> None:
+    """The example atop Databricks' workload YAML reference (connecting/cli/yaml-config), verbatim."""
+    text = (
+        "experiment_name: my-training\n"
+        "compute:\n  accelerator_type: GPU_1xA10\n  num_accelerators: 1\n"
+        "environment:\n  version: 6\n  dependencies:\n    - torch\n"
+        "code_source:\n  root_path: .\n"
+        "command: python $CODE_SOURCE_PATH/train.py\n"
+    )
+    workload = parse_workload(text)
+    assert workload.code_source == {"root_path": "."}
+    assert (workload.accelerator_type, workload.num_accelerators) == ("GPU_1xA10", 1)
 
 
 S = "code_source.snapshot"
@@ -426,6 +474,10 @@ S = "code_source.snapshot"
         ("{type: snapshot, snapshot: {root_path: ., git: {commit: 0123456}}}", [f"{S}.git.commit"]),
         ("{type: snapshot, snapshot: {root_path: ., remote_volume: /dbfs/code}}", [f"{S}.remote_volume"]),
         ("{type: snapshot, snapshot: {root_path: ., include_paths: []}}", [f"{S}.include_paths"]),
+        ("{root_path: ., depth: 1}", ["code_source.depth"]),
+        ("{remote_volume: /Volumes/main/ml/code}", ["code_source.root_path"]),
+        ("{root_path: ., remote_volume: /dbfs/code}", ["code_source.remote_volume"]),
+        ("{root_path: ., include_paths: ['../up']}", ["code_source.include_paths[0]"]),
         ("{type: snapshot, snapshot: {root_path: ., include_paths: ['../up', '/etc', 'C:\\\\x', 'a/../../b', ok]}}", [
             f"{S}.include_paths[0]",
             f"{S}.include_paths[1]",
