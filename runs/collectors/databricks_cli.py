@@ -160,8 +160,12 @@ class CliClient:
         return unwrap_list(run_json(self.clusters_argv, self.timeout), "clusters", "cluster_id")
 
 
-class SdkClient:  # pragma: no cover - databricks-sdk is not installed in this project's environments
-    """The same calls through databricks-sdk's WorkspaceClient (host + token from settings)."""
+class SdkClient:
+    """The same calls through databricks-sdk's WorkspaceClient (host + token from settings).
+
+    The SDK comes with MLflow. Its typed records keep every field the readers use
+    (tests/runs/collectors/test_sdk_client.py, against a stand-in of the REST API).
+    """
 
     def __init__(self, host: str, token: str) -> None:
         from databricks.sdk import WorkspaceClient
