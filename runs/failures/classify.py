@@ -22,6 +22,7 @@ from runs.failures.rules import (
     CLASSES,
     EXIT_CODE_CLASSES,
     HARMLESS,
+    NCCL_FATAL_WARN,
     OVERFLOW,
     OVERFLOW_STREAK,
     PROGRESS,
@@ -87,7 +88,7 @@ def match_rule(text: str) -> Rule | None:
     """
     text = BOILERPLATE.sub(" ", text[:MAX_SCAN_CHARS])
     matched = _RULE_SET.Match(text)
-    if not matched or HARMLESS.search(text):
+    if not matched or (HARMLESS.search(text) and not NCCL_FATAL_WARN.search(text)):
         return None
     return RULES[min(matched)]
 

@@ -170,9 +170,10 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "capacity_unavailable",
-            "No GPU capacity available",
-            "The cloud had no capacity for the requested instance type. Retry later, allow other zones or "
-            "regions, accept an equivalent GPU type, or use reserved capacity.",
+            "No GPU capacity or quota available",
+            "The cloud had no capacity for the requested instance type, or the account's quota for it is "
+            "used up. Retry later, allow other zones or regions, accept an equivalent GPU type, or use "
+            "reserved capacity; for a quota, ask the cloud for an increase.",
         ),
         FailureClass(
             "cancelled",
@@ -212,6 +213,8 @@ RULES: tuple[Rule, ...] = (
         r"GPU is lost",
         r"GpuIsLost",
         r"GPU_IS_LOST",
+        # nvidia-smi's words for a GPU the driver can no longer reach (fallen off the bus).
+        r"Unable to determine the device handle for GPU",
     ),
     _rule(
         "timeout",
@@ -256,6 +259,9 @@ RULES: tuple[Rule, ...] = (
         r"address the out of memory issue: \S*ray-oom-prevention",
         r"OOM when allocating tensor.{0,200}?device:CPU",
         r"OOMKilled",
+        # A DataLoader worker's shared memory (/dev/shm) ran out: host memory, not the GPU's.
+        r"out of shared memory",
+        r"killed by signal: Bus error",
     ),
     _rule(
         "cuda_oom",
@@ -322,6 +328,8 @@ RULES: tuple[Rule, ...] = (
         # A binary built for another GPU architecture or CUDA version.
         r"invalid device function",
         r"no kernel image is available for execution",
+        r"NVIDIA driver on your system is too old",
+        r"CUDA Setup failed",  # bitsandbytes finding no usable CUDA libraries
     ),
     _rule(
         "nan_divergence",
@@ -329,8 +337,9 @@ RULES: tuple[Rule, ...] = (
         r"\bloss is nan\b",
         r"Loss became infinite or NaN",
         r"NaN or Inf found in input tensor",
-        r"\bloss\w*['\"]?\s*[:=]\s*['\"]?(nan|inf)\b",
+        r"\bloss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",  # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`
         r"non-finite loss",
+        r"found (NaN|Inf) in (local )?grad norm",  # Megatron's check
     ),
     _rule(
         "capacity_unavailable",
@@ -341,6 +350,8 @@ RULES: tuple[Rule, ...] = (
         r"no GPU capacity",
         r"do not have sufficient \S+ capacity",
         r"ZONE_RESOURCE_POOL_EXHAUSTED",
+        r"does not have enough resources available to fulfill the request",  # GCP's words for it
+        r"ResourceLimitExceeded",  # SageMaker: the account's instance quota
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
@@ -401,6 +412,8 @@ RULES: tuple[Rule, ...] = (
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
+        # The InfiniBand transport failing (status 12: retry count exceeded); NCCL logs it at WARN.
+        r"NET/IB ?: Got completion from peer .{0,200}?status=[1-9]",
     ),
     _rule(
         "segfault",
@@ -442,7 +455,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 # Lines that look alarming but are not failures; they are never evidence. Fatal NCCL lines
-# still count because the error itself is reported on a separate, non-WARN line.
+# still count because the error itself is reported on a separate, non-WARN line, except
+# NCCL_FATAL_WARN's.
 HARMLESS = compile_linear(
     r"NCCL INFO",
     r"NCCL WARN",
@@ -457,6 +471,10 @@ HARMLESS = compile_linear(
     r"To disable this warning",
     r"flight recorder",
 )
+
+# NCCL WARN lines that are a failure's own report (HARMLESS does not hide them): an InfiniBand
+# completion with an error status, after which NCCL only logs the error code (`-> 6`) at INFO.
+NCCL_FATAL_WARN = compile_linear(r"NET/IB ?: Got completion from peer .{0,200}?status=[1-9]")
 
 # Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
 # it, so the hint never becomes evidence ("...enable device-side assertions" is not a device
@@ -484,7 +502,7 @@ PROGRESS = compile_linear(
 RECOVERED_AFTER = 2
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
-OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping")
+OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping", r"Found NaN, decreased lg_loss_scale")
 OVERFLOW_STREAK = 5
 
 # Exit codes that say something on their own when the log does not.

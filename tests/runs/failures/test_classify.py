@@ -124,6 +124,16 @@ def test_harmless_warnings_do_not_fail_a_run() -> None:
     assert classify_text(text).class_id == "none"
 
 
+def test_an_infiniband_transport_error_at_warn_level_is_an_nccl_error() -> None:
+    """NCCL logs a failed IB completion at WARN, then only the error code at INFO (NVIDIA/nccl #1405)."""
+    warn = (
+        "w0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54862> with status=12"
+    )
+    text = f"{warn} opcode=0 len=0 vendor err 129 (Recv)\nw0:3468:3905 [4] NCCL INFO transport/net.cc:1302 -> 6\n"
+    assert classify_text(text).class_id == "nccl_error"
+    assert classify_text(text.replace("status=12", "status=0")).class_id == "none"  # a success is no error
+
+
 @pytest.mark.parametrize(("exit_code", "expected"), [(137, "host_oom"), (139, "segfault"), (1, "other"), (0, "none")])
 def test_exit_code_speaks_when_the_log_is_silent(exit_code: int, expected: str) -> None:
     verdict = classify_text("epoch 1 loss 0.3\n", exit_code=exit_code)
