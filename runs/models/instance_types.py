@@ -69,6 +69,7 @@ _GCP_MODELS = {"a2": "A100", "a3": "H100"}
 # GCP G2 (L4) names give vCPUs, not GPUs: g2-standard-24 holds 2, -48 4, -96 8, the rest 1
 # (Google Cloud's G2 machine types table, cloud.google.com/compute/docs/gpus).
 _GCP_G2 = {"4": 1, "8": 1, "12": 1, "16": 1, "24": 2, "32": 1, "48": 4, "96": 8}
+_GCP_G2_NAME = re.compile(r"g2-standard-(\d+)")
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def instance_gpus(instance_type: str) -> GpuSpec | None:
         return None
     if match := _GCP.match(name):
         return GpuSpec(_GCP_MODELS[match["family"]], int(match["count"]))
-    if match := re.match(r"^g2-standard-(\d+)$", name):
+    if match := _GCP_G2_NAME.fullmatch(name):
         count = _GCP_G2.get(match[1])
         return GpuSpec("L4", count) if count else None
     if known := _AZURE_GPUS.get(name.lower()):
