@@ -42,9 +42,10 @@ class RunKind:
 
 
 def _carries_workload(task: dict[str, Any]) -> bool:
-    inner = (task.get("for_each_task") or {}).get("task") or {}
+    sweep = task.get("for_each_task")
+    inner = sweep.get("task") if isinstance(sweep, dict) else None
     return any(
-        isinstance(t, dict) and (t.get("ai_runtime_task") or t.get("gen_ai_compute_task")) for t in (task, inner)
+        isinstance(t, dict) and bool(t.get("ai_runtime_task") or t.get("gen_ai_compute_task")) for t in (task, inner)
     )
 
 
@@ -90,7 +91,13 @@ def for_each_task_run_id(record: dict[str, Any]) -> int | None:
     """
     if not is_sweep(record):
         return None
-    tries = [t for t in record.get("tasks") or [] if isinstance(t, dict) and t.get("for_each_task")]
+    # The workload's own for-each task: a job may sweep a preparation notebook too.
+    key = (workload_entry(record) or {}).get("task_key")
+    tries = [
+        t
+        for t in record.get("tasks") or []
+        if isinstance(t, dict) and t.get("for_each_task") and (key is None or t.get("task_key") == key)
+    ]
     newest = max(tries, key=lambda t: int(t.get("attempt_number") or 0))
     value = newest.get("run_id")
     return int(value) if isinstance(value, int) or str(value or "").isdigit() else None

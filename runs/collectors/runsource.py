@@ -63,6 +63,7 @@ from runs.collectors.jobs_records import (
     mlflow_url,
     new_cluster_specs,
     spec_gpus,
+    spec_workers,
     task_attempts,
     unknown_gpu_specs,
     usage_policy_id_of,
@@ -216,7 +217,8 @@ def cluster_region(record: dict[str, Any]) -> str:
     Azure records name no location (the workspace's region is not in them): ''.
     """
     for attributes in ("aws_attributes", "gcp_attributes"):
-        zone = (record.get(attributes) or {}).get("zone_id")
+        section = record.get(attributes)
+        zone = section.get("zone_id") if isinstance(section, dict) else None
         if isinstance(zone, str) and (region := region_from_zone(zone)):
             return region
     return ""
@@ -362,15 +364,15 @@ def workload_fields(latest: dict[str, Any], result: CollectResult | None = None)
         return {}, 1
     accelerator_type, count = compute
     fields: dict[str, Any] = {"experiment_name": experiment_of(latest)}
-    if count > 0:
-        fields["num_accelerators"] = count
     # An unknown type keeps its GPU count and retries: only the shape (and so nodes) is unknown.
     per_node = accelerator_shape(accelerator_type)
     if per_node is None:
+        if count > 0:
+            fields["num_accelerators"] = count
         if result is not None:
             result.say(f"runs: {latest.get('run_id')}: accelerator type {accelerator_type!r} is not one Airboard knows")
     else:
-        fields |= {"accelerator_type": accelerator_type, "gpus_per_node": per_node}
+        fields |= {"accelerator_type": accelerator_type, "num_accelerators": count, "gpus_per_node": per_node}
     if (retries := max_retries_of(latest)) is not None:
         fields["max_retries"] = retries
     parameters: dict[str, Any] = {"mlflow_run_name": mlflow_run_name_of(latest), "sweep": is_sweep(latest)}
@@ -546,8 +548,9 @@ def gpu_records(
     for record in kept:
         for spec in unknown_gpu_specs(record):
             result.say(
-                f"runs: {record.get('run_id')}: GPU runtime {spec.get('spark_version')!r} on instance type "
-                f"{spec.get('node_type_id')!r} Airboard does not know: kept, GPU count unknown"
+                f"runs: {record.get('run_id')}: GPU runtime {spec.get('spark_version')!r} with no GPU Airboard can"
+                f" count (driver {spec.get('driver_node_type_id') or spec.get('node_type_id')!r}, workers"
+                f" {spec.get('node_type_id')!r} x{spec_workers(spec)}): kept, GPU count unknown"
             )
     if skipped := len(records) - len(kept):
         result.say(f"runs: {skipped} record(s) without a GPU (notebook, pipeline or CPU cluster jobs) not stored")

@@ -43,3 +43,7 @@ def test_an_aws_cluster_has_its_region_and_auto_has_none() -> None:
 def test_an_azure_cluster_names_no_region() -> None:
     record = {"node_type_id": "Standard_NC6s_v3", "azure_attributes": {"availability": "ON_DEMAND_AZURE"}}
     assert cluster_fields(record)["region"] == ""
+
+
+def test_attributes_that_are_not_objects_give_no_region() -> None:
+    assert cluster_fields({"gcp_attributes": ["x"], "aws_attributes": "us-west-2a"})["region"] == ""

@@ -376,6 +376,76 @@ def test_an_ai_runtime_task_after_another_task_is_the_runs_workload(world: World
     assert classify({**record, "tasks": record["tasks"][::-1]}, {}) == RunKind.AI_RUNTIME
 
 
+def test_a_gpu_runtime_on_an_instance_type_airboard_does_not_know_is_kept_and_named(world: World) -> None:
+    # g7e (RTX PRO 6000 Blackwell; AWS blog "How Synthesia optimizes generative AI video inference on
+    # Amazon EC2 G7e instances", g7e.2xlarge) is a real EC2 GPU family our table lacks; the spec shape
+    # is NVIDIA/spark-rapids-examples' Databricks start_cluster.sh with that worker type.
+    spec = {"spark_version": "13.3.x-gpu-ml-scala2.12", "node_type_id": "g7e.2xlarge", "num_workers": 2}
+    record = {
+        "run_id": 9101, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
+        "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": spec}],
+        "tasks": [
+            {"task_key": "t", "run_id": 9102, "job_cluster_key": "gpu", "notebook_task": {"notebook_path": "/n"}},
+        ],
+    }  # fmt: skip
+    cpu = {**record, "run_id": 9201, "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": {
+        "spark_version": "13.3.x-cpu-ml-scala2.12", "node_type_id": "m5.xlarge", "num_workers": 2,
+    }}]}  # fmt: skip
+
+    result = runsource.collect_once(_Client([record, cpu]))
+
+    assert (
+        "runs: 9101: GPU runtime '13.3.x-gpu-ml-scala2.12' with no GPU Airboard can count (driver 'g7e.2xlarge', "
+        "workers 'g7e.2xlarge' x2): kept, GPU count unknown"
+    ) in result.lines
+    run = Run.objects.get(external_id="9101")
+    assert (run.source, run.instance_type) == (RunSource.CLASSIC, "g7e.2xlarge")
+    assert not Run.objects.filter(external_id="9201").exists()
+
+
+def test_a_malformed_task_beside_the_workload_costs_only_its_own_record(world: World) -> None:
+    good = {
+        "run_id": 9600, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
+        "tasks": [{"task_key": "train", "run_id": 9601, "ai_runtime_task": {"experiment": "x", "deployments": [
+            {"compute": {"accelerator_type": "GPU_1xH100", "accelerator_count": 1}}]}}],
+    }  # fmt: skip
+    odd = {"run_id": 9700, "tasks": [{"task_key": "a", "notebook_task": {}}, {"task_key": "b", "for_each_task": "x"}]}
+
+    runsource.collect_once(_Client([good, odd]))
+
+    assert Run.objects.filter(external_id="9600").exists()
+    assert classify(odd, {}) == RunKind.NOT_GPU
+
+
+def test_the_sweep_read_is_the_workloads_not_another_for_each_task() -> None:
+    """A job sweeping a preparation notebook and the training task: the training sweep's run id."""
+    record = {
+        "run_id": 700,
+        "tasks": [
+            {"task_key": "prep", "run_id": 701, "attempt_number": 0,
+             "for_each_task": {"task": {"notebook_task": {"notebook_path": "/prep"}}}},
+            {"task_key": "train", "run_id": 702, "attempt_number": 0,
+             "for_each_task": {"task": {"ai_runtime_task": {"experiment": "x", "deployments": [
+                 {"compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 8}}]}}}},
+        ],
+    }  # fmt: skip
+    assert for_each_task_run_id(record) == 702
+    assert for_each_task_run_id({**record, "tasks": record["tasks"][::-1]}) == 702
+
+
+def test_a_known_type_without_a_count_is_kept_with_none(world: World) -> None:
+    record = {
+        "run_id": 9800, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
+        "tasks": [{"task_key": "t", "run_id": 9801, "ai_runtime_task": {"experiment": "x", "deployments": [
+            {"compute": {"accelerator_type": "GPU_8xH100"}}]}}],
+    }  # fmt: skip
+
+    runsource.collect_once(_Client([record]))
+
+    run = Run.objects.get(external_id="9800")
+    assert (run.accelerator_type, run.num_accelerators) == ("GPU_8xH100", 0)
+
+
 class _Client:
     def __init__(self, runs: list[dict[str, Any]]) -> None:
         self.runs = runs
