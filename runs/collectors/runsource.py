@@ -412,7 +412,9 @@ def run_data(
         if mlflow_run_id:
             attempt["mlflow_run_id"] = mlflow_run_id
             mlflow = (experiment_id, mlflow_run_id)
-    cluster = next((clusters[cid] for cid in cluster_ids_of(latest) if cid in clusters), None)
+    # An AI Runtime run is serverless: a cluster another task of its job ran on is not its own.
+    own = cluster_ids_of(latest) if source == RunSource.CLASSIC else []
+    cluster = next((clusters[cid] for cid in own if cid in clusters), None)
     data: dict[str, Any] = {
         "source": source,
         "external_id": external_id,

@@ -446,6 +446,32 @@ def test_a_known_type_without_a_count_is_kept_with_none(world: World) -> None:
     assert (run.accelerator_type, run.num_accelerators) == ("GPU_8xH100", 0)
 
 
+def test_a_serverless_run_is_not_linked_to_another_tasks_cluster(world: World) -> None:
+    cpu = {
+        "cluster_id": "0101-cpu", "cluster_name": "etl", "creator_user_name": "bob@example.com",
+        "spark_version": "15.4.x-scala2.12", "node_type_id": "m5.xlarge", "num_workers": 1,
+        "aws_attributes": {"zone_id": "us-east-1a"}, "state": "RUNNING",
+    }  # fmt: skip
+    record = {
+        "run_id": 9900, "creator_user_name": "bob@example.com", "state": {"life_cycle_state": "RUNNING"},
+        "tasks": [
+            {"task_key": "prep", "run_id": 9901, "existing_cluster_id": "0101-cpu", "notebook_task": {}},
+            {"task_key": "train", "run_id": 9902, "ai_runtime_task": {"experiment": "x", "deployments": [
+                {"compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 8}}]}},
+        ],
+    }  # fmt: skip
+
+    class WithClusters(_Client):
+        def list_clusters(self) -> list[dict[str, Any]]:  # type: ignore[override]
+            return [cpu]
+
+    runsource.collect_once(WithClusters([record]))
+
+    run = Run.objects.get(external_id="9900")
+    assert (run.source, run.accelerator_type) == (RunSource.SERVERLESS, "GPU_8xH100")
+    assert (run.cluster_id, run.instance_type, run.region) == (None, "", "")
+
+
 class _Client:
     def __init__(self, runs: list[dict[str, Any]]) -> None:
         self.runs = runs
