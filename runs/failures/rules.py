@@ -260,8 +260,8 @@ RULES: tuple[Rule, ...] = (
         r"OOM when allocating tensor.{0,200}?device:CPU",
         r"OOMKilled",
         # A DataLoader worker's shared memory (/dev/shm) ran out: host memory, not the GPU's.
-        r"out of shared memory",
-        r"killed by signal: Bus error",
+        r"workers are out of shared memory",
+        r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
     ),
     _rule(
         "cuda_oom",
@@ -412,8 +412,9 @@ RULES: tuple[Rule, ...] = (
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
-        # The InfiniBand transport failing (status 12: retry count exceeded); NCCL logs it at WARN.
-        r"NET/IB ?: Got completion from peer .{0,200}?status=[1-9]",
+        # The InfiniBand transport failing (12: retry count exceeded); NCCL logs it at WARN, as
+        # `with error 12` before 2.21, `status=12` to 2.28.3, `status=IBV_WC_RETRY_EXC_ERR(12)` since.
+        r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])",
     ),
     _rule(
         "segfault",
@@ -474,7 +475,9 @@ HARMLESS = compile_linear(
 
 # NCCL WARN lines that are a failure's own report (HARMLESS does not hide them): an InfiniBand
 # completion with an error status, after which NCCL only logs the error code (`-> 6`) at INFO.
-NCCL_FATAL_WARN = compile_linear(r"NET/IB ?: Got completion from peer .{0,200}?status=[1-9]")
+NCCL_FATAL_WARN = compile_linear(
+    r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
+)
 
 # Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
 # it, so the hint never becomes evidence ("...enable device-side assertions" is not a device
@@ -502,7 +505,7 @@ PROGRESS = compile_linear(
 RECOVERED_AFTER = 2
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
-OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping", r"Found NaN, decreased lg_loss_scale")
+OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping")
 OVERFLOW_STREAK = 5
 
 # Exit codes that say something on their own when the log does not.

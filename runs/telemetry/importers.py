@@ -770,9 +770,9 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
                 raise ValueError("no gpu label")
             gpu = _gpu_index(labels["gpu"])
             if labels.get("GPU_I_ID"):
+                gpu = mig_gpu_index(gpu, _gpu_index(labels["GPU_I_ID"]))
                 if sample.name in DCGM_NOT_ON_MIG:
                     continue
-                gpu = mig_gpu_index(gpu, _gpu_index(labels["GPU_I_ID"]))
             try:
                 value: float | None = float(sample.value)
             except ValueError:
@@ -812,7 +812,7 @@ def _fold_dcgm(read: dict[str, float | None]) -> dict[str, float | None]:
     values = {name: read.get(name) for name in VALUE_FIELDS}
     free, used = read.get("_fb_free"), values["memory_used_bytes"]
     if values["memory_total_bytes"] is None and used is not None and free is not None:
-        values["memory_total_bytes"] = used + free + (read.get("_fb_reserved") or 0.0)
+        values["memory_total_bytes"] = used + free + max(read.get("_fb_reserved") or 0.0, 0.0)
     for stand_in, target in DCGM_STAND_INS:
         if values[target] is None:
             values[target] = read.get(stand_in)
@@ -909,13 +909,16 @@ def detect_format(text: str) -> str | None:
     head = [line.strip() for _number, line in itertools.islice(_lines(text), 200)]
     if any(line.startswith(("# HELP ", "# TYPE ", "DCGM_FI_")) for line in head):
         return TelemetryFormat.DCGM
-    # A header wins over the lines above it: the command that produced the file
-    # (`dcgmi dmon -e 1001,1004`, `nvidia-smi dmon -i 0,1`) has commas but is no CSV.
+    # The first header decides, over the lines above it: the command that produced the file
+    # (`dcgmi dmon -e 1001,1004`, `nvidia-smi dmon -i 0,1`) has commas but is no CSV, and a
+    # `# ...` comment below a CSV header does not make the file dmon.
     for stripped in head:
         if _dcgmi_header(stripped) is not None:
             return TelemetryFormat.DCGMI_DMON
         if _dmon_header(stripped):
             return TelemetryFormat.DMON
+        if not stripped.startswith("#") and _smi_header(stripped.split(",")) is not None:
+            return TelemetryFormat.NVIDIA_SMI_CSV
     for stripped in head:
         if stripped.startswith("#"):
             continue

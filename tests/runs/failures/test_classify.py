@@ -132,6 +132,9 @@ def test_an_infiniband_transport_error_at_warn_level_is_an_nccl_error() -> None:
     text = f"{warn} opcode=0 len=0 vendor err 129 (Recv)\nw0:3468:3905 [4] NCCL INFO transport/net.cc:1302 -> 6\n"
     assert classify_text(text).class_id == "nccl_error"
     assert classify_text(text.replace("status=12", "status=0")).class_id == "none"  # a success is no error
+    # The same line as NCCL before 2.21 and since 2.28.7 writes it.
+    for status in ("with error 12, opcode 0", "status=IBV_WC_RETRY_EXC_ERR(12)"):
+        assert classify_text(text.replace("with status=12", status)).class_id == "nccl_error"
 
 
 @pytest.mark.parametrize(("exit_code", "expected"), [(137, "host_oom"), (139, "segfault"), (1, "other"), (0, "none")])

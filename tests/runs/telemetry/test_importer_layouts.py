@@ -140,3 +140,24 @@ def test_a_whole_gpus_zero_gpu_util_is_still_a_reading() -> None:
     line = MIG.replace('GPU_I_PROFILE="1g.10gb",GPU_I_ID="7",', "").format(name="DCGM_FI_DEV_GPU_UTIL", value=0)
     (sample,) = parse_telemetry(line).samples
     assert sample.utilization_gpu == 0.0
+
+
+def test_a_comment_below_a_csv_header_does_not_make_it_dmon() -> None:
+    """Constructed: a looped CSV with a note a person added between its rows."""
+    header = "timestamp, index, utilization.gpu [%], memory.used [MiB]\n"
+    rows = "".join(f"2024/01/15 10:00:0{i}.000, 0, {40 + i} %, 1000 MiB\n" for i in range(4))
+    for note in ("# gpu 0 mem clock dropped, sm throttled\n", "# Entity moved to node 2\n"):
+        text = header + rows + note + rows.replace(":0", ":1")
+        assert detect_format(text) == "nvidia-smi-csv"
+        result = parse_telemetry(text)
+        assert len(result.samples) == 8
+        assert [p.line for p in result.problems] == [6]
+
+
+def test_a_negative_reserved_size_is_ignored_not_a_negative_total() -> None:
+    text = "".join(
+        f'DCGM_FI_DEV_{field}{{gpu="0",Hostname="h"}} {value} 1705314225000\n'
+        for field, value in (("FB_FREE", 1000), ("FB_USED", 24), ("FB_RESERVED", -5), ("GPU_UTIL", 50))
+    )
+    (sample,) = parse_telemetry(text).samples
+    assert (sample.memory_total_bytes, sample.utilization_gpu) == (1024 * MIB, 50.0)
