@@ -41,11 +41,16 @@ class RunKind:
     NOT_GPU = "not_gpu"
 
 
-def _carries_workload(task: dict[str, Any]) -> bool:
+def _for_each(task: dict[str, Any]) -> dict[str, Any]:
+    """A task's `for_each_task` (the sweep: its iterated `task`, its `stats`), or {} when it has none."""
     sweep = task.get("for_each_task")
-    inner = sweep.get("task") if isinstance(sweep, dict) else None
+    return sweep if isinstance(sweep, dict) else {}
+
+
+def _carries_workload(task: dict[str, Any]) -> bool:
     return any(
-        isinstance(t, dict) and bool(t.get("ai_runtime_task") or t.get("gen_ai_compute_task")) for t in (task, inner)
+        isinstance(t, dict) and bool(t.get("ai_runtime_task") or t.get("gen_ai_compute_task"))
+        for t in (task, _for_each(task).get("task"))
     )
 
 
@@ -72,7 +77,7 @@ def workload_task(record: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if first.get("ai_runtime_task") or first.get("gen_ai_compute_task"):
         return first
-    inner = (first.get("for_each_task") or {}).get("task")
+    inner = _for_each(first).get("task")
     return inner if isinstance(inner, dict) else first
 
 
@@ -106,7 +111,7 @@ def for_each_task_run_id(record: dict[str, Any]) -> int | None:
 def sweep_total(record: dict[str, Any]) -> int | None:
     """Iterations the sweep will run (`for_each_task.stats.task_run_stats.total_iterations`), if said."""
     entry = workload_entry(record) or {}
-    stats = ((entry.get("for_each_task") or {}).get("stats") or {}).get("task_run_stats") or {}
+    stats = (_for_each(entry).get("stats") or {}).get("task_run_stats") or {}
     value = stats.get("total_iterations")
     return int(value) if isinstance(value, int) else None
 
@@ -134,7 +139,7 @@ def iteration_records(parent: dict[str, Any], iterated: dict[str, Any]) -> list[
       the run's `sweep_*` parameters.
     """
     entries = [e for e in iterated.get("iterations") or [] if isinstance(e, dict) and e.get("run_id") is not None]
-    inner = ((workload_entry(parent) or {}).get("for_each_task") or {}).get("task") or {}
+    inner = _for_each(workload_entry(parent) or {}).get("task") or {}
     by_key: dict[Any, list[dict[str, Any]]] = {}
     for entry in entries:
         by_key.setdefault(entry.get("task_key"), []).append(entry)

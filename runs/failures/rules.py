@@ -202,6 +202,13 @@ CLASSES: dict[str, FailureClass] = {
 #   watchdog, gloo's "Timed out waiting ...ms", a TCPStore or rendezvous connect timeout, JAX's
 #   DEADLINE_EXCEEDED barrier or a coordination-service heartbeat timeout. Usually one peer
 #   died or stalled first, so these are SYMPTOM tier: a peer's OOM or exception outranks them.
+# The InfiniBand transport failing (12: retry count exceeded), which NCCL logs at WARN: as
+# `with error 12` before 2.21, `status=12` to 2.28.3, `status=IBV_WC_RETRY_EXC_ERR(12)` since.
+# An nccl_error rule, and NCCL_FATAL_WARN keeps HARMLESS from hiding it.
+IB_COMPLETION_ERROR = (
+    r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
+)
+
 RULES: tuple[Rule, ...] = (
     _rule(
         "gpu_hardware",
@@ -412,9 +419,7 @@ RULES: tuple[Rule, ...] = (
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
-        # The InfiniBand transport failing (12: retry count exceeded); NCCL logs it at WARN, as
-        # `with error 12` before 2.21, `status=12` to 2.28.3, `status=IBV_WC_RETRY_EXC_ERR(12)` since.
-        r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])",
+        IB_COMPLETION_ERROR,
     ),
     _rule(
         "segfault",
@@ -475,9 +480,7 @@ HARMLESS = compile_linear(
 
 # NCCL WARN lines that are a failure's own report (HARMLESS does not hide them): an InfiniBand
 # completion with an error status, after which NCCL only logs the error code (`-> 6`) at INFO.
-NCCL_FATAL_WARN = compile_linear(
-    r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
-)
+NCCL_FATAL_WARN = compile_linear(IB_COMPLETION_ERROR)
 
 # Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
 # it, so the hint never becomes evidence ("...enable device-side assertions" is not a device

@@ -922,7 +922,7 @@ def detect_format(text: str) -> str | None:
     for stripped in head:
         if stripped.startswith("#"):
             continue
-        if "," in stripped or _smi_header([stripped]) is not None:  # a one-column query has no comma
+        if "," in stripped:  # a one-column query's header was found above, by _smi_header
             return TelemetryFormat.NVIDIA_SMI_CSV
         if _DMON_DATA.fullmatch(stripped):
             return TelemetryFormat.DMON
