@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Avg, Count, Max, Min
+from django.db.models import Avg, Count, Max, Min, OuterRef, Subquery
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, run_costs
@@ -64,15 +64,16 @@ def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glanc
         if row["util"] is not None:
             per_minute[row["run_id"]].append((row["minute"], float(row["util"])))
     # The last minute with samples, over all time: a run silent for a day says so. A run with
-    # minutes in the window has its last one among them; only the others are looked up (the
-    # newest of a long run's minutes were a scan of all of them).
+    # minutes in the window has its last one among them; only the others are looked up, each
+    # run's newest minute one probe of the natural key (run, minute, ...): Max() per run read
+    # every minute of them (120 ms for a page of 50 failed runs with 262,800 minutes).
     silent = [pk for pk in ids if pk not in last_minutes]
     if silent:
+        newest = GpuMinute.objects.filter(run_id=OuterRef("pk")).order_by("-minute").values("minute")[:1]
         last_minutes.update(
-            GpuMinute.objects.filter(run_id__in=silent)
-            .values("run_id")
-            .annotate(m=Max("minute"))
-            .values_list("run_id", "m")
+            (pk, minute)
+            for pk, minute in Run.objects.filter(pk__in=silent).values_list("pk", Subquery(newest))
+            if minute is not None
         )
     costs = run_costs(runs, now=now)
     result = {}

@@ -83,3 +83,22 @@ def test_run_page_states_coverage_and_staleness(world: World) -> None:
         html = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk])).content.decode()
     assert "Samples from 1 of 2 nodes (the others sent none)" in html
     assert "<strong>Stale:</strong> Last sample 10\xa0minutes ago." in html
+
+
+def test_each_silent_run_gets_its_own_last_sample(world: World) -> None:
+    # Runs with no minute in the last hour are looked up one newest-minute probe each: every
+    # run keeps its own answer, and a run that never reported has none.
+    recent = make_run(world.vision, "recent", status=RunStatus.RUNNING, ended_at=None)
+    samples(recent, range(2, 4), 50.0)
+    hours_ago = make_run(world.vision, "hours-ago", status=RunStatus.RUNNING, ended_at=None)
+    samples(hours_ago, range(180, 190), 60.0)  # 3 h 10 min to 3 h ago
+    day_ago = make_run(world.vision, "day-ago", status=RunStatus.FAILED)
+    samples(day_ago, range(1440, 1445), 70.0)
+    never = make_run(world.vision, "never", status=RunStatus.RUNNING, ended_at=None)
+    found = glance.glances([recent, hours_ago, day_ago, never], now=NOW)
+    assert NOW - found[recent.pk].last_sample_at == timedelta(minutes=2)
+    assert NOW - found[hours_ago.pk].last_sample_at == timedelta(minutes=180)
+    assert NOW - found[day_ago.pk].last_sample_at == timedelta(minutes=1440)
+    assert found[never.pk].last_sample_at is None
+    assert found[hours_ago.pk].stale and not found[day_ago.pk].stale and found[never.pk].stale
+    assert not found[hours_ago.pk].has_series and found[recent.pk].has_series
