@@ -1,8 +1,9 @@
 """Failure pages: a failed run's root cause, the live log tail, search across a run's logs,
 post-mortem write-ups and the failures overview.
 
-Same rule as `runs.views`: every view scopes to `Run.objects.for_user(user)` first, so another
-team's run (or its post-mortem) is a 404.
+Same rule as `runs.views`: every view scopes to `Run.objects.for_user(user)` first (analyses and
+post-mortems to the user's teams on their joined run, `access.team_q`), so another team's run
+(or its post-mortem) is a 404.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -20,6 +22,7 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
 from billing.prices.money import format_usd
+from dashboard import access
 from runs.choices import PostMortemStatus
 from runs.failures import postmortem
 from runs.failures import stats as failure_stats
@@ -103,12 +106,14 @@ def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
     failed_cost = failure_stats.failed_attempts_cost([run.pk], now=now).get(run.pk)
     similar = []
     if analysis and analysis.class_id != "none":
-        same = FailureAnalysis.objects.filter(class_id=analysis.class_id, run__in=Run.objects.for_user(request.user))
+        # Scoped on the joined run's team: `run__in=Run.objects.for_user(...)` hashed every
+        # visible run first (190 ms at 100,000 runs).
+        near = Q(run__team=run.team)
         if run.experiment_name:
-            same = same.filter(run__team=run.team) | same.filter(run__experiment_name=run.experiment_name)
-        else:
-            same = same.filter(run__team=run.team)
-        similar = list(same.exclude(run=run).select_related("run__team").order_by("-failed_at")[:SIMILAR_FAILURES])
+            near |= Q(run__experiment_name=run.experiment_name)
+        same = FailureAnalysis.objects.filter(access.team_q(request.user, "run__team"), near)
+        same = same.filter(class_id=analysis.class_id).exclude(run=run)
+        similar = list(same.select_related("run__team").order_by("-failed_at")[:SIMILAR_FAILURES])
     ctx = {
         "run": run,
         "analysis": analysis,
@@ -249,7 +254,7 @@ def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _postmortem_for(request: HttpRequest, pk: int) -> PostMortem:
-    visible = PostMortem.objects.filter(run__in=Run.objects.for_user(request.user))
+    visible = PostMortem.objects.filter(access.team_q(request.user, "run__team"))
     return get_object_or_404(visible.select_related("run__team", "owner"), pk=pk)
 
 
@@ -335,7 +340,7 @@ POSTMORTEM_INDEX_LIMIT = 200
 def postmortem_index(request: HttpRequest) -> HttpResponse:
     """Every post-mortem of the runs the user may see, newest first, with its run's verdict."""
     status = request.GET.get("status", "")
-    pms = PostMortem.objects.filter(run__in=Run.objects.for_user(request.user))
+    pms = PostMortem.objects.filter(access.team_q(request.user, "run__team"))
     if status in PostMortemStatus.values:
         pms = pms.filter(status=status)
     pms = pms.select_related("run__team", "owner", "run__failure").order_by("-updated_at", "-pk")

@@ -57,6 +57,21 @@ def test_failure_page_is_team_scoped(world: World) -> None:
     assert world.client_for(world.sam).get(f"/runs/{run.pk}/failure/").status_code == 200
 
 
+def test_similar_failures_stay_in_the_users_teams(world: World) -> None:
+    # Same class and experiment in another team: listed for a user of both teams, never for
+    # a user of one (the scope is on the joined run's team, not a subquery of visible runs).
+    run = oom_run(world)
+    mine = oom_run(world, "failed-mine", experiment_name="/Workspace/Users/alice/other")
+    theirs = oom_run(world, "failed-theirs", team=world.nlp)  # same experiment name as `run`
+    body = world.client_for(world.alice).get(f"/runs/{run.pk}/failure/").content.decode()
+    assert mine.external_id in body and theirs.external_id not in body
+    world.bob.groups.add(world.nlp)
+    body = world.client_for(world.bob).get(f"/runs/{run.pk}/failure/").content.decode()
+    assert mine.external_id in body and theirs.external_id in body
+    body = world.client_for(world.charlie).get(f"/runs/{theirs.pk}/failure/").content.decode()
+    assert run.external_id not in body and mine.external_id not in body
+
+
 def test_run_page_links_failure_and_postmortem(world: World) -> None:
     run = oom_run(world)
     body = world.client_for(world.alice).get(f"/runs/{run.pk}/").content.decode()
