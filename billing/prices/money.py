@@ -83,8 +83,7 @@ def microseconds(delta: timedelta) -> int:
 
 def hours_from_microseconds(micro: int) -> Decimal:
     """`micro` microseconds as hours, half-even to `HOURS_QUANTUM`: the one rounding step."""
-    with localcontext(ROUNDING):
-        return (Decimal(micro) / MICROSECONDS_PER_HOUR).quantize(HOURS_QUANTUM)
+    return _ROUNDING_DIVIDE(Decimal(micro), MICROSECONDS_PER_HOUR).quantize(HOURS_QUANTUM, context=ROUNDING)
 
 
 def billed_hours(start: datetime, end: datetime) -> Decimal:
@@ -93,25 +92,33 @@ def billed_hours(start: datetime, end: datetime) -> Decimal:
     return hours_from_microseconds(max(micro, 0))
 
 
+# The arithmetic below calls EXACT's (or ROUNDING's) own methods: the same results and traps as
+# `with localcontext(EXACT)`, without copying and switching the thread's context each call
+# (a page of 50 runs made ~9,000 sums; the context switch was most of their cost).
+_EXACT_ADD = EXACT.add
+_EXACT_MULTIPLY = EXACT.multiply
+_ROUNDING_DIVIDE = ROUNDING.divide
+
+
 def exact_sum(values: Iterable[Decimal]) -> Decimal:
     """Sum of `values` that raises rather than round."""
-    with localcontext(EXACT):
-        return sum(values, ZERO)
+    total = ZERO
+    for value in values:
+        total = _EXACT_ADD(total, value)
+    return total
 
 
 def exact_product(*values: Decimal | int) -> Decimal:
     """Product of `values` that raises rather than round."""
-    with localcontext(EXACT):
-        out = Decimal(1)
-        for value in values:
-            out *= value
-        return out
+    out = Decimal(1)
+    for value in values:
+        out = _EXACT_MULTIPLY(out, value)
+    return out
 
 
 def exact_difference(a: Decimal, b: Decimal) -> Decimal:
     """a - b, exactly."""
-    with localcontext(EXACT):
-        return a - b
+    return EXACT.subtract(a, b)
 
 
 def per_unit(usd: Decimal, units: int) -> Decimal:
@@ -169,8 +176,7 @@ def split_billed_hours(start: datetime, end: datetime, cuts: Iterable[datetime])
     done = ZERO
     for seg_start, seg_end in pairwise(points):
         cumulative = hours_from_microseconds(microseconds(seg_end - start))
-        with localcontext(EXACT):
-            hours = cumulative - done
+        hours = EXACT.subtract(cumulative, done)
         done = cumulative
         segments.append(Segment(start=seg_start, end=seg_end, day=seg_start.date(), hours=hours))
     return segments
