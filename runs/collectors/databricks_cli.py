@@ -39,6 +39,23 @@ def unwrap_list(payload: Any, key: str, id_field: str) -> list[dict[str, Any]]:
     return payload
 
 
+def more_pages(payload: Any, key: str, argv: list[str]) -> str | None:
+    """What is lost when a list command printed one page of a paged answer, or None.
+
+    `databricks api get /api/2.2/jobs/runs/list` (and a script around it) prints the REST
+    page as it is: `{"runs": [...], "has_more": true, "next_page_token": "..."}`. Only that
+    page is read; `databricks jobs list-runs` and `clusters list` follow the pages themselves.
+    """
+    if not isinstance(payload, dict) or not (payload.get("has_more") or payload.get("next_page_token")):
+        return None
+    count = len(payload.get(key) or []) if isinstance(payload.get(key), list) else 0
+    return (
+        f"`{shown(argv)}` printed one page ({count} {key}) and says there are more (has_more /"
+        f" next_page_token): only that page was read; `databricks jobs list-runs` or"
+        f" `databricks clusters list` follow the pages themselves"
+    )
+
+
 def jobs_argv(configured: list[str], words: list[str], run_id: int | str) -> list[str] | None:
     """`databricks [flags] jobs WORDS ID -o json` derived from the configured list command.
 
@@ -99,6 +116,8 @@ class CliClient:
         self.timeout = timeout
         # Run ids already stored as finished: `air list` rows that ended are not fetched again.
         self.settled = settled
+        # Lines for the pass report about what the commands printed (a page of a paged answer).
+        self.notes: list[str] = []
 
     def list_runs(self, start_time_from_ms: int | None = None) -> list[dict[str, Any]]:
         """The Jobs records the command prints; `air list|get` rows are fetched with `jobs get-run`.
@@ -107,6 +126,8 @@ class CliClient:
         """
         payload = run_json(self.runs_argv, self.timeout)
         if not is_air_envelope(payload):
+            if note := more_pages(payload, "runs", self.runs_argv):
+                self.notes.append(note)
             return unwrap_list(payload, "runs", "run_id")
         try:
             run_ids = air_run_ids(payload)
@@ -157,7 +178,10 @@ class CliClient:
     def list_clusters(self) -> list[dict[str, Any]] | None:
         if self.clusters_argv is None:
             return None
-        return unwrap_list(run_json(self.clusters_argv, self.timeout), "clusters", "cluster_id")
+        payload = run_json(self.clusters_argv, self.timeout)
+        if note := more_pages(payload, "clusters", self.clusters_argv):
+            self.notes.append(note)
+        return unwrap_list(payload, "clusters", "cluster_id")
 
 
 class SdkClient:

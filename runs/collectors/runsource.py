@@ -712,6 +712,8 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
                 clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             )
         records = client.list_runs(cursor.get("newest_start_time"))
+        # A command that printed one page of a paged answer says so (CliClient.notes).
+        result.lines += [f"runs: {note}" for note in getattr(client, "notes", ())]
         listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
         vanished = [run_id for ext, run_id in (cursor.get("active") or {}).items() if ext not in listed]
         if vanished:
