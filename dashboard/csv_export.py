@@ -1,10 +1,11 @@
 """One CSV download for every table: `csv_response(filename, header, rows)`.
 
-Cells are written for spreadsheets: exact decimals as plain digits ('12.5', never '1.25E+1'), datetimes as UTC ISO 8601,
-None as empty. A text cell that starts with `= + - @` (or a tab / carriage return) would be run
-as a formula by Excel or LibreOffice, and run names, error messages and notes come from users
-and remote systems, so such cells get a leading apostrophe (OWASP "CSV injection"). Numbers are
-never escaped: -3 stays a number.
+Cells are written for spreadsheets: exact decimals as plain digits ('12.5', never '1.25E+1'),
+datetimes as UTC ISO 8601 with the fraction of a second only as long as it needs
+('09:40:00.123+00:00', as PostgreSQL writes it), None as empty. A text cell that starts with
+`= + - @` (or a tab / carriage return) would be run as a formula by Excel or LibreOffice, and
+run names, error messages and notes come from users and remote systems, so such cells get a
+leading apostrophe (OWASP "CSV injection"). Numbers are never escaped: -3 stays a number.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def cell(value: object) -> object:
         text = format(value, "f")
         return text.rstrip("0").rstrip(".") if "." in text else text
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat() if value.tzinfo else value.isoformat()
+        return iso_datetime(value.astimezone(UTC) if value.tzinfo else value)
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, int | float):
@@ -75,7 +76,11 @@ assert all(len(prefix) == 1 and ord(prefix) < 128 for prefix in FORMULA_PREFIXES
 
 
 class SqlTextCell(Func):
-    """A text column as `cell()` writes it: an empty string as nothing, a formula behind an apostrophe."""
+    """A text column as `cell()` writes it: an empty string as nothing, a formula behind an apostrophe.
+
+    Most cells start with a letter, past every formula prefix's code (at most '@', 64): that
+    test comes first and ends there. `ascii('')` is 0.
+    """
 
     output_field = TextField()
 
@@ -83,19 +88,19 @@ class SqlTextCell(Func):
         inner, params = compiler.compile(self.source_expressions[0])
         codes = ", ".join(str(code) for code in FORMULA_CODES)
         sql = (
-            f"(CASE WHEN {inner} = '' THEN NULL WHEN ascii({inner}) IN ({codes}) THEN '''' || {inner} ELSE {inner} END)"
+            f"(CASE WHEN ascii({inner}) > {max(FORMULA_CODES)} THEN {inner} WHEN ascii({inner}) = 0 THEN NULL"
+            f" WHEN ascii({inner}) IN ({codes}) THEN '''' || {inner} ELSE {inner} END)"
         )
-        return sql, [*params, *params, *params, *params]
+        return sql, params * sql.count(inner)
 
 
 class SqlDatetimeCell(Func):
-    """A timestamptz as `cell()` writes a datetime: UTC ISO 8601, microseconds only when not zero."""
+    """A timestamptz as `cell()` writes a datetime (`iso_datetime`): UTC ISO 8601, the fraction of
+    a second without trailing zeros. PostgreSQL's own text for the UTC timestamp, under DateStyle
+    ISO (`_copy_chunks` sets it), with the 'T' and the offset: less than half the time of `to_char`."""
 
     output_field = TextField()
-    template = (
-        "(replace(to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), '.000000', '')"
-        " || '+00:00')"
-    )
+    template = "(replace((%(expressions)s AT TIME ZONE 'UTC')::text, ' ', 'T') || '+00:00')"
 
 
 class SqlIntegerCell(Func):
@@ -139,6 +144,9 @@ def _copy_chunks(header: Sequence[str], sql: str, params: Sequence[Any]) -> Iter
     # A reader that stops early closes this generator mid-COPY: psycopg cancels the COPY, which
     # aborts the transaction it ran in; in a savepoint of its own only the savepoint is lost.
     with transaction.atomic(), connection.cursor() as cursor:
+        # SqlDatetimeCell reads PostgreSQL's timestamp text, which DateStyle shapes: ISO here
+        # whatever the server or role says, for this transaction only.
+        cursor.execute("SET LOCAL DateStyle = 'ISO, MDY'")
         statement = connection.ops.compose_sql(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params)
         with cursor.copy(statement) as copy:
             for row in copy:
@@ -148,6 +156,17 @@ def _copy_chunks(header: Sequence[str], sql: str, params: Sequence[Any]) -> Iter
                     rows = []
     if rows:
         yield b"\r\n".join(rows) + b"\r\n"
+
+
+def iso_datetime(value: datetime) -> str:
+    """ISO 8601 with the fraction of a second cut after its last non-zero digit, and none when
+    zero: '2026-11-02T09:40:00.123+00:00' where isoformat() writes '.123000' (Databricks times
+    are milliseconds). PostgreSQL's own text for a timestamp is the same, which the COPY path uses."""
+    text = value.isoformat()
+    if not value.microsecond:
+        return text
+    head, _, rest = text.partition(".")
+    return f"{head}.{rest[:6].rstrip('0')}{rest[6:]}"
 
 
 def unescape(text: str) -> str:

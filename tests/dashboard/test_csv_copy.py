@@ -81,12 +81,20 @@ def test_times_and_durations_are_the_same(world: World) -> None:
     make_run(world.vision, "backwards", ended_at=T0 - timedelta(seconds=5))
     leap = T0.replace(year=2024, month=2, day=28)
     make_run(world.vision, "leap", started_at=leap, ended_at=leap + timedelta(days=2, seconds=1))
+    # Databricks times are milliseconds: the fraction is written as long as it needs, no longer.
+    make_run(world.vision, "millis", started_at=T0 + timedelta(milliseconds=123),
+             ended_at=T0 + timedelta(hours=2, milliseconds=500))  # fmt: skip
+    make_run(world.vision, "tenth-micro", started_at=T0 + timedelta(microseconds=10))
     by_copy, by_python = both(Run.objects.order_by("external_id"))
     assert by_copy.split(b"\r\n") == by_python.split(b"\r\n")
     rows = {row["external_id"]: row for row in csv.DictReader(io.StringIO(by_copy.decode(), newline=""))}
     assert rows["micro"]["started_at"].endswith(".000001+00:00") and rows["whole-seconds"]["started_at"].endswith(
         ":00+00:00"
     )
+    assert rows["millis"]["started_at"] == "2026-11-02T09:00:00.123+00:00"
+    assert rows["millis"]["ended_at"] == "2026-11-02T11:00:00.5+00:00"
+    assert rows["tenth-micro"]["started_at"] == "2026-11-02T09:00:00.00001+00:00"
+    assert rows["micro"]["ended_at"].endswith(".999999+00:00")
     assert rows["micro"]["duration_seconds"] == str(3 * 86400)
     assert rows["running"]["ended_at"] == "" and rows["running"]["duration_seconds"] == str(
         int((NOW - (T0 - timedelta(days=400))).total_seconds())
@@ -95,6 +103,24 @@ def test_times_and_durations_are_the_same(world: World) -> None:
     assert rows["backwards"]["duration_seconds"] == "0"
     for run in Run.objects.exclude(started_at=None).exclude(status=RunStatus.RUNNING):
         assert rows[run.external_id]["duration_seconds"] == str(int(run.duration.total_seconds()))
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a request runs: the download's transaction is its own
+def test_the_servers_date_style_does_not_change_the_file(world: World) -> None:
+    # The COPY reads PostgreSQL's timestamp text, which DateStyle shapes ('02/11/2026 09:00:00.123
+    # UTC' under SQL, DMY): the download sets ISO for its own transaction, whatever the session has.
+    make_run(world.vision, "millis", started_at=T0 + timedelta(milliseconds=123))
+    runs = Run.objects.order_by("external_id")
+    by_python = b"".join(runs_csv(runs, NOW, by_database=False).streaming_content)
+    with connection.cursor() as cursor:
+        cursor.execute("SET DateStyle = 'SQL, DMY'")
+        try:
+            by_copy = b"".join(runs_csv(runs, NOW, by_database=True).streaming_content)
+            cursor.execute("SHOW DateStyle")
+            assert cursor.fetchone()[0] == "SQL, DMY"  # only the download's transaction had ISO
+        finally:
+            cursor.execute("RESET DateStyle")
+    assert by_copy == by_python and b"2026-11-02T09:00:00.123+00:00" in by_copy
 
 
 def test_a_long_download_comes_in_the_same_chunks(world: World) -> None:

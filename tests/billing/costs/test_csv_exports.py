@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -60,6 +60,10 @@ def test_plain_values_pass_through() -> None:
     assert cell("vision-train") == "vision-train" and cell(-3) == -3 and cell(None) == ""
     assert cell(Decimal("12.50")) == "12.5" and cell(Decimal("1E+1")) == "10"
     assert cell(T0) == "2026-11-02T09:00:00+00:00"
+    # The fraction of a second as long as it needs (Databricks times are milliseconds).
+    assert cell(T0 + timedelta(milliseconds=120)) == "2026-11-02T09:00:00.12+00:00"
+    assert cell(T0 + timedelta(microseconds=7)) == "2026-11-02T09:00:00.000007+00:00"
+    assert cell(datetime(2026, 1, 2, 3, 4, 5, 600_000)) == "2026-01-02T03:04:05.6"  # naive: no offset
 
 
 def test_csv_response_writes_header_and_rows() -> None:
