@@ -147,7 +147,10 @@ def failed_attempts_cost(run_ids: Iterable[int], now: datetime | None = None) ->
         return {}
     running = Attempt.objects.filter(run_id=OuterRef("pk"), started_at__isnull=False, ended_at__isnull=True)
     stored = (
-        Run.objects.filter(pk__any=ids).exclude(_stale(price_book())).exclude(ON_SHARED_CLUSTER).exclude(Exists(running))
+        Run.objects.filter(pk__any=ids)
+        .exclude(_stale(price_book()))
+        .exclude(ON_SHARED_CLUSTER)
+        .exclude(Exists(running))
     )
     usable = dict(stored.values_list("pk", "failed_cost__compute"))
     rest = [pk for pk in ids if pk not in usable]
