@@ -6,4 +6,9 @@ class DashboardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
         from dashboard import lookups  # noqa: F401  (registers field__any)
+        from dashboard.pg import session_settings
+
+        connection_created.connect(session_settings, dispatch_uid="airboard-session-settings")

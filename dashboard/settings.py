@@ -98,10 +98,6 @@ TEMPLATES = [
 DATABASE_URL = env_url("DATABASE_URL", {"postgres", "postgresql", "sqlite"})
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
-    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
-        # No JIT: the pages' queries are short, and JIT compiling took 234 ms of the fleet
-        # page's 358 ms query at 100,000 runs (bench/pages.py). `?options=...` in the URL wins.
-        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
 else:
     DATABASES = {
         "default": {
