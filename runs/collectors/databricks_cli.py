@@ -39,14 +39,16 @@ def unwrap_list(payload: Any, key: str, id_field: str) -> list[dict[str, Any]]:
     return payload
 
 
-def more_pages(payload: Any, key: str, argv: list[str]) -> str | None:
+def more_pages(payload: Any, key: str, id_field: str, argv: list[str]) -> str | None:
     """What is lost when a list command printed one page of a paged answer, or None.
 
     `databricks api get /api/2.2/jobs/runs/list` (and a script around it) prints the REST
     page as it is: `{"runs": [...], "has_more": true, "next_page_token": "..."}`. Only that
     page is read; `databricks jobs list-runs` and `clusters list` follow the pages themselves.
     """
-    if not isinstance(payload, dict) or not (payload.get("has_more") or payload.get("next_page_token")):
+    if not isinstance(payload, dict) or id_field in payload:  # a list, or one record (`get-run` pages its tasks)
+        return None
+    if not (payload.get("has_more") or payload.get("next_page_token")):
         return None
     count = len(payload.get(key) or []) if isinstance(payload.get(key), list) else 0
     return (
@@ -119,6 +121,11 @@ class CliClient:
         # Lines for the pass report about what the commands printed (a page of a paged answer).
         self.notes: list[str] = []
 
+    def take_notes(self) -> list[str]:
+        """The notes since the last call, which are then forgotten."""
+        notes, self.notes = self.notes, []
+        return notes
+
     def list_runs(self, start_time_from_ms: int | None = None) -> list[dict[str, Any]]:
         """The Jobs records the command prints; `air list|get` rows are fetched with `jobs get-run`.
 
@@ -126,7 +133,7 @@ class CliClient:
         """
         payload = run_json(self.runs_argv, self.timeout)
         if not is_air_envelope(payload):
-            if note := more_pages(payload, "runs", self.runs_argv):
+            if note := more_pages(payload, "runs", "run_id", self.runs_argv):
                 self.notes.append(note)
             return unwrap_list(payload, "runs", "run_id")
         try:
@@ -179,7 +186,7 @@ class CliClient:
         if self.clusters_argv is None:
             return None
         payload = run_json(self.clusters_argv, self.timeout)
-        if note := more_pages(payload, "clusters", self.clusters_argv):
+        if note := more_pages(payload, "clusters", "cluster_id", self.clusters_argv):
             self.notes.append(note)
         return unwrap_list(payload, "clusters", "cluster_id")
 

@@ -687,6 +687,13 @@ def stored_finished(run_ids: list[str]) -> set[str]:
     return set(rows.values_list("external_id", flat=True)) | settled_sweeps(run_ids)
 
 
+def _take_notes(client: RunSourceClient) -> list[str]:
+    """What the client noticed about what its commands printed (CliClient: one page of a paged
+    answer); clients without notes have none."""
+    take = getattr(client, "take_notes", None)
+    return take() if take is not None else []
+
+
 def collect_once(client: RunSourceClient | None = None) -> CollectResult:
     """One pass of the run source.
 
@@ -705,6 +712,7 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         cursor = state.cursor or {}
         teams = TeamResolver()
         cluster_records = client.list_clusters()
+        result.lines += [f"clusters: {note}" for note in _take_notes(client)]
         clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
         if settings.AIRBOARD_CLUSTER_EVENTS_COMMAND.strip():
             # Their lifecycle events decide their uptime and worker count (runs.models.uptime).
@@ -712,8 +720,7 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
                 clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             )
         records = client.list_runs(cursor.get("newest_start_time"))
-        # A command that printed one page of a paged answer says so (CliClient.notes).
-        result.lines += [f"runs: {note}" for note in getattr(client, "notes", ())]
+        result.lines += [f"runs: {note}" for note in _take_notes(client)]
         listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
         vanished = [run_id for ext, run_id in (cursor.get("active") or {}).items() if ext not in listed]
         if vanished:

@@ -41,3 +41,15 @@ def test_one_parameter_on_postgresql_a_list_elsewhere(runs: list[Run]) -> None:
         assert "= ANY(" in sql and " IN (" not in sql and sql.count(",") > 5000  # the array, inlined by the log
     else:
         assert " IN (" in sql and "ANY" not in sql
+
+
+def test_on_a_foreign_key_ids_and_instances(world: World, runs: list[Run]) -> None:
+    from runs.models import Attempt
+
+    wanted = [runs[1], runs[2].pk]
+    expected = set(Attempt.objects.filter(run__in=wanted).values_list("pk", flat=True))
+    assert len(expected) == 2
+    for lookup in ("run__any", "run_id__any"):
+        found = set(Attempt.objects.filter(**{lookup: wanted}).values_list("pk", flat=True))
+        assert found == expected, lookup
+    assert set(Run.objects.filter(team__any=[world.vision]).values_list("pk", flat=True)) == {r.pk for r in runs}

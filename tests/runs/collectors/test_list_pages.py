@@ -28,15 +28,22 @@ def printing(tmp_path: Path, name: str, payload: object) -> str:
 
 def test_a_page_with_more_after_it_is_named() -> None:
     page = {"runs": [{"run_id": 1}, {"run_id": 2}], "has_more": True, "next_page_token": "CAEQ"}
-    note = more_pages(page, "runs", ["databricks", "api", "get", "/api/2.2/jobs/runs/list"])
+    note = more_pages(page, "runs", "run_id", ["databricks", "api", "get", "/api/2.2/jobs/runs/list"])
     assert note is not None and "2 runs" in note and "databricks api get /api/2.2/jobs/runs/list" in note
-    assert more_pages({"runs": [{"run_id": 1}], "next_page_token": "CAEQ"}, "runs", ["x"]) is not None
+    assert more_pages({"runs": [{"run_id": 1}], "next_page_token": "CAEQ"}, "runs", "run_id", ["x"]) is not None
     # The last page, a bare list (what `jobs list-runs -o json` prints) and one record: nothing to say.
-    assert more_pages({"runs": [{"run_id": 1}], "has_more": False}, "runs", ["x"]) is None
-    assert more_pages({"runs": [{"run_id": 1}], "next_page_token": ""}, "runs", ["x"]) is None
-    assert more_pages([{"run_id": 1}], "runs", ["x"]) is None
-    assert more_pages({"run_id": 7, "state": {}}, "runs", ["x"]) is None
-    assert more_pages({"clusters": [{"cluster_id": "a"}], "has_more": True}, "clusters", ["x"]) is not None
+    assert more_pages({"runs": [{"run_id": 1}], "has_more": False}, "runs", "run_id", ["x"]) is None
+    assert more_pages({"runs": [{"run_id": 1}], "next_page_token": ""}, "runs", "run_id", ["x"]) is None
+    assert more_pages([{"run_id": 1}], "runs", "run_id", ["x"]) is None
+    assert more_pages({"run_id": 7, "state": {}}, "runs", "run_id", ["x"]) is None
+    # One run whose tasks are paged (Jobs API 2.2 get-run with more than 100 tasks): not a list page.
+    assert (
+        more_pages({"run_id": 7, "tasks": [], "has_more": True, "next_page_token": "x"}, "runs", "run_id", ["x"])
+        is None
+    )
+    assert (
+        more_pages({"clusters": [{"cluster_id": "a"}], "has_more": True}, "clusters", "cluster_id", ["x"]) is not None
+    )
 
 
 @pytest.mark.django_db
@@ -51,6 +58,8 @@ def test_the_pass_reads_the_page_and_says_the_rest_was_not_read(settings, world:
     result = runsource.collect_once()
     text = "\n".join(result.lines)
     assert text.count("printed one page") == 2, text
+    assert any(line.startswith("clusters: ") and "(0 clusters)" in line for line in result.lines), text
+    assert any(line.startswith("runs: ") and "(13 runs)" in line for line in result.lines), text
     assert "(13 runs)" in text and "(0 clusters)" in text, text
     assert Run.objects.exists()  # the page itself is stored as a bare list would be
     stored = Run.objects.count()
@@ -60,6 +69,9 @@ def test_the_pass_reads_the_page_and_says_the_rest_was_not_read(settings, world:
     assert "printed one page" not in again and Run.objects.count() == stored
 
 
-def test_the_client_holds_the_note_for_the_pass(tmp_path: Path) -> None:
+def test_the_client_hands_each_note_over_once(tmp_path: Path) -> None:
     client = CliClient(printing(tmp_path, "runs", {"runs": [], "has_more": True}))
-    assert client.list_runs() == [] and len(client.notes) == 1
+    assert client.list_runs() == [] and len(client.take_notes()) == 1
+    assert client.take_notes() == []  # a client used for another pass does not repeat it
+    client.list_runs()
+    assert len(client.take_notes()) == 1
