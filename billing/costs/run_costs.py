@@ -49,6 +49,7 @@ from billing.prices.money import (
     Figure,
     PricePeriod,
     estimate,
+    exact_product,
     exact_sum,
     hours_from_microseconds,
     per_unit,
@@ -163,8 +164,7 @@ def combined_rate(driver: list[PricePeriod] | None, workers: list[PricePeriod], 
             price = price_in_force(periods, [p.effective_from for p in periods], at)
             if price is None:
                 break
-            with localcontext(EXACT):
-                total += price.usd_per_hour * count
+            total = exact_sum([total, exact_product(price.usd_per_hour, count)])
         else:
             rate.append(PricePeriod(at, total))
     return rate
@@ -200,9 +200,8 @@ def share_uptime(
         each, extra = divmod(quanta, len(owners))
         price = price_in_force(periods, starts, seg.start)
         for n, run_id in enumerate(owners):
-            with localcontext(EXACT):
-                hours = (each + (1 if n < extra else 0)) * HOURS_QUANTUM
-                usd = hours * price.usd_per_hour if price is not None else ZERO
+            hours = exact_product(each + (1 if n < extra else 0), HOURS_QUANTUM)
+            usd = exact_product(hours, price.usd_per_hour) if price is not None else ZERO
             out[run_id].append(
                 CostLine(
                     start=seg.start, end=seg.end, day=seg.day, hours=hours, accelerator_hours=hours,
@@ -551,8 +550,7 @@ def _breakdown(
         per_gpu = run.num_accelerators if classic.gpus else 0
         grouped: dict[int, list[tuple[CostLine, Decimal]]] = defaultdict(list)
         for line in classic.lines:
-            with localcontext(EXACT):
-                gpu_hours = line.hours * per_gpu
+            gpu_hours = exact_product(line.hours, per_gpu)
             day_compute[line.day].append(line.usd)
             day_hours[line.day].append(gpu_hours)
             first = intervals[0][0] if intervals else 0

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal, localcontext
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -32,11 +32,11 @@ from billing.choices import EgressOrigin, PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord
 from billing.prices.money import (
     BYTES_PER_GB,
-    EXACT,
     HOURS_QUANTUM,
     ZERO,
     PricePeriod,
     egress_cost,
+    exact_product,
     exact_sum,
     price_in_force,
     sorted_periods,
@@ -164,9 +164,8 @@ def compute_cost(
     for seg in split_billed_hours(start, end, starts):
         period = price_in_force(periods, starts, seg.start)
         price = period.usd_per_hour if period is not None else None
-        with localcontext(EXACT):
-            accelerator_hours = seg.hours * num_accelerators
-            usd = accelerator_hours * price if price is not None else ZERO
+        accelerator_hours = exact_product(seg.hours, num_accelerators)
+        usd = exact_product(accelerator_hours, price) if price is not None else ZERO
         lines.append(
             CostLine(
                 start=seg.start,

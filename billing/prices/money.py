@@ -83,7 +83,7 @@ def microseconds(delta: timedelta) -> int:
 
 def hours_from_microseconds(micro: int) -> Decimal:
     """`micro` microseconds as hours, half-even to `HOURS_QUANTUM`: the one rounding step."""
-    return _ROUNDING_DIVIDE(Decimal(micro), MICROSECONDS_PER_HOUR).quantize(HOURS_QUANTUM, context=ROUNDING)
+    return ROUNDING.divide(Decimal(micro), MICROSECONDS_PER_HOUR).quantize(HOURS_QUANTUM, context=ROUNDING)
 
 
 def billed_hours(start: datetime, end: datetime) -> Decimal:
@@ -94,17 +94,15 @@ def billed_hours(start: datetime, end: datetime) -> Decimal:
 
 # The arithmetic below calls EXACT's (or ROUNDING's) own methods: the same results and traps as
 # `with localcontext(EXACT)`, without copying and switching the thread's context each call
-# (a page of 50 runs made ~9,000 sums; the context switch was most of their cost).
-_EXACT_ADD = EXACT.add
-_EXACT_MULTIPLY = EXACT.multiply
-_ROUNDING_DIVIDE = ROUNDING.divide
+# (a page of 50 runs made ~9,000 sums; the context switch was most of their cost). The cost
+# engine's products go through exact_product for the same reason.
 
 
 def exact_sum(values: Iterable[Decimal]) -> Decimal:
     """Sum of `values` that raises rather than round."""
     total = ZERO
     for value in values:
-        total = _EXACT_ADD(total, value)
+        total = EXACT.add(total, value)
     return total
 
 
@@ -112,7 +110,7 @@ def exact_product(*values: Decimal | int) -> Decimal:
     """Product of `values` that raises rather than round."""
     out = Decimal(1)
     for value in values:
-        out = _EXACT_MULTIPLY(out, value)
+        out = EXACT.multiply(out, value)
     return out
 
 
