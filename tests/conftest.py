@@ -69,6 +69,15 @@ def _fresh_cache() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _plain_csrf_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every page carries a 64-character random CSRF token, so a test asserting that a short name ("n1")
+    is absent from a page failed about once in sixty runs on the token alone. Here the secret and its mask
+    are all "a" (the masked token is "a" * 64); tests that check CSRF post without a token and still get 403.
+    """
+    monkeypatch.setattr("django.middleware.csrf._get_new_csrf_string", lambda: "a" * 32)
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings) -> None:
     """Argon2 is deliberately slow; tests hash many passwords and prove nothing about its cost."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -6,6 +6,7 @@ import random
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.db.models import Max
 from django.utils import timezone
 
@@ -36,11 +37,16 @@ def batches_done() -> bool:
 @pytest.mark.django_db(transaction=True)
 def test_a_tick_moves_every_running_demo_run_through_the_worker(celery_worker, settings) -> None:
     settings.AIRBOARD_DEMO_LIVE_RUNNING = 0  # this test looks at the seeded runs only
-    seed_demo(seed=7, runs=40, advice_examples=False, log=lambda line: None)
+    # The seed is two hours old when the tick comes. A run logs about 120 points over twice its
+    # elapsed time, so a run 10 h in logs one every 10-20 minutes: a tick 5 minutes after the seed
+    # added no point for such a run, and whether the seed had one depended on the time of day.
+    # A run's attempt lasts at most 52 h (the seed's cap), so one log interval is under 2 h.
+    with time_machine.travel(timezone.now() - timedelta(hours=2), tick=True):
+        seed_demo(seed=7, runs=40, advice_examples=False, log=lambda line: None)
     running = list(Run.objects.filter(is_demo=True, status=RunStatus.RUNNING).exclude(source="local"))
     assert running, "the seed has running runs"
     before = {r.pk: MetricPoint.objects.filter(run=r).aggregate(s=Max("step"))["s"] or 0 for r in running}
-    now = timezone.now().replace(microsecond=0) + timedelta(minutes=5)
+    now = timezone.now().replace(microsecond=0)
 
     result = demo_live.tick(now=now, rng=random.Random(1))
 
