@@ -24,6 +24,7 @@ from billing.costs.run_costs import RUN_COST_FIELDS, breakdowns_for_runs, cluste
 from billing.models import (
     COST_AMOUNTS,
     AcceleratorPrice,
+    AccrualBaseline,
     CostDaily,
     CostDailyTeam,
     EgressPrice,
@@ -128,16 +129,23 @@ def recompute_days(days: Iterable[date], now: datetime | None = None) -> int:
     return _recompute(days, now or timezone.now())[0]
 
 
-def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
-    """`recompute_days`, also returning the ids of the runs it priced."""
+def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = None) -> tuple[int, set[int]]:
+    """`recompute_days`, also returning the ids of the runs it priced.
+
+    `keep` (the pass's accruing runs): their lines as written are stored as the accrual
+    baseline (`AccrualBaseline`), replacing every earlier row, in the same transaction.
+    """
     wanted = set(days)
     if not wanted:
+        if keep is not None:
+            AccrualBaseline.objects.all().delete()
         return 0, set()
     run_ids = sorted(runs_touching(wanted, as_of))
     sums: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple, int] = defaultdict(int)
     unpriced: dict[tuple, dict[str, None]] = defaultdict(dict)
     spans: dict[int, tuple[date, date]] = {}
+    baseline: list[AccrualBaseline] = []
     book = failed.price_book()
     for i in range(0, len(run_ids), CHUNK):
         runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*RUN_COST_FIELDS))
@@ -157,6 +165,9 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
                 unpriced[key].update(dict.fromkeys(breakdowns[run.pk].unpriced_reasons))
                 for name in _LINE_AMOUNTS:
                     sums[key][name].append(getattr(line, name))
+                if keep is not None and run.pk in keep:
+                    amounts = {c: getattr(line, n) for n, c in zip(_LINE_AMOUNTS, COST_AMOUNTS, strict=True)}
+                    baseline.append(AccrualBaseline(run_id=run.pk, day=line.day, as_of=as_of, **amounts))
     rows = [
         CostDaily(
             day=key[0],
@@ -175,6 +186,9 @@ def _recompute(days: Iterable[date], as_of: datetime) -> tuple[int, set[int]]:
         CostDaily.objects.bulk_create(rows, batch_size=1000)
         CostDailyTeam.objects.bulk_create(team_rows, batch_size=1000)
         _save_spans(spans)
+        if keep is not None:
+            AccrualBaseline.objects.all().delete()
+            AccrualBaseline.objects.bulk_create(baseline, batch_size=1000)
     return len(rows), set(run_ids)
 
 
@@ -319,9 +333,9 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
        `RunCostSpan`), plus the rolled-up days from the earliest effective_from of any price
        edited since the cursor.
     4. `recompute_days` on that set (which also stores the failed runs' failed-attempt cost,
-       billing.costs.failed), then store it for up to BACKFILL failed runs that lack a usable
-       one; then move the cursor to the pass's start (less an overlap, see CURSOR_OVERLAP)
-       and release the lease.
+       billing.costs.failed, and the accruing runs' lines as the accrual baseline), then store
+       it for up to BACKFILL failed runs that lack a usable one; then move the cursor to the
+       pass's start (less an overlap, see CURSOR_OVERLAP) and release the lease.
     """
     as_of = utc(now or timezone.now())
     state = claim(as_of)
@@ -335,11 +349,12 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         run_ids = set(changed.values_list("pk", flat=True))
         # A run that became cross-region (or stopped being) after its network metrics arrived.
         egress.rederive_where_region_changed(run_ids, now=as_of)
-        run_ids |= accruing_run_ids()
+        accruing = accruing_run_ids()
+        run_ids |= accruing
         # The days they cover now, and the days they covered at the last pass: an attempt
         # whose times moved, or a cluster or egress record that changed, leaves old days too.
         days = touched_days(run_ids, as_of) | span_days(run_ids) | _days_since_price_changes(cursor)
-        rows, priced = _recompute(days, as_of)
+        rows, priced = _recompute(days, as_of, keep=accruing)
         # Failed runs no day brought in whose stored failed-attempt cost is missing or stale.
         failed.backfill(as_of)
         # A run that no longer covers any day (its attempts were removed) keeps no span.

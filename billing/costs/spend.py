@@ -23,9 +23,9 @@ from typing import Any
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from billing.costs.rollups import DIMENSIONS, STATE_NAME, accruing_run_ids
-from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
-from billing.models import COST_AMOUNTS, CostDailyTeam, RollupState
+from billing.costs.rollups import CHUNK, DIMENSIONS, STATE_NAME, accruing_run_ids
+from billing.costs.run_costs import breakdowns_for_runs
+from billing.models import COST_AMOUNTS, AccrualBaseline, CostDailyTeam, RollupState
 from billing.prices.money import ZERO, Figure, estimate, exact_difference, exact_sum, month_start, utc
 from runs.models import Run
 
@@ -53,17 +53,17 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
         return []  # the rollups were written at (or after) this instant: nothing has accrued
     runs = list(Run.objects.filter(pk__in=ids).select_related("team"))
     current = breakdowns_for_runs(runs, now=now)
-    baseline: dict[int, RunBreakdown] = breakdowns_for_runs(runs, now=last) if last is not None else {}
+    baseline = _baseline(runs, last) if last is not None else {}
     rows: dict[tuple, dict[str, Any]] = {}
     for run in runs:
-        before = {d.day: d for d in baseline[run.pk].days} if run.pk in baseline else {}
+        before = baseline.get(run.pk, {})
         after = {d.day: d for d in current[run.pk].days}
         dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
         for day in sorted(set(before) | set(after)):
             deltas = {
                 column: exact_difference(
                     getattr(after[day], line) if day in after else ZERO,
-                    getattr(before[day], line) if day in before else ZERO,
+                    before[day][column] if day in before else ZERO,
                 )
                 for column, line in LINE_FOR_COLUMN.items()
             }
@@ -80,6 +80,23 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
             reasons = dict.fromkeys([*row["unpriced"].split("\n"), *current[run.pk].unpriced_reasons])
             row["unpriced"] = "\n".join(r for r in reasons if r)
     return list(rows.values())
+
+
+def _baseline(runs: Sequence[Run], last: datetime) -> dict[int, dict[date, dict[str, Decimal]]]:
+    """What the rollups hold for each run, per day and COST_AMOUNTS column: the rows the pass at
+    `last` stored (`AccrualBaseline`, one query); a run it did not store (not accruing then: a
+    retry started since) priced as of `last` by the engine, as the pass priced it."""
+    held: dict[int, dict[date, dict[str, Decimal]]] = defaultdict(dict)
+    ids = [run.pk for run in runs]
+    for i in range(0, len(ids), CHUNK):
+        stored = AccrualBaseline.objects.filter(run_id__any=ids[i : i + CHUNK], as_of=last)
+        for run_id, day, *amounts in stored.values_list("run_id", "day", *COST_AMOUNTS):
+            held[run_id][day] = dict(zip(COST_AMOUNTS, amounts, strict=True))
+    missing = [run for run in runs if run.pk not in held]
+    for run_id, breakdown in (breakdowns_for_runs(missing, now=last) if missing else {}).items():
+        for line in breakdown.days:
+            held[run_id][line.day] = {column: getattr(line, name) for column, name in LINE_FOR_COLUMN.items()}
+    return held
 
 
 def accrual_between(rows: Sequence[dict[str, Any]], first: date, last: date) -> list[dict[str, Any]]:

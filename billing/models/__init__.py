@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from billing.models.costs import (
     COST_AMOUNTS,
+    AccrualBaseline,
     CostAmounts,
     CostDaily,
     CostDailyTeam,
@@ -31,6 +32,7 @@ from billing.models.reconcile import BilledUsage, BillingListPrice
 __all__ = [
     "COST_AMOUNTS",
     "AcceleratorPrice",
+    "AccrualBaseline",
     "Admission",
     "AlertChannel",
     "BilledUsage",

@@ -133,6 +133,36 @@ class RunCostSpan(models.Model):
         return f"{self.run_id}: {self.first_day}..{self.last_day}"
 
 
+class AccrualBaseline(models.Model):
+    """A run accruing at the last rollup pass: its amounts on one UTC day as that pass stored them.
+
+    The rollups hold a running run's cost as of the pass; what it has accrued since is its cost
+    now less this (`billing.costs.spend.accrual`). Written by `rollups.refresh_changed` in the
+    transaction that writes the rollups, all rows replaced each pass, so `as_of` is that pass's
+    time. Read instead of pricing every running run a second time at the pass's time on each view,
+    and exact where that was not: a late correction to a run's earlier hours (a backfilled
+    attempt time, a region found later) changed the recomputed baseline but not the rollups.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="accrual_baseline", db_index=False)
+    day = models.DateField()
+    as_of = models.DateTimeField()
+    compute_usd = ExactDecimalField(default=0)
+    egress_usd = ExactDecimalField(default=0)
+    idle_usd = ExactDecimalField(default=0)
+    gpu_hours = ExactDecimalField(default=0)
+    idle_gpu_hours = ExactDecimalField(default=0)
+
+    class Meta:
+        constraints = [
+            # One row a run and day (its leading run column serves the run lookups too).
+            models.UniqueConstraint(fields=["run", "day"], name="accrualbaseline_run_day_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.day} as of {self.as_of.isoformat()}: ${self.compute_usd + self.egress_usd}"
+
+
 class RollupState(models.Model):
     """Cursor and lease of a rollup: runs changed after `cursor` are rolled up next."""
 

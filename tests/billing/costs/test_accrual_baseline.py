@@ -1,0 +1,94 @@
+"""The accrual baseline: what the last rollup pass stored for each running run, read back instead
+of pricing every running run a second time at the pass's instant on each view.
+
+A team's month between passes is the rollups plus (running runs now, less what the rollups hold
+for them). The baseline is what the rollups hold, so the month equals the engine's figure now
+even after a late correction to a running run's earlier hours, which a baseline recomputed
+from today's data at the pass's time does not see in the rollups.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing.costs import rollups, spend
+from billing.costs.run_costs import breakdowns_for_runs
+from billing.models import AcceleratorPrice, AccrualBaseline
+from billing.prices.money import exact_sum
+from runs.choices import RunStatus
+from runs.models import Attempt, Run
+from tests.conftest import T0, World, make_run
+
+BOOK = datetime(2026, 1, 1, tzinfo=UTC)
+PASS = T0 + timedelta(hours=3)  # the last rollup pass
+NOW = T0 + timedelta(hours=5)
+USD_PER_GPU_HOUR = Decimal("2.00")  # 8 GPUs: $16 an hour
+
+
+@pytest.fixture
+def live(world: World) -> Run:
+    AcceleratorPrice.objects.create(accelerator_type="GPU_8xH100", region="us-west-2", effective_from=BOOK,
+                                    usd_per_hour=USD_PER_GPU_HOUR)  # fmt: skip
+    make_run(world.vision, "done")  # T0 to T0 + 1 h: $16, finished before the pass
+    run = make_run(world.vision, "live", status=RunStatus.RUNNING, ended_at=None)
+    assert rollups.refresh_changed(now=PASS).claimed
+    return run
+
+
+def month_usd(world: World) -> Decimal:
+    (month,) = spend.team_month([world.vision.pk], now=NOW)
+    return month.usd
+
+
+def engine_usd() -> Decimal:
+    """Every run priced by the engine at NOW: what the month must say."""
+    return exact_sum(b.total for b in breakdowns_for_runs(list(Run.objects.all()), now=NOW).values())
+
+
+def test_the_pass_stores_what_it_rolled_up_for_running_runs_only(world: World, live: Run) -> None:
+    rows = list(AccrualBaseline.objects.values_list("run_id", "day", "as_of", "compute_usd", "gpu_hours"))
+    assert rows == [(live.pk, T0.date(), PASS, Decimal("48"), Decimal("24"))]  # 3 h x 8 GPUs x $2
+    # The next pass replaces them: the run still runs, three more hours.
+    rollups.refresh_changed(now=PASS + timedelta(hours=3))
+    assert list(AccrualBaseline.objects.values_list("as_of", "compute_usd")) == [
+        (PASS + timedelta(hours=3), Decimal("96"))
+    ]
+
+
+def test_the_month_is_the_rollups_plus_two_hours_accrued_priced_once(world: World, live: Run, monkeypatch) -> None:
+    passes: list[datetime] = []
+
+    def counted(runs, now):
+        passes.append(now)
+        return breakdowns_for_runs(runs, now=now)
+
+    monkeypatch.setattr(spend, "breakdowns_for_runs", counted)
+    assert month_usd(world) == Decimal("16") + Decimal("80") == engine_usd()  # done $16, live 5 h $80
+    assert passes == [NOW]  # the running run priced now only; the pass's figure was read
+
+
+def test_a_late_correction_to_a_running_runs_start_shows_at_once(world: World, live: Run) -> None:
+    # The attempt's start, corrected after the pass: an hour earlier than first reported.
+    Attempt.objects.filter(run=live).update(started_at=T0 - timedelta(hours=1))
+    Run.objects.filter(pk=live.pk).update(started_at=T0 - timedelta(hours=1))
+    # Rollups hold 3 h ($48); the run has run 6 h ($96) by now. A baseline recomputed at the
+    # pass's time from today's data (4 h, $64) said $16 + $48 + $32 = $96 - $16 short.
+    assert month_usd(world) == Decimal("16") + Decimal("96") == engine_usd()
+
+
+def test_a_retry_started_after_the_pass_is_priced_against_what_the_pass_held(world: World, live: Run) -> None:
+    done = Run.objects.get(external_id="done")
+    Run.objects.filter(pk=done.pk).update(status=RunStatus.RUNNING, ended_at=None)
+    Attempt.objects.create(run=done, number=2, status=RunStatus.RUNNING, started_at=PASS + timedelta(hours=1))
+    assert not AccrualBaseline.objects.filter(run=done).exists()
+    # done: its first hour ($16, in the rollups) and an hour of the retry ($16); live: $80.
+    assert month_usd(world) == Decimal("112") == engine_usd()
+
+
+def test_rows_of_an_older_pass_are_not_read(world: World, live: Run) -> None:
+    """A pass that failed after writing the rollups leaves `last_run_at` behind the rows' `as_of`."""
+    AccrualBaseline.objects.update(as_of=PASS - timedelta(minutes=1), compute_usd=Decimal("1"))
+    assert month_usd(world) == engine_usd() == Decimal("96")
