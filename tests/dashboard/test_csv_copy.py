@@ -18,7 +18,7 @@ from django.core.signals import request_finished
 from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 
-from dashboard.csv_export import STREAM_CHUNK_ROWS, sql_cell
+from dashboard.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, sql_cell
 from runs.choices import RunStatus
 from runs.models import Run
 from runs.views import CSV_HEADER, DEFAULT_SORT, filter_runs, runs_csv, sort_runs
@@ -118,6 +118,8 @@ def test_the_servers_date_style_does_not_change_the_file(world: World) -> None:
             by_copy = b"".join(runs_csv(runs, NOW, by_database=True).streaming_content)
             cursor.execute("SHOW DateStyle")
             assert cursor.fetchone()[0] == "SQL, DMY"  # only the download's transaction had ISO
+            cursor.execute("SHOW work_mem")
+            assert cursor.fetchone()[0] != COPY_WORK_MEM  # and its sort memory
         finally:
             cursor.execute("RESET DateStyle")
     assert by_copy == by_python and b"2026-11-02T09:00:00.123+00:00" in by_copy
