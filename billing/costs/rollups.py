@@ -138,7 +138,9 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
     wanted = set(days)
     if not wanted:
         if keep is not None:
-            AccrualBaseline.objects.all().delete()
+            with transaction.atomic():
+                AccrualBaseline.objects.all().delete()
+                _passed(as_of)
         return 0, set()
     run_ids = sorted(runs_touching(wanted, as_of))
     sums: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
@@ -189,7 +191,16 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
         if keep is not None:
             AccrualBaseline.objects.all().delete()
             AccrualBaseline.objects.bulk_create(baseline, batch_size=1000)
+            _passed(as_of)
     return len(rows), set(run_ids)
+
+
+def _passed(as_of: datetime) -> None:
+    """Mark the rollups as written at `as_of`, in their own transaction: a reader never sees the
+    new rows with the old time (the accrual since then counted twice) or the other way round.
+    Only forwards: a pass that overran its lease and ends after a newer one leaves its time."""
+    later = Q(last_run_at__isnull=True) | Q(last_run_at__lt=as_of)
+    RollupState.objects.filter(later, name=STATE_NAME).update(last_run_at=as_of)
 
 
 # DayBreakdown's amounts, in the order of the COST_AMOUNTS columns they are summed into.
@@ -361,8 +372,9 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         gone = sorted(run_ids - priced)
         for i in range(0, len(gone), CHUNK):
             RunCostSpan.objects.filter(run_id__in=gone[i : i + CHUNK]).delete()
+        # last_run_at was set with the rollups (`_passed`).
         RollupState.objects.filter(name=STATE_NAME).update(
-            cursor=as_of - CURSOR_OVERLAP, last_run_at=as_of, days_last_run=len(days), lease_until=None
+            cursor=as_of - CURSOR_OVERLAP, days_last_run=len(days), lease_until=None
         )
     except BaseException:
         RollupState.objects.filter(name=STATE_NAME).update(lease_until=None)

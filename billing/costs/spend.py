@@ -6,9 +6,9 @@ one number everywhere. The rollups are written by `billing.costs.rollups` from
 `billing.costs.run_costs.breakdowns_for_runs`, the same engine the run page reads.
 
 Accrual, computed once (`accrual`): runs whose cost grows with the clock
-(`rollups.accruing_run_ids`) priced now, less the same runs priced at the last rollup pass
-(what the rollups already hold), per UTC day and dimension tuple. With no pass yet the
-rollups are empty and the baseline is zero.
+(`rollups.accruing_run_ids`) priced now, less what the rollups already hold for them (`_baseline`:
+what the last rollup pass stored for the runs accruing then), per UTC day and dimension tuple.
+With no pass yet the rollups are empty and the baseline is zero.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from billing.costs.rollups import CHUNK, DIMENSIONS, STATE_NAME, accruing_run_ids
 from billing.costs.run_costs import breakdowns_for_runs
-from billing.models import COST_AMOUNTS, AccrualBaseline, CostDailyTeam, RollupState
+from billing.models import COST_AMOUNTS, AccrualBaseline, CostDailyTeam, RollupState, RunCostSpan
 from billing.prices.money import ZERO, Figure, estimate, exact_difference, exact_sum, month_start, utc
 from runs.models import Run
 
@@ -42,7 +42,8 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
     """Spend the rollups have not seen yet, as rows shaped like CostDaily's values.
 
     Each row: `day`, the DIMENSIONS, `team__name`, the COST_AMOUNTS and `unpriced` (reasons,
-    newline-separated). Two engine passes over the accruing runs only, whatever the month.
+    newline-separated). One engine pass over the accruing runs only, whatever the month (and a
+    second, as of the last pass, for those the pass priced but did not store).
     """
     now = utc(now, "now")
     ids = sorted(accruing_run_ids(team_ids))
@@ -83,16 +84,27 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
 
 
 def _baseline(runs: Sequence[Run], last: datetime) -> dict[int, dict[date, dict[str, Decimal]]]:
-    """What the rollups hold for each run, per day and COST_AMOUNTS column: the rows the pass at
-    `last` stored (`AccrualBaseline`, one query); a run it did not store (not accruing then: a
-    retry started since) priced as of `last` by the engine, as the pass priced it."""
+    """What the rollups hold for each run, per day and COST_AMOUNTS column.
+
+    - A run accruing at the pass at `last`: the rows that pass stored (`AccrualBaseline`,
+      written in the rollups' own transaction with `last_run_at`).
+    - A run the rollups priced without storing (finished then, a retry started since): priced
+      as of `last` by the engine, as the pass priced it.
+    - A run the rollups never priced (no `RunCostSpan`: written or started after the pass, or a
+      classic run that joined a cluster since): nothing. Pricing it as of `last` would take
+      away its share of what other runs already hold (a cluster's idle time) or hours it ran
+      before it was reported.
+    """
     held: dict[int, dict[date, dict[str, Decimal]]] = defaultdict(dict)
     ids = [run.pk for run in runs]
+    spanned: set[int] = set()
     for i in range(0, len(ids), CHUNK):
-        stored = AccrualBaseline.objects.filter(run_id__any=ids[i : i + CHUNK], as_of=last)
+        chunk = ids[i : i + CHUNK]
+        stored = AccrualBaseline.objects.filter(run_id__any=chunk, as_of=last)
         for run_id, day, *amounts in stored.values_list("run_id", "day", *COST_AMOUNTS):
             held[run_id][day] = dict(zip(COST_AMOUNTS, amounts, strict=True))
-    missing = [run for run in runs if run.pk not in held]
+        spanned.update(RunCostSpan.objects.filter(run_id__any=chunk).values_list("run_id", flat=True))
+    missing = [run for run in runs if run.pk not in held and run.pk in spanned]
     for run_id, breakdown in (breakdowns_for_runs(missing, now=last) if missing else {}).items():
         for line in breakdown.days:
             held[run_id][line.day] = {column: getattr(line, name) for column, name in LINE_FOR_COLUMN.items()}

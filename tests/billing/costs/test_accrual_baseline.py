@@ -16,10 +16,10 @@ import pytest
 
 from billing.costs import rollups, spend
 from billing.costs.run_costs import breakdowns_for_runs
-from billing.models import AcceleratorPrice, AccrualBaseline
+from billing.models import AcceleratorPrice, AccrualBaseline, InstancePrice
 from billing.prices.money import exact_sum
-from runs.choices import RunStatus
-from runs.models import Attempt, Run
+from runs.choices import RunSource, RunStatus
+from runs.models import Attempt, Cluster, ClusterEvent, Run
 from tests.conftest import T0, World, make_run
 
 BOOK = datetime(2026, 1, 1, tzinfo=UTC)
@@ -88,7 +88,48 @@ def test_a_retry_started_after_the_pass_is_priced_against_what_the_pass_held(wor
     assert month_usd(world) == Decimal("112") == engine_usd()
 
 
-def test_rows_of_an_older_pass_are_not_read(world: World, live: Run) -> None:
-    """A pass that failed after writing the rollups leaves `last_run_at` behind the rows' `as_of`."""
-    AccrualBaseline.objects.update(as_of=PASS - timedelta(minutes=1), compute_usd=Decimal("1"))
-    assert month_usd(world) == engine_usd() == Decimal("96")
+def test_a_run_reported_after_the_pass_counts_from_its_start(world: World, live: Run) -> None:
+    """The collector writes a run after the pass that started before it: the rollups hold none of
+    it, so none of it is taken away (it was priced as of the pass and taken away: $32 short)."""
+    make_run(world.vision, "late", status=RunStatus.RUNNING, ended_at=None, started_at=T0 + timedelta(hours=1))
+    # done $16, live 5 h $80, late 4 h $64
+    assert month_usd(world) == Decimal("160") == engine_usd()
+
+
+def test_a_classic_run_joining_an_up_cluster_takes_nothing_from_the_others(world: World, live: Run) -> None:
+    """A run on a cluster still up shares its idle time: one that joins after the pass must not
+    subtract its share of the hours the rollups hold for the runs already there."""
+    InstancePrice.objects.create(instance_type="p4d.24xlarge", region="", effective_from=BOOK, usd_per_hour="10.00")
+    cluster = Cluster.objects.create(team=world.nlp, cluster_id="c-up", node_type_id="p4d.24xlarge",
+                                     single_node=True, region="us-west-2", start_time=T0)  # fmt: skip
+    ClusterEvent.objects.create(cluster=cluster, ts=T0, kind="RUNNING",
+                                details={"current_num_workers": 0, "target_num_workers": 0})  # fmt: skip
+    make_run(world.nlp, "first", source=RunSource.CLASSIC, cluster=cluster, accelerator_type="",
+             ended_at=T0 + timedelta(minutes=30))  # fmt: skip
+    assert rollups.refresh_changed(now=PASS + timedelta(minutes=30)).claimed
+    make_run(world.nlp, "joined", source=RunSource.CLASSIC, cluster=cluster, accelerator_type="",
+             started_at=PASS + timedelta(hours=1), ended_at=PASS + timedelta(hours=1, minutes=30))  # fmt: skip
+    (month,) = spend.team_month([world.nlp.pk], now=NOW)
+    assert month.usd == Decimal("50") == _engine_usd_of(world.nlp)  # the cluster up 5 h at $10
+
+
+def test_a_pass_that_fails_after_its_rollups_still_dates_them(world: World, live: Run, monkeypatch) -> None:
+    """The rollups, their baseline and their time are one transaction: the failed runs' backfill
+    that follows failing (or still running) never pairs new rollups with the older time."""
+
+    def broken(as_of: datetime) -> int:
+        raise RuntimeError("backfill failed")
+
+    monkeypatch.setattr(rollups.failed, "backfill", broken)
+    with pytest.raises(RuntimeError):
+        rollups.refresh_changed(now=PASS + timedelta(hours=1))
+    assert spend.last_pass() == PASS + timedelta(hours=1)
+    assert month_usd(world) == Decimal("96") == engine_usd()
+    # A pass that ends after a newer one (its lease ran out) leaves the newer time.
+    rollups._passed(PASS)
+    assert spend.last_pass() == PASS + timedelta(hours=1)
+
+
+def _engine_usd_of(team) -> Decimal:
+    runs = list(Run.objects.filter(team=team))
+    return exact_sum(b.total for b in breakdowns_for_runs(runs, now=NOW).values())
