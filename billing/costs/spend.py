@@ -42,17 +42,26 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
     """Spend the rollups have not seen yet, as rows shaped like CostDaily's values.
 
     Each row: `day`, the DIMENSIONS, `team__name`, the COST_AMOUNTS and `unpriced` (reasons,
-    newline-separated). One engine pass over the accruing runs only, whatever the month (and a
-    second, as of the last pass, for those the pass priced but did not store).
+    newline-separated). The runs: those accruing now and those accruing at the last pass. One
+    engine pass over them only, whatever the month (and a second, as of the last pass, for those
+    the pass priced but did not store).
     """
     now = utc(now, "now")
-    ids = sorted(accruing_run_ids(team_ids))
-    if not ids:
-        return []
+    team_ids = None if team_ids is None else list(team_ids)
     last = last_pass()
     if last is not None and last >= now:
         return []  # the rollups were written at (or after) this instant: nothing has accrued
-    runs = list(Run.objects.filter(pk__in=ids).select_related("team"))
+    ids = accruing_run_ids(team_ids)
+    if last is not None:
+        # Runs accruing at the pass that stopped since (ended, their cluster terminated): what
+        # they cost from the pass to their end, which the next pass would otherwise add.
+        stored = AccrualBaseline.objects.filter(as_of=last)
+        if team_ids is not None:
+            stored = stored.filter(run__team_id__in=team_ids)
+        ids |= set(stored.values_list("run_id", flat=True).distinct())
+    if not ids:
+        return []
+    runs = list(Run.objects.filter(pk__in=sorted(ids)).select_related("team"))
     current = breakdowns_for_runs(runs, now=now)
     baseline = _baseline(runs, last) if last is not None else {}
     rows: dict[tuple, dict[str, Any]] = {}

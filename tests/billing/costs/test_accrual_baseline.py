@@ -88,6 +88,16 @@ def test_a_retry_started_after_the_pass_is_priced_against_what_the_pass_held(wor
     assert month_usd(world) == Decimal("112") == engine_usd()
 
 
+def test_a_run_that_ended_since_the_pass_counts_to_its_end(world: World, live: Run) -> None:
+    """Not accruing now, but the rollups hold it only to the pass: its last hour is added now, not
+    at the next pass (the month said $64 until then)."""
+    Attempt.objects.filter(run=live).update(ended_at=PASS + timedelta(hours=1), status=RunStatus.SUCCEEDED)
+    Run.objects.filter(pk=live.pk).update(ended_at=PASS + timedelta(hours=1), status=RunStatus.SUCCEEDED)
+    assert month_usd(world) == Decimal("16") + Decimal("64") == engine_usd()  # live: 4 h
+    (other,) = spend.team_month([world.nlp.pk], now=NOW)
+    assert other.usd == 0  # another team's stopped run is not its
+
+
 def test_a_run_reported_after_the_pass_counts_from_its_start(world: World, live: Run) -> None:
     """The collector writes a run after the pass that started before it: the rollups hold none of
     it, so none of it is taken away (it was priced as of the pass and taken away: $32 short)."""
