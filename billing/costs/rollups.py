@@ -125,6 +125,9 @@ def recompute_days(days: Iterable[date], now: datetime | None = None) -> int:
        and record each priced run's span of days (`RunCostSpan`). Rows of other days are
        never touched. Two passes racing on the same day cannot both insert: the named
        unique constraints refuse the second.
+
+    A repair: it leaves the accrual baseline and the pass time (`refresh_changed` keeps those
+    with the rollups), so days running runs touch are counted right again at the next pass.
     """
     return _recompute(days, now or timezone.now())[0]
 
@@ -139,8 +142,8 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
     if not wanted:
         if keep is not None:
             with transaction.atomic():
-                AccrualBaseline.objects.all().delete()
                 _passed(as_of)
+                AccrualBaseline.objects.all().delete()
         return 0, set()
     run_ids = sorted(runs_touching(wanted, as_of))
     sums: dict[tuple, dict[str, list[Decimal]]] = defaultdict(lambda: defaultdict(list))
@@ -182,6 +185,8 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
     ]
     team_rows = _team_days(rows)
     with transaction.atomic():
+        if keep is not None:
+            _passed(as_of)
         for first, last in _ranges(wanted):
             CostDaily.objects.filter(day__gte=first, day__lte=last).delete()
             CostDailyTeam.objects.filter(day__gte=first, day__lte=last).delete()
@@ -191,16 +196,22 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
         if keep is not None:
             AccrualBaseline.objects.all().delete()
             AccrualBaseline.objects.bulk_create(baseline, batch_size=1000)
-            _passed(as_of)
     return len(rows), set(run_ids)
 
 
+class StalePass(Exception):
+    """A rollup pass found a later pass's rollups already written: it writes nothing."""
+
+
 def _passed(as_of: datetime) -> None:
-    """Mark the rollups as written at `as_of`, in their own transaction: a reader never sees the
-    new rows with the old time (the accrual since then counted twice) or the other way round.
-    Only forwards: a pass that overran its lease and ends after a newer one leaves its time."""
-    later = Q(last_run_at__isnull=True) | Q(last_run_at__lt=as_of)
-    RollupState.objects.filter(later, name=STATE_NAME).update(last_run_at=as_of)
+    """Mark the rollups as written at `as_of`, first in the transaction that writes them: a reader
+    never sees the new rows with the old time (the accrual since then counted twice) or the other
+    way round. Only forwards: a pass that overran its lease and ends after a newer one raises
+    StalePass, and its transaction writes nothing (on PostgreSQL the row lock taken here also
+    makes a racing pass wait for this one's commit)."""
+    later = Q(last_run_at__isnull=True) | Q(last_run_at__lte=as_of)
+    if RollupState.objects.filter(later, name=STATE_NAME).update(last_run_at=as_of) != 1:
+        raise StalePass(f"the rollups were written after {as_of.isoformat()}")
 
 
 # DayBreakdown's amounts, in the order of the COST_AMOUNTS columns they are summed into.
@@ -376,6 +387,8 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         RollupState.objects.filter(name=STATE_NAME).update(
             cursor=as_of - CURSOR_OVERLAP, days_last_run=len(days), lease_until=None
         )
+    except StalePass:
+        return RefreshResult(claimed=False)  # a newer pass wrote (and holds or freed the lease)
     except BaseException:
         RollupState.objects.filter(name=STATE_NAME).update(lease_until=None)
         raise

@@ -61,7 +61,7 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
         ids |= set(stored.values_list("run_id", flat=True).distinct())
     if not ids:
         return []
-    runs = list(Run.objects.filter(pk__in=sorted(ids)).select_related("team"))
+    runs = list(Run.objects.filter(pk__any=sorted(ids)).select_related("team"))
     current = breakdowns_for_runs(runs, now=now)
     baseline = _baseline(runs, last) if last is not None else {}
     rows: dict[tuple, dict[str, Any]] = {}

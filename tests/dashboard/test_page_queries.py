@@ -98,3 +98,26 @@ def test_failures_overview_reads_the_stored_costs_in_the_same_queries(world: Wor
     rollups.refresh_changed(timezone.now() + timedelta(minutes=10))
     monkeypatch.setattr(failed, "breakdowns_for_runs", lambda *a, **k: pytest.fail("priced by the engine"))
     assert _queries(client, "/runs/failures/") == small
+
+
+def test_spend_pages_after_a_pass_cost_the_same_queries(world: World) -> None:
+    """After a cost rollup pass the overview and costs read the accrual baseline the pass stored,
+    and price by the engine as of the pass a run retried since (it has no stored rows): with one
+    such run each time, four times the runs cost the same queries."""
+    from billing.costs import rollups
+    from runs.models import Attempt
+
+    def retried_since_the_pass(runs: list[Run]) -> None:
+        done = next(run for run in runs if run.status == RunStatus.SUCCEEDED)
+        Run.objects.filter(pk=done.pk).update(status=RunStatus.RUNNING, ended_at=None)
+        Attempt.objects.create(run=done, number=2, status=RunStatus.RUNNING, started_at=timezone.now())
+
+    client = world.client_for(world.alice)
+    runs = _runs(world, 0, 6)
+    rollups.refresh_changed(timezone.now() - timedelta(minutes=2))
+    retried_since_the_pass(runs)
+    small = {url: _queries(client, url) for url in ("/", "/costs/")}
+    runs = _runs(world, 6, 18)
+    rollups.refresh_changed(timezone.now() - timedelta(minutes=1))
+    retried_since_the_pass(runs)
+    assert {url: _queries(client, url) for url in ("/", "/costs/")} == small

@@ -135,10 +135,12 @@ def test_a_pass_that_fails_after_its_rollups_still_dates_them(world: World, live
         rollups.refresh_changed(now=PASS + timedelta(hours=1))
     assert spend.last_pass() == PASS + timedelta(hours=1)
     assert month_usd(world) == Decimal("96") == engine_usd()
-    # A pass that ends after a newer one (its lease ran out) leaves the newer time.
+    # A pass that ends after a newer one (its lease ran out, a clock behind) writes nothing.
     monkeypatch.setattr(rollups.failed, "backfill", lambda as_of: 0)
-    assert rollups.refresh_changed(now=PASS).claimed
+    assert not rollups.refresh_changed(now=PASS).claimed
     assert spend.last_pass() == PASS + timedelta(hours=1)
+    assert month_usd(world) == Decimal("96") == engine_usd()
+    assert list(AccrualBaseline.objects.values_list("as_of", flat=True)) == [PASS + timedelta(hours=1)]
 
 
 def _engine_usd_of(team) -> Decimal:
