@@ -383,14 +383,15 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         gone = sorted(run_ids - priced)
         for i in range(0, len(gone), CHUNK):
             RunCostSpan.objects.filter(run_id__in=gone[i : i + CHUNK]).delete()
-        # last_run_at was set with the rollups (`_passed`).
-        RollupState.objects.filter(name=STATE_NAME).update(
-            cursor=as_of - CURSOR_OVERLAP, days_last_run=len(days), lease_until=None
-        )
+        # last_run_at was set with the rollups (`_passed`). The cursor moves and the lease is
+        # freed only while the lease is still this pass's: one that outlived it leaves both to
+        # the pass that took it over.
+        ours = RollupState.objects.filter(name=STATE_NAME, lease_until=as_of + LEASE)
+        ours.update(cursor=as_of - CURSOR_OVERLAP, days_last_run=len(days), lease_until=None)
     except StalePass:
         return RefreshResult(claimed=False)  # a newer pass wrote (and holds or freed the lease)
     except BaseException:
-        RollupState.objects.filter(name=STATE_NAME).update(lease_until=None)
+        RollupState.objects.filter(name=STATE_NAME, lease_until=as_of + LEASE).update(lease_until=None)
         raise
     return RefreshResult(claimed=True, runs=len(run_ids), days=len(days), rows=rows)
 

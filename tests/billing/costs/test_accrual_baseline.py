@@ -16,7 +16,7 @@ import pytest
 
 from billing.costs import rollups, spend
 from billing.costs.run_costs import breakdowns_for_runs
-from billing.models import AcceleratorPrice, AccrualBaseline, InstancePrice
+from billing.models import AcceleratorPrice, AccrualBaseline, InstancePrice, RollupState
 from billing.prices.money import exact_sum
 from runs.choices import RunSource, RunStatus
 from runs.models import Attempt, Cluster, ClusterEvent, Run
@@ -146,3 +146,30 @@ def test_a_pass_that_fails_after_its_rollups_still_dates_them(world: World, live
 def _engine_usd_of(team) -> Decimal:
     runs = list(Run.objects.filter(team=team))
     return exact_sum(b.total for b in breakdowns_for_runs(runs, now=NOW).values())
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_a_pass_that_outlived_its_lease_leaves_the_new_holders_lease(
+    world: World, live: Run, monkeypatch, fails: bool
+) -> None:
+    """Another worker takes the lease over while this pass runs long; this pass then fails or
+    ends: the other's lease stays, so no third pass starts beside it, and the cursor is its to move."""
+    later = PASS + timedelta(hours=1)
+    taken = later + rollups.LEASE + timedelta(minutes=1)
+
+    def overran(as_of: datetime) -> int:
+        assert rollups.claim(taken) is not None  # the other worker, after this lease ran out
+        if fails:
+            raise RuntimeError("backfill failed")
+        return 0
+
+    monkeypatch.setattr(rollups.failed, "backfill", overran)
+    cursor = RollupState.objects.get().cursor
+    if fails:
+        with pytest.raises(RuntimeError):
+            rollups.refresh_changed(now=later)
+    else:
+        rollups.refresh_changed(now=later)
+    state = RollupState.objects.get()
+    assert state.lease_until == taken + rollups.LEASE and state.cursor == cursor
+    assert rollups.claim(taken + timedelta(minutes=1)) is None  # still held
