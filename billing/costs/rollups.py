@@ -20,7 +20,7 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing.costs import egress, failed
-from billing.costs.run_costs import RUN_COST_FIELDS, breakdowns_for_runs, cluster_uptime
+from billing.costs.run_costs import RUN_COST_FIELDS, DayBreakdown, breakdowns_for_runs, cluster_uptime
 from billing.models import (
     COST_AMOUNTS,
     AcceleratorPrice,
@@ -171,8 +171,7 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
                 for name in _LINE_AMOUNTS:
                     sums[key][name].append(getattr(line, name))
                 if keep is not None and run.pk in keep:
-                    amounts = {c: getattr(line, n) for n, c in zip(_LINE_AMOUNTS, COST_AMOUNTS, strict=True)}
-                    baseline.append(AccrualBaseline(run_id=run.pk, day=line.day, as_of=as_of, **amounts))
+                    baseline.append(AccrualBaseline(run_id=run.pk, day=line.day, as_of=as_of, **line_amounts(line)))
     rows = [
         CostDaily(
             day=key[0],
@@ -216,6 +215,11 @@ def _passed(as_of: datetime) -> None:
 
 # DayBreakdown's amounts, in the order of the COST_AMOUNTS columns they are summed into.
 _LINE_AMOUNTS = ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours")
+
+
+def line_amounts(line: DayBreakdown) -> dict[str, Decimal]:
+    """A DayBreakdown's amounts under CostDaily's column names (COST_AMOUNTS)."""
+    return {column: getattr(line, name) for name, column in zip(_LINE_AMOUNTS, COST_AMOUNTS, strict=True)}
 
 
 def _amounts(values: dict[str, list[Decimal]]) -> dict[str, Decimal]:

@@ -6,7 +6,7 @@ one number everywhere. The rollups are written by `billing.costs.rollups` from
 `billing.costs.run_costs.breakdowns_for_runs`, the same engine the run page reads.
 
 Accrual, computed once (`accrual`): runs whose cost grows with the clock
-(`rollups.accruing_run_ids`) priced now, less what the rollups already hold for them (`_baseline`:
+(`rollups.accruing_run_ids`) priced now, less what the rollups already hold for them (`_stored`:
 what the last rollup pass stored for the runs accruing then), per UTC day and dimension tuple.
 With no pass yet the rollups are empty and the baseline is zero.
 """
@@ -23,14 +23,11 @@ from typing import Any
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from billing.costs.rollups import CHUNK, DIMENSIONS, STATE_NAME, accruing_run_ids
+from billing.costs.rollups import CHUNK, DIMENSIONS, STATE_NAME, accruing_run_ids, line_amounts
 from billing.costs.run_costs import breakdowns_for_runs
 from billing.models import COST_AMOUNTS, AccrualBaseline, CostDailyTeam, RollupState, RunCostSpan
 from billing.prices.money import ZERO, Figure, estimate, exact_difference, exact_sum, month_start, utc
 from runs.models import Run
-
-# DayBreakdown attribute for each rollup column.
-LINE_FOR_COLUMN = dict(zip(COST_AMOUNTS, ("compute", "egress", "idle", "gpu_hours", "idle_gpu_hours"), strict=True))
 
 
 def last_pass() -> datetime | None:
@@ -51,31 +48,25 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
     last = last_pass()
     if last is not None and last >= now:
         return []  # the rollups were written at (or after) this instant: nothing has accrued
-    ids = accruing_run_ids(team_ids)
-    if last is not None:
-        # Runs accruing at the pass that stopped since (ended, their cluster terminated): what
-        # they cost from the pass to their end, which the next pass would otherwise add.
-        stored = AccrualBaseline.objects.filter(as_of=last)
-        if team_ids is not None:
-            stored = stored.filter(run__team_id__in=team_ids)
-        ids |= set(stored.values_list("run_id", flat=True).distinct())
+    # What the pass stored for the runs accruing then. Those that stopped since (ended, their
+    # cluster terminated) are priced too: from the pass to their end, which the next pass would
+    # otherwise add.
+    stored = _stored(team_ids, last) if last is not None else {}
+    ids = accruing_run_ids(team_ids) | set(stored)
     if not ids:
         return []
     runs = list(Run.objects.filter(pk__any=sorted(ids)).select_related("team"))
     current = breakdowns_for_runs(runs, now=now)
-    baseline = _baseline(runs, last) if last is not None else {}
+    baseline = (stored | _unstored(runs, stored, last)) if last is not None else {}
     rows: dict[tuple, dict[str, Any]] = {}
     for run in runs:
         before = baseline.get(run.pk, {})
-        after = {d.day: d for d in current[run.pk].days}
+        after = {d.day: line_amounts(d) for d in current[run.pk].days}
         dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
         for day in sorted(set(before) | set(after)):
             deltas = {
-                column: exact_difference(
-                    getattr(after[day], line) if day in after else ZERO,
-                    before[day][column] if day in before else ZERO,
-                )
-                for column, line in LINE_FOR_COLUMN.items()
+                column: exact_difference(after.get(day, {}).get(column, ZERO), before.get(day, {}).get(column, ZERO))
+                for column in COST_AMOUNTS
             }
             if not any(deltas.values()):
                 continue
@@ -92,11 +83,25 @@ def accrual(team_ids: Iterable[int] | None, now: datetime) -> list[dict[str, Any
     return list(rows.values())
 
 
-def _baseline(runs: Sequence[Run], last: datetime) -> dict[int, dict[date, dict[str, Decimal]]]:
-    """What the rollups hold for each run, per day and COST_AMOUNTS column.
+# Per run: per UTC day, the amounts under CostDaily's column names (COST_AMOUNTS).
+Held = dict[int, dict[date, dict[str, Decimal]]]
 
-    - A run accruing at the pass at `last`: the rows that pass stored (`AccrualBaseline`,
-      written in the rollups' own transaction with `last_run_at`).
+
+def _stored(team_ids: list[int] | None, last: datetime) -> Held:
+    """What the pass at `last` stored for the runs accruing then (`AccrualBaseline`, written in
+    the rollups' own transaction with `last_run_at`), of the runs now in `team_ids`; one query."""
+    rows = AccrualBaseline.objects.filter(as_of=last)
+    if team_ids is not None:
+        rows = rows.filter(run__team_id__in=team_ids)
+    held: Held = defaultdict(dict)
+    for run_id, day, *amounts in rows.values_list("run_id", "day", *COST_AMOUNTS):
+        held[run_id][day] = dict(zip(COST_AMOUNTS, amounts, strict=True))
+    return held
+
+
+def _unstored(runs: Sequence[Run], stored: Held, last: datetime) -> Held:
+    """What the rollups hold for the runs the pass at `last` stored nothing for.
+
     - A run the rollups priced without storing (finished then, a retry started since): priced
       as of `last` by the engine, as the pass priced it.
     - A run the rollups never priced (no `RunCostSpan`: written or started after the pass, or a
@@ -104,19 +109,14 @@ def _baseline(runs: Sequence[Run], last: datetime) -> dict[int, dict[date, dict[
       away its share of what other runs already hold (a cluster's idle time) or hours it ran
       before it was reported.
     """
-    held: dict[int, dict[date, dict[str, Decimal]]] = defaultdict(dict)
-    ids = [run.pk for run in runs]
+    ids = [run.pk for run in runs if run.pk not in stored]
     spanned: set[int] = set()
     for i in range(0, len(ids), CHUNK):
-        chunk = ids[i : i + CHUNK]
-        stored = AccrualBaseline.objects.filter(run_id__any=chunk, as_of=last)
-        for run_id, day, *amounts in stored.values_list("run_id", "day", *COST_AMOUNTS):
-            held[run_id][day] = dict(zip(COST_AMOUNTS, amounts, strict=True))
-        spanned.update(RunCostSpan.objects.filter(run_id__any=chunk).values_list("run_id", flat=True))
-    missing = [run for run in runs if run.pk not in held and run.pk in spanned]
+        spanned.update(RunCostSpan.objects.filter(run_id__any=ids[i : i + CHUNK]).values_list("run_id", flat=True))
+    missing = [run for run in runs if run.pk in spanned]
+    held: Held = {}
     for run_id, breakdown in (breakdowns_for_runs(missing, now=last) if missing else {}).items():
-        for line in breakdown.days:
-            held[run_id][line.day] = {column: getattr(line, name) for column, name in LINE_FOR_COLUMN.items()}
+        held[run_id] = {line.day: line_amounts(line) for line in breakdown.days}
     return held
 
 
