@@ -103,8 +103,12 @@ class Run(models.Model):
         indexes = [
             # Run list: a team's runs, newest first.
             models.Index(fields=["team", "-submitted_at"], name="run_team_submitted_idx"),
-            # Run list default ordering and the date-range filter across teams (staff).
-            models.Index(fields=["-submitted_at"], name="run_submitted_idx"),
+            # Run list default ordering, newest first with the id breaking ties (`sort_runs`), and
+            # the date-range filter across teams (staff). With the id in the key, the run list's
+            # CSV reads 100,000 runs in its order from this index and sorts nothing
+            # (`runs_csv`): the sort of the formatted rows and their gather from parallel workers
+            # cost more than the formatting they shared out.
+            models.Index(fields=["-submitted_at", "-id"], name="run_submitted_id_idx"),
             # Overview: runs active now, failures in the last 7 days.
             models.Index(fields=["status", "submitted_at"], name="run_status_submitted_idx"),
             # A team's runs by status (the run list's status filter and its count, read from the

@@ -15,10 +15,12 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core.signals import request_finished
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
+from django.db.models import TextField
+from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 
-from dashboard.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, sql_cell
+from dashboard.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, copy_streaming_response, sql_cell
 from runs.choices import RunStatus
 from runs.models import Run
 from runs.views import CSV_HEADER, DEFAULT_SORT, filter_runs, runs_csv, sort_runs
@@ -41,9 +43,9 @@ HOSTILE = [
 ]  # fmt: skip
 
 
-def both(runs, now=NOW) -> tuple[bytes, bytes]:
+def both(runs, now=NOW, sort=None) -> tuple[bytes, bytes]:
     """The same queryset written by COPY and by the Python writer."""
-    by_copy = b"".join(runs_csv(runs, now, by_database=True).streaming_content)
+    by_copy = b"".join(runs_csv(runs, now, by_database=True, sort=sort).streaming_content)
     by_python = b"".join(runs_csv(runs, now, by_database=False).streaming_content)
     return by_copy, by_python
 
@@ -113,13 +115,17 @@ def test_the_servers_date_style_does_not_change_the_file(world: World) -> None:
     runs = Run.objects.order_by("external_id")
     by_python = b"".join(runs_csv(runs, NOW, by_database=False).streaming_content)
     with connection.cursor() as cursor:
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        parallel = cursor.fetchone()[0]
         cursor.execute("SET DateStyle = 'SQL, DMY'")
         try:
-            by_copy = b"".join(runs_csv(runs, NOW, by_database=True).streaming_content)
+            by_copy = b"".join(runs_csv(runs, NOW, by_database=True, sort=DEFAULT_SORT).streaming_content)
             cursor.execute("SHOW DateStyle")
             assert cursor.fetchone()[0] == "SQL, DMY"  # only the download's transaction had ISO
             cursor.execute("SHOW work_mem")
             assert cursor.fetchone()[0] != COPY_WORK_MEM  # and its sort memory
+            cursor.execute("SHOW max_parallel_workers_per_gather")
+            assert cursor.fetchone()[0] == parallel  # and its planner setting
         finally:
             cursor.execute("RESET DateStyle")
     assert by_copy == by_python and b"2026-11-02T09:00:00.123+00:00" in by_copy
@@ -190,11 +196,46 @@ def test_the_run_list_filters_write_the_same_rows(world: World, filters: dict) -
     make_run(world.vision, "sweep-it", parameters={"sweep": True, "sweep_run_id": "sweep-1"})
     make_run(world.vision, "plain", submitted_at=T0 + timedelta(hours=1))
     make_run(world.nlp, "other-team", experiment_name="evil", status=RunStatus.FAILED)
-    runs, _ = sort_runs(filter_runs(Run.objects.for_user(world.alice), filters), DEFAULT_SORT)
-    by_copy, by_python = both(runs)
+    runs, sort = sort_runs(filter_runs(Run.objects.for_user(world.alice), filters), DEFAULT_SORT)
+    by_copy, by_python = both(runs, sort=sort)  # the default order: the COPY without parallel workers
     assert by_copy.split(b"\r\n") == by_python.split(b"\r\n")
     ids = [row["external_id"] for row in csv.DictReader(io.StringIO(by_copy.decode(), newline=""))]
     assert "other-team" not in ids and ids == [run.external_id for run in runs], (
         "the COPY wrote other rows than the page's queryset"
     )
     assert ids  # every case selects something
+
+
+def test_the_default_order_is_read_from_an_index_without_sorting(world: World) -> None:
+    """Newest first, the id breaking ties (`sort_runs`): run_submitted_id_idx holds that whole
+    order, so the COPY reads the rows in it and sorts nothing. An index on the time alone leaves
+    the ties to a sort, and a tie-break turned the other way a whole sort."""
+    for i in range(40):
+        make_run(world.vision, f"run-{i}", submitted_at=T0 + timedelta(minutes=i // 3))  # ties on the time
+    runs, _ = sort_runs(Run.objects.all(), DEFAULT_SORT)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a table this small is otherwise read whole
+        plan = runs.explain()
+    assert "run_submitted_id_idx" in plan and "Sort" not in plan, plan
+
+
+def setting_in_copy(indexed_order: bool) -> list[str]:
+    """max_parallel_workers_per_gather as the COPY's own query reads it, one row a run."""
+    setting = RawSQL("current_setting('max_parallel_workers_per_gather')", [], output_field=TextField())
+    response = copy_streaming_response(
+        "x.csv", ["setting"], Run.objects.values_list(setting), indexed_order=indexed_order
+    )
+    return b"".join(response.streaming_content).decode().split("\r\n")[1:-1]
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a request runs: the download's transaction is its own
+def test_a_copy_in_index_order_runs_without_parallel_workers(world: World) -> None:
+    """The COPY of rows in an index's order runs in one process: parallel workers would each sort
+    their formatted rows for the leader to merge. Other orders keep the server's setting."""
+    make_run(world.vision, "one")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        server = cursor.fetchone()[0]
+    assert server != "0", "the test needs a server that allows parallel workers"
+    assert setting_in_copy(indexed_order=True) == ["0"]
+    assert setting_in_copy(indexed_order=False) == [server]
