@@ -184,7 +184,7 @@ CSV_FIELDS = (
 
 
 def runs_csv(
-    runs: QuerySet[Run], now: datetime, *, by_database: bool, sort: str | None = None
+    runs: QuerySet[Run], now: datetime, *, by_database: bool, in_index_order: bool = False
 ) -> StreamingHttpResponse:
     """The filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
@@ -192,15 +192,15 @@ def runs_csv(
     (PostgreSQL): COPY writes the rows from the `cell()` rules in SQL (`sql_cell`), ~0.3 s at
     100,000 runs where reading tuples and writing them in Python took 1.3 s; else tuples are read
     in chunks and written by the one Python writer. Both write the same bytes
-    (tests/dashboard/test_csv_copy.py). `sort`: the `sort_runs` key `runs` is ordered by, where
-    known; the default order is run_submitted_id_idx's, which the COPY reads without sorting.
+    (tests/dashboard/test_csv_copy.py). `in_index_order`: `runs` are the visible runs in the
+    default order, filtered at most by date (`index_ordered`), which the COPY reads from
+    run_submitted_id_idx in one process instead of sorting them.
     """
     filename = f"runs-{now:%Y-%m-%d}.csv"
     if by_database:
         cells = [sql_cell(runs, name) for name in CSV_FIELDS]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
-        indexed = sort == DEFAULT_SORT
-        return copy_streaming_response(filename, CSV_HEADER, runs.values_list(*cells), indexed_order=indexed)
+        return copy_streaming_response(filename, CSV_HEADER, runs.values_list(*cells), indexed_order=in_index_order)
 
     def rows() -> Iterator[list[object]]:
         for *fields, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(chunk_size=2000):
@@ -211,17 +211,35 @@ def runs_csv(
     return csv_streaming_response(filename, CSV_HEADER, rows())
 
 
+# Filters that run_submitted_id_idx answers in its own order: a range of its leading column.
+INDEX_FILTERS = frozenset({"submitted_from", "submitted_to"})
+
+
+def index_ordered(sort: str, filters: dict) -> bool:
+    """Whether the run list's download is best read in run_submitted_id_idx's order, in one process.
+
+    The default order with no filter but the date range: every visible run, newest first. At
+    100,000 runs that COPY took 240-280 ms where the parallel plan, which sorts the formatted rows,
+    took 290-370. A filter on anything else leaves fewer rows to sort and a condition worth
+    sharing out: a text search took 72 ms in parallel and 112 read in the index's order.
+    """
+    return sort == DEFAULT_SORT and {name for name, value in filters.items() if value} <= INDEX_FILTERS
+
+
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET or None, user=request.user)
     runs = Run.objects.for_user(request.user).select_related("team", "user")
+    filters: dict = {}
     if form.is_bound:
         form.is_valid()
         # cleaned_data holds only the fields that validated: apply those, show errors for the rest.
-        runs = filter_runs(runs, getattr(form, "cleaned_data", {}))
+        filters = getattr(form, "cleaned_data", {})
+        runs = filter_runs(runs, filters)
     runs, sort = sort_runs(runs, request.GET.get("sort", DEFAULT_SORT))
     if request.GET.get("format") == "csv":
-        return runs_csv(runs, timezone.now(), by_database=connection.vendor == "postgresql", sort=sort)
+        by_database = connection.vendor == "postgresql"
+        return runs_csv(runs, timezone.now(), by_database=by_database, in_index_order=index_ordered(sort, filters))
     page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
     page.object_list = glance.attach(page.object_list)
 

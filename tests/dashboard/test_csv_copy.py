@@ -43,9 +43,9 @@ HOSTILE = [
 ]  # fmt: skip
 
 
-def both(runs, now=NOW, sort=None) -> tuple[bytes, bytes]:
+def both(runs, now=NOW, in_index_order=False) -> tuple[bytes, bytes]:
     """The same queryset written by COPY and by the Python writer."""
-    by_copy = b"".join(runs_csv(runs, now, by_database=True, sort=sort).streaming_content)
+    by_copy = b"".join(runs_csv(runs, now, by_database=True, in_index_order=in_index_order).streaming_content)
     by_python = b"".join(runs_csv(runs, now, by_database=False).streaming_content)
     return by_copy, by_python
 
@@ -119,7 +119,7 @@ def test_the_servers_date_style_does_not_change_the_file(world: World) -> None:
         parallel = cursor.fetchone()[0]
         cursor.execute("SET DateStyle = 'SQL, DMY'")
         try:
-            by_copy = b"".join(runs_csv(runs, NOW, by_database=True, sort=DEFAULT_SORT).streaming_content)
+            by_copy = b"".join(runs_csv(runs, NOW, by_database=True, in_index_order=True).streaming_content)
             cursor.execute("SHOW DateStyle")
             assert cursor.fetchone()[0] == "SQL, DMY"  # only the download's transaction had ISO
             cursor.execute("SHOW work_mem")
@@ -196,8 +196,9 @@ def test_the_run_list_filters_write_the_same_rows(world: World, filters: dict) -
     make_run(world.vision, "sweep-it", parameters={"sweep": True, "sweep_run_id": "sweep-1"})
     make_run(world.vision, "plain", submitted_at=T0 + timedelta(hours=1))
     make_run(world.nlp, "other-team", experiment_name="evil", status=RunStatus.FAILED)
-    runs, sort = sort_runs(filter_runs(Run.objects.for_user(world.alice), filters), DEFAULT_SORT)
-    by_copy, by_python = both(runs, sort=sort)  # the default order: the COPY without parallel workers
+    runs, _ = sort_runs(filter_runs(Run.objects.for_user(world.alice), filters), DEFAULT_SORT)
+    by_copy, by_python = both(runs, in_index_order=True)  # the default order: the COPY in one process
+    assert both(runs)[0] == by_copy  # and with parallel workers allowed
     assert by_copy.split(b"\r\n") == by_python.split(b"\r\n")
     ids = [row["external_id"] for row in csv.DictReader(io.StringIO(by_copy.decode(), newline=""))]
     assert "other-team" not in ids and ids == [run.external_id for run in runs], (
@@ -239,3 +240,30 @@ def test_a_copy_in_index_order_runs_without_parallel_workers(world: World) -> No
     assert server != "0", "the test needs a server that allows parallel workers"
     assert setting_in_copy(indexed_order=True) == ["0"]
     assert setting_in_copy(indexed_order=False) == [server]
+
+
+@pytest.mark.parametrize(
+    ("query", "in_one_process"),
+    [
+        ({}, True),  # every visible run, newest first: the index's order
+        ({"submitted_from": "2026-11-01", "submitted_to": "2026-11-30"}, True),  # a range of the index
+        ({"status": RunStatus.FAILED}, False),  # fewer rows to sort, a condition to share out
+        ({"q": "run"}, False),
+        ({"sort": "experiment"}, False),  # an order no index holds
+        ({"sort": "submitted"}, False),  # oldest first: the id's tie-break still runs newest first
+        ({"status": "not-a-status"}, True),  # a filter that did not validate is not applied
+    ],
+)
+@pytest.mark.django_db(transaction=True)
+def test_the_page_reads_the_index_order_in_one_process_only_unfiltered(
+    world: World, query: dict, in_one_process: bool
+) -> None:
+    make_run(world.vision, "run-1", status=RunStatus.FAILED)
+    client = world.client_for(world.alice)
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get("/runs/", {"format": "csv", **query})
+        rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode(), newline="")))
+    settings = [q["sql"] for q in captured.captured_queries if "max_parallel_workers_per_gather" in q["sql"]]
+    assert len(settings) == 1
+    assert ("coalesce('0'," in settings[0]) is in_one_process, settings[0]
+    assert [row["external_id"] for row in rows] == ["run-1"]  # every case selects the run
