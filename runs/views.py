@@ -200,7 +200,7 @@ def runs_csv(
     if by_database:
         cells = [sql_cell(runs, name) for name in CSV_FIELDS]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
-        return copy_streaming_response(filename, CSV_HEADER, runs.values_list(*cells), indexed_order=in_index_order)
+        return copy_streaming_response(filename, CSV_HEADER, runs.values_list(*cells), in_index_order=in_index_order)
 
     def rows() -> Iterator[list[object]]:
         for *fields, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(chunk_size=2000):

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.choices import RunStatus
-from runs.models import FailureAnalysis, GpuHour, GpuMinute, Node, Run
+from runs.models import Attempt, FailureAnalysis, GpuHour, GpuMinute, Node, Run
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db
@@ -105,7 +105,6 @@ def test_spend_pages_after_a_pass_cost_the_same_queries(world: World) -> None:
     and price by the engine as of the pass a run retried since (it has no stored rows): with one
     such run each time, four times the runs cost the same queries."""
     from billing.costs import rollups
-    from runs.models import Attempt
 
     def retried_since_the_pass(runs: list[Run]) -> None:
         done = next(run for run in runs if run.status == RunStatus.SUCCEEDED)
