@@ -10,6 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +25,25 @@ from dashboard.env import env_int, env_str
 QUEUES = "ingest,collect,billing,alerts"
 # Experiments of dashboard/demo/workloads/*.yaml: their runs show the demo was launched already.
 DEMO_WORKLOAD_EXPERIMENT_PREFIX = "/Workspace/Users/demo/launcher-"
+
+
+def wait_until_serving(url: str, timeout: float, poll: float = 0.25, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether `url` answers an HTTP response (any status) within `timeout` seconds.
+
+    The banner is printed once the web server answers, so the URL and the login are the last lines
+    a newcomer sees, below the servers' own start-up banners, and only when the page is there.
+    Gives up early once `alive()` is false (the web server exited).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (our own loopback server)
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except (urllib.error.URLError, OSError):
+            time.sleep(poll)
+    return False
 
 
 def seeds_demo(demo_flag: bool, no_seed: bool) -> bool:
@@ -80,6 +102,12 @@ class Command(BaseCommand):
         processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in specs.items()}
         if demo:
             self._launch_demo_workloads(python)
+        self.stdout.write("Starting the web server, the worker and beat…")
+        probe_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        if not wait_until_serving(
+            f"http://{probe_host}:{port}/login/", timeout=120, alive=lambda: processes["web"].poll() is None
+        ):
+            self.stderr.write("The web server did not answer within 120 s; its output above says why.")
         self._banner(host, port)
         stopping = False
 
