@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
-from dashboard.demo.constants import is_embedded_default
+from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
 from dashboard.env import env_int, env_str
 
 QUEUES = "ingest,collect,billing,alerts"
@@ -161,11 +161,11 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Airboard is running at http://{shown_host}:{port}/"))
         if is_embedded_default() and Run.objects.filter(is_demo=True).exists():
-            self.stdout.write(
-                "Demo login: alice (staff: admin), with the password seed_demo printed (var/demo_password)"
-            )
+            # The newcomer's own machine and terminal: the password seed_demo printed, now in reach.
+            self.stdout.write(f"Log in as {DEMO_USERNAME} (or admin, staff) with password '{demo_password()}'")
         self.stdout.write("Press Ctrl-C to stop the web server, the worker and beat.")
         self.stdout.write("")
+        self.stdout.flush()
 
     def _stop_all(self, processes: dict[str, subprocess.Popen]) -> None:
         for process in processes.values():
