@@ -9,9 +9,10 @@ import pytest
 from django.contrib import admin
 from django.test import Client
 
-from billing.models import UsagePolicy
-from tests.conftest import T0, World
-from tests.runs.clusters.test_cost_classic_idle import _classic_run, _shared_cluster
+from billing.models import InstancePrice, UsagePolicy
+from runs.choices import RunSource
+from runs.models import Cluster
+from tests.conftest import T0, World, make_run
 
 
 def test_the_admin_says_usage_policies() -> None:
@@ -25,9 +26,14 @@ def test_a_clusters_runs_share_reads_right_in_the_singular_and_the_plural(
     world: World, runs: int, expected: str
 ) -> None:
     start, end = T0 - timedelta(hours=1), T0 + timedelta(hours=4)
-    cluster = _shared_cluster(world, start, end)
+    InstancePrice.objects.create(instance_type="g5.12xlarge", effective_from=start, usd_per_hour="10.00")
+    cluster = Cluster.objects.create(
+        team=world.vision, cluster_id="shared", node_type_id="g5.12xlarge", num_workers=0, single_node=True,
+        region="us-west-2", last_restarted_time=start, terminated_time=end,
+    )  # fmt: skip
     for i in range(runs):
-        _classic_run(world, f"r{i}", cluster, T0, T0 + timedelta(hours=1))
+        make_run(world.vision, f"r{i}", source=RunSource.CLASSIC, cluster=cluster, accelerator_type="",
+                 num_accelerators=4, started_at=T0, ended_at=T0 + timedelta(hours=1))  # fmt: skip
     html = world.client_for(world.alice).get(f"/runs/clusters/{cluster.pk}/").content.decode()
     assert expected in unescape(html)
 
