@@ -8,10 +8,12 @@ from billing.api import router as billing_router
 from dashboard import metrics_views, views
 from dashboard.api import api
 from runs.api import router as runs_router
+from runs.api_reads import router as runs_reads_router
 
 # The project wires the two apps' APIs into one (imported here, so the import graph and its
 # contracts see the edges; neither app imports the other's).
 api.add_router("/", runs_router)
+api.add_router("/", runs_reads_router)
 api.add_router("/", billing_router)
 
 urlpatterns = [
@@ -26,5 +28,5 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
     # Browsers ask for /favicon.ico on their own (API docs, JSON, a bookmark): send them the site's icon.
-    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True), name="favicon"),
 ]

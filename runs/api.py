@@ -483,3 +483,8 @@ def admission(request: HttpRequest, payload: AdmissionIn) -> dict:
     if team is None:
         raise HttpError(404, f"No team named {payload.team!r} that you belong to.")
     return admit_yaml(payload.workload_yaml, team, region=payload.region or None).as_dict()
+
+
+def visible_run(request: HttpRequest, external_id: str, source: str | None) -> Run:
+    """The caller's run by external id, for the read routes (runs/api_reads.py): 404 outside its teams."""
+    return _get_run(request, external_id, source)
