@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from dashboard.models import ApiKeyRole
-from runs.api_reads import thin
+from runs.api import thin
 from runs.choices import RunStatus
 from runs.failures.postmortem import classify_run
 from runs.models import LogChunk, MetricPoint
