@@ -83,6 +83,13 @@ def collect_logs() -> int:
     return logsource.collect_once().items
 
 
+@shared_task(name="runs.collect_prometheus", **COLLECT_OPTIONS)
+def collect_prometheus() -> int:
+    from runs.collectors import prometheus
+
+    return prometheus.collect_once().items
+
+
 # Retention: idempotent (deletes only what is past the cutoff), so a lost worker re-runs it.
 @shared_task(
     name="runs.prune_telemetry",
