@@ -177,20 +177,22 @@ def read_attempt(
     first, last = attempt_window(attempt, now)
     cursors: dict[str, Any] = dict(state.cursor.get("attempts") or {})
     mine = cursors.get(str(attempt.pk)) or {}
+    until = mine.get("until") if isinstance(mine.get("until"), int | float) else None
     start = _ceil(first.timestamp(), step)
-    if isinstance(mine.get("until"), int | float):
-        start = max(start, _floor(mine["until"] - REREAD.total_seconds(), step))
+    if until is not None:
+        start = max(start, _floor(until - REREAD.total_seconds(), step))
     end = _floor(last.timestamp(), step)
     steps = max(1, min(MAX_STEPS_PER_QUERY, MAX_POINTS_PER_QUERY // (len(nodes) * SERIES_PER_HOST)))
     xids: dict[str, int] = dict(mine.get("xid") or {})
-    for _ in range(MAX_CHUNKS_PER_PASS):
-        if start > end:
-            break
+    new_chunks = 0  # the re-read margin is not counted: every pass moves the cursor on
+    while start <= end and new_chunks < MAX_CHUNKS_PER_PASS:
         chunk_end = min(end, start + (steps - 1) * step)
         samples, events = read_chunk(source, attempt, nodes, start, chunk_end, step, xids, counts)
         store(attempt, samples, events, counts)
-        mine = {"until": chunk_end, "xid": xids}
-        cursors[str(attempt.pk)] = mine
+        if until is None or chunk_end > until:
+            new_chunks += 1
+            until = chunk_end
+        cursors[str(attempt.pk)] = {"until": until, "xid": xids}
         save_cursor(state, {**state.cursor, "attempts": cursors})
         start = chunk_end + step
     run = attempt.run

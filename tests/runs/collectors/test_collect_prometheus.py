@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -174,3 +175,39 @@ def test_wrong_credentials_fail_the_pass_without_showing_them(world: World, vm: 
 def test_without_a_url_the_collector_says_so_and_returns(settings) -> None:
     settings.AIRBOARD_PROMETHEUS_URL = ""
     assert prometheus.NOT_CONFIGURED in collect()
+
+
+def test_a_long_window_is_read_in_bounded_chunks_over_passes(
+    world: World, vm: VictoriaMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query never spans more than MAX_STEPS_PER_QUERY steps; a backlog drains over passes, from the cursor."""
+    monkeypatch.setattr(prometheus, "MAX_STEPS_PER_QUERY", 3)
+    monkeypatch.setattr(prometheus, "MAX_CHUNKS_PER_PASS", 2)
+    asked: list[tuple[int, int]] = []
+    original = prometheus.PrometheusSource.query_range
+
+    def spy(self: Any, query: str, start: int, end: int, step: int) -> Any:
+        asked.append((start, end))
+        return original(self, query, start, end, step)
+
+    monkeypatch.setattr(prometheus.PrometheusSource, "query_range", spy)
+    now = timezone.now()
+    first = grid_time(now - timedelta(minutes=10))
+    run = running_run(world, "prom-chunks", "gpu-chunks-1", datetime.fromtimestamp(first / 1000, tz=UTC))
+    page = (PAGES / "dcgm_v100_clocks.prom").read_text()
+    for i in range(10):  # ten scrapes, one a step
+        vm.load(page, timestamp_ms=first + i * STEP * 1000, instance="gpu-chunks-1:9400")
+
+    collect()
+
+    assert max((end - start) // STEP + 1 for start, end in asked) == 3
+    assert len(samples(run, 1)) == 6  # two chunks of three steps this pass
+    until = CollectorState.objects.get(name="prometheus").cursor["attempts"][str(run.attempts.get().pk)]["until"]
+    assert until == first / 1000 + 5 * STEP
+
+    collect()  # starts five minutes (ten steps) before its cursor: the window's start here, read again
+    collect()
+
+    assert [s.ts for s in samples(run, 1)] == [
+        datetime.fromtimestamp(first / 1000 + i * STEP, tz=UTC) for i in range(10)
+    ]
