@@ -11,7 +11,9 @@ rows: a bad row is dropped and counted by the site instead of failing the whole 
 What a send can meet, and what the shipper does:
 
 - 2xx: sent.
-- No connection, a timeout, a 5xx, 429 (rate limit), 408, or 401/403 (a key being rotated): the
+- No connection, a timeout, a 5xx, 429 (rate limit), 408, 401/403 (a key being rotated),
+  404/405 or a redirect (a wrong AIRBOARD_URL; a redirect is never followed: urllib would resend
+  the POST as a GET without its body): the
   site may take it later. The batch goes to the on-disk buffer, and batches go straight to disk
   for a backoff that doubles from BACKOFF_FIRST_SECONDS to BACKOFF_MAX_SECONDS; buffered
   batches are sent first, in order, the next time, so the site sees a node's batches in the
@@ -45,8 +47,9 @@ TIMEOUT_SECONDS = 10.0
 # the timeout, time the sampling loop should not lose at every ship.
 BACKOFF_FIRST_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 300.0
-# Statuses that say "not now" rather than "never".
-RETRY_STATUSES = frozenset({401, 403, 408, 429})
+# Statuses that say "not now" rather than "never": a key being rotated (401, 403), a wrong
+# AIRBOARD_URL (404, 405: kept until the operator fixes it), a timeout, the rate limit.
+RETRY_STATUSES = frozenset({401, 403, 404, 405, 408, 429})
 MAX_REASON = 300
 MAX_ERROR_BODY = 64 * 1024
 
@@ -70,6 +73,13 @@ def site_url(raw: str) -> str:
     return url
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is answered as it is: urllib would turn the POST into a GET without its body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class HttpSender:
     """POSTs one payload to the site's push URL with the node's key."""
 
@@ -77,16 +87,19 @@ class HttpSender:
         self.url = site_url(url) + PUSH_PATH
         self._headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.timeout = timeout
+        self._opener = urllib.request.build_opener(_NoRedirects)
 
     def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps(payload, separators=(",", ":")).encode()
         # site_url() let http(s) through only.
         request = urllib.request.Request(self.url, data=body, headers=self._headers, method="POST")  # noqa: S310
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with self._opener.open(request, timeout=self.timeout) as response:
                 return _json(response.read())
         except urllib.error.HTTPError as exc:
             reason = _reason(exc)
+            if 300 <= exc.code < 400:  # kept, not dropped: the operator fixes AIRBOARD_URL
+                raise SiteUnavailable(f"HTTP {exc.code}: the site redirects; set AIRBOARD_URL to its target") from None
             if exc.code in RETRY_STATUSES or exc.code >= 500:
                 raise SiteUnavailable(f"HTTP {exc.code}: {reason}") from None
             raise BatchRefused(f"HTTP {exc.code}: {reason}") from None

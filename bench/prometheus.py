@@ -170,8 +170,9 @@ def main() -> None:
     prometheus.collect_once(source=source)
     first = time.perf_counter() - t0
     stored = GpuSample.objects.filter(run=run).count()
+    gpu_seconds = NODES * GPUS * 3600 / first
     print(f"collector, first pass: {first:.2f} s for the run's hour at step {args.step} s: {stored:,} samples stored "
-          f"({stored / first:,.0f} samples/s, {NODES * GPUS * 3600 / first:,.0f} GPU-seconds of telemetry/s)")  # fmt: skip
+          f"({stored / first:,.0f} samples/s, {gpu_seconds:,.0f} GPU-seconds of telemetry/s)")  # fmt: skip
     t0 = time.perf_counter()
     result = prometheus.collect_once(source=source)
     again = time.perf_counter() - t0

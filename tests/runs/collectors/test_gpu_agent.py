@@ -275,6 +275,11 @@ def test_a_batch_the_site_refuses_for_good_is_dropped_not_retried(
     stale = Shipper(HttpSender(live_server.url, "ab_not-a-real-key"), buffer)
     assert stale.ship(_payload(0, samples=1)) is False
     assert len(buffer) == 1
+    # So is a wrong site URL: a path that is not the API (404), or one the site redirects (to its
+    # login page): never followed, since urllib would resend the POST as a bodiless GET.
+    for wrong in (f"{live_server.url}/nowhere", f"{live_server.url}/admin"):
+        assert Shipper(HttpSender(wrong, world.key(world.vision)), buffer).ship(_payload(0, samples=1)) is False
+    assert len(buffer) == 3 and not IngestBatch.objects.exists()
 
 
 def test_a_site_url_is_http_without_credentials() -> None:
