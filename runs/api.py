@@ -33,12 +33,14 @@ from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
 from dashboard.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
+from runs.collectors import agent as agent_door
 from runs.launch.admission import admit_yaml
 from runs.models import MAX_RUNTIME, Attempt, FailureAnalysis, IngestBatch, MetricPoint, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
     BatchOut,
     GpuSampleBatchIn,
+    GpuSamplesDroppedOut,
     LogChunkIn,
     LogChunkOut,
     MetricBatchIn,
@@ -325,7 +327,7 @@ def _validated_samples(body: bytes) -> dict[str, Any]:
 
 @router.post(
     "/gpu-samples",
-    response={200: BatchOut, 202: BatchOut, **ERRORS},
+    response={200: BatchOut | GpuSamplesDroppedOut, 202: BatchOut | GpuSamplesDroppedOut, **ERRORS},
     auth=bearer,
     summary="Push a batch of GPU samples",
     openapi_extra={
@@ -335,16 +337,21 @@ def _validated_samples(body: bytes) -> dict[str, Any]:
         }
     },
 )
-def push_gpu_samples(request: HttpRequest) -> Status:
+def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] = "refuse") -> Status:
     """Accept up to AIRBOARD_MAX_SAMPLES_PER_BATCH samples; a worker writes them (202).
 
     The same batch sent again answers 200 with `duplicate: true` and is stored once. Every
     bad row is named in a 422, and then nothing of the batch is stored.
 
+    `?bad_rows=drop` (the node agent's door, runs/collectors/agent.py): bad rows are dropped,
+    counted and named instead, the rest stored; the body may carry `events` (gpu_lost, xid).
+
     The body (GpuSampleBatchIn) is parsed and checked in one pass by pydantic-core into plain
     dicts (`GPU_SAMPLE_BATCH`), rather than by ninja's json.loads and then 10,000 model
     instances: the accept path's cost per sample, measured by bench/accept.py.
     """
+    if bad_rows == "drop":
+        return agent_door.push_dropping(request)
     Access(request).require_write()
     body = request.body
     with _gc_paused():
