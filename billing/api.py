@@ -162,4 +162,6 @@ def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
         result = egress.store_reported(rows)
     except egress.EgressConflict as exc:
         raise EgressConflictError(exc.rows[:500]) from None
+    except egress.EgressImplausible as exc:
+        raise InvalidRows(exc.rows[:500]) from None
     return Status(201 if result.inserted else 200, {"inserted": result.inserted, "duplicates": result.duplicates})

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -32,6 +33,29 @@ from runs.models import MetricPoint, Run
 from runs.models.collection import NETWORK_COUNTER, is_network_counter
 
 BYTES_PER_MB = 10**6
+SECONDS_PER_DAY = 86_400
+# The most a bigint column (EgressRecord.bytes) holds.
+MAX_STORED_BYTES = 2**63 - 1
+
+
+def max_bytes_per_day(num_accelerators: int) -> int:
+    """The most bytes a run's GPUs could move in one UTC day, each way counted: the egress bound.
+
+    num_accelerators x AIRBOARD_MAX_EGRESS_GBITS_PER_GPU (line rate, default 400 Gbit/s: one
+    400G NIC per GPU, as an 8-GPU H100 node carries eight ConnectX-7 NICs) / 8 x 86,400 s.
+    No node sends more than its NICs' line rate, so no day of a run reports more; capped
+    at what the bytes column holds. Reported records past it are refused, derived ones cut to it.
+    """
+    per_gpu = settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU * 10**9 // 8 * SECONDS_PER_DAY
+    return min(max(num_accelerators, 1) * per_gpu, MAX_STORED_BYTES)
+
+
+class EgressImplausible(Exception):
+    """Records that would make a run's day move more bytes than its GPUs could; `rows` names them."""
+
+    def __init__(self, rows: list[dict[str, str]]) -> None:
+        super().__init__(f"{len(rows)} record(s) exceed what the run's GPUs could move in a day")
+        self.rows = rows
 
 
 class EgressConflict(Exception):
@@ -105,6 +129,8 @@ def store_reported(rows: Sequence[EgressRow], now: datetime | None = None) -> St
     result.duplicates += len(rows) - len(keyed)
     if problems:
         raise EgressConflict(problems)
+    fresh = {id(row) for row in new}
+    _check_daily_bound(stored, [(i, row) for i, row in keyed.values() if id(row) in fresh])
     with transaction.atomic():
         EgressRecord.objects.bulk_create(
             [
@@ -121,6 +147,32 @@ def store_reported(rows: Sequence[EgressRow], now: datetime | None = None) -> St
             Run.objects.filter(pk__in=run_ids).update(updated_at=stamp)
     result.inserted = len(new)
     return result
+
+
+def _check_daily_bound(stored: dict[tuple, int], new: list[tuple[int, EgressRow]]) -> None:
+    """Raise EgressImplausible when a run's reported bytes of a UTC day, stored and new, pass `max_bytes_per_day`."""
+    if not new:
+        return
+    gpus = dict(Run.objects.filter(pk__in={row.run_id for _, row in new}).values_list("pk", "num_accelerators"))
+    totals: dict[tuple[int, date], int] = defaultdict(int)
+    for (run_id, _, _, ts), num_bytes in stored.items():
+        totals[(run_id, ts.date())] += num_bytes
+    problems = []
+    for i, row in new:
+        day = (row.run_id, row.ts.astimezone(UTC).date())
+        totals[day] += row.num_bytes
+        bound = max_bytes_per_day(gpus.get(row.run_id, 1))
+        if totals[day] > bound:
+            problems.append(
+                {
+                    "field": f"records[{i}].bytes",
+                    "message": f"the run's records of {day[1]} would total {totals[day]} bytes, more than its "
+                    f"{gpus.get(row.run_id, 1)} GPUs could move in a day ({bound} bytes at "
+                    f"{settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU} Gbit/s each)",
+                }
+            )
+    if problems:
+        raise EgressImplausible(problems)
 
 
 # --- Derived from network metrics -----------------------------------------------------------
@@ -172,7 +224,7 @@ def derive_for_runs(
     runs = {
         run.pk: run
         for run in Run.objects.filter(pk__in=ids).exclude(region="").exclude(home_region="")
-        .exclude(region=F("home_region")).only("pk", "region", "home_region")
+        .exclude(region=F("home_region")).only("pk", "region", "home_region", "num_accelerators")
     }  # fmt: skip
     reported = set(
         EgressRecord.objects.filter(run_id__in=list(runs), origin=EgressOrigin.REPORTED).values_list(
@@ -195,6 +247,8 @@ def derive_for_runs(
         run = runs[run_id]
         pair = (run.home_region, run.region) if direction == "receive" else (run.region, run.home_region)
         if num_bytes > 0:
+            # Each way at most half the day's bound: a counter of 1e30 MB is not 1e36 bytes of egress.
+            num_bytes = min(num_bytes, max_bytes_per_day(run.num_accelerators) // 2)
             wanted[run_id].add((*pair, last.astimezone(UTC), num_bytes))
     stored_rows = EgressRecord.objects.filter(run_id__in=ids, origin=EgressOrigin.DERIVED)
     if days is not None:
