@@ -233,6 +233,10 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "airboard"}}
 # Requests per minute one API key may make to write operations (POST); past it, 429 + Retry-After.
 AIRBOARD_INGEST_RATE_PER_MINUTE = env_int("AIRBOARD_INGEST_RATE_PER_MINUTE", 600, minimum=1)
+# Rows (samples, metric points, egress records) one key may write a minute (dashboard/fair_ingest.py).
+AIRBOARD_INGEST_ROWS_PER_MINUTE = env_int("AIRBOARD_INGEST_ROWS_PER_MINUTE", 600_000, minimum=1)
+# Distinct (run, attempt, node) one telemetry request may name: each may create a node.
+AIRBOARD_MAX_NODES_PER_BATCH = env_int("AIRBOARD_MAX_NODES_PER_BATCH", 512, minimum=1)
 # Failed logins per username and client address within the window before the form answers 429.
 AIRBOARD_LOGIN_FAILURES = env_int("AIRBOARD_LOGIN_FAILURES", 5, minimum=1)
 # Failed logins from one client address, any username (slows password spraying).

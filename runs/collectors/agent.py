@@ -103,6 +103,13 @@ def ingest_agent_payload(payload: Any) -> AgentIngestResult:
     if not isinstance(samples, list) or not isinstance(events, list):
         result.problems.append("samples and events must be lists")
         return result
+    cap = settings.AIRBOARD_MAX_SAMPLES_PER_BATCH
+    if len(samples) > cap or len(events) > cap:
+        # The cap every ingest path has (the API answers 413): the agent ships --ship-samples at a time.
+        result.dropped_rows, result.dropped_events = len(samples), len(events)
+        result.problems.append(f"{len(samples)} samples and {len(events)} events in one payload; the limit is {cap}")
+        logger.warning("agent batch from %s refused: %s", host, result.problems[-1])
+        return result
 
     valid = _validated_samples(samples, node_index, attempt, host, result)
     refs = {(s.run_source, s.run) for s in valid} | _event_refs(events)
