@@ -208,9 +208,10 @@ AIRBOARD_MAX_FUTURE_SKEW_SECONDS = env_int("AIRBOARD_MAX_FUTURE_SKEW_SECONDS", 3
 # Most accelerators a run pushed through the API may claim (a plausibility limit: the cost of
 # a pushed run counts against its policy's budget, which can cancel other runs).
 AIRBOARD_MAX_PUSHED_ACCELERATORS = env_int("AIRBOARD_MAX_PUSHED_ACCELERATORS", 512, minimum=1)
-# Line rate of one GPU's network, Gbit/s: a run's egress in a UTC day is at most its GPUs x this
-# x 86,400 s (billing.costs.egress.max_bytes_per_day); reported records past it are a 422.
-AIRBOARD_MAX_EGRESS_GBITS_PER_GPU = env_int("AIRBOARD_MAX_EGRESS_GBITS_PER_GPU", 400, minimum=1)
+# North/south line rate per GPU, Gbit/s: a run's egress in a UTC day is at most its GPUs x this
+# x 86,400 s (billing.costs.egress.max_bytes_per_day); reported records past it are a 422. 50:
+# an 8-GPU HGX node's two 200 GbE north/south ports (NVIDIA HGX AI Factory reference architecture).
+AIRBOARD_MAX_EGRESS_GBITS_PER_GPU = env_int("AIRBOARD_MAX_EGRESS_GBITS_PER_GPU", 50, minimum=1)
 # Runs listed per page.
 AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
 # Link to the MLflow UI; `{run_id}` is replaced by the MLflow run id.

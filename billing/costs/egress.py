@@ -39,12 +39,15 @@ MAX_STORED_BYTES = 2**63 - 1
 
 
 def max_bytes_per_day(num_accelerators: int) -> int:
-    """The most bytes a run's GPUs could move in one UTC day, each way counted: the egress bound.
+    """The most bytes a run's GPUs could move out in one UTC day: the egress bound.
 
-    num_accelerators x AIRBOARD_MAX_EGRESS_GBITS_PER_GPU (line rate, default 400 Gbit/s: one
-    400G NIC per GPU, as an 8-GPU H100 node carries eight ConnectX-7 NICs) / 8 x 86,400 s.
-    No node sends more than its NICs' line rate, so no day of a run reports more; capped
-    at what the bytes column holds. Reported records past it are refused, derived ones cut to it.
+    num_accelerators x AIRBOARD_MAX_EGRESS_GBITS_PER_GPU / 8 x 86,400 s. The default, 50 Gbit/s
+    a GPU, is an 8-GPU node's north/south network, two 200 GbE ports, the one that carries
+    traffic leaving the cluster (NVIDIA HGX AI Factory reference architecture, "Network Logical
+    Architecture": docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/
+    network-logical-architecture). No node sends more than its ports' line rate, so no day of
+    a run moves more; capped at what the bytes column holds. Reported records past it are
+    refused, derived ones cut to it.
     """
     per_gpu = settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU * 10**9 // 8 * SECONDS_PER_DAY
     return min(max(num_accelerators, 1) * per_gpu, MAX_STORED_BYTES)

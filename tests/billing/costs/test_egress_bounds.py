@@ -18,8 +18,8 @@ from runs.telemetry.store import store_metric_points
 from tests.conftest import T0, World, make_run
 
 GB = 10**9
-# 8 GPUs at 400 Gbit/s each for a day: 8 x 50e9 B/s x 86,400 s.
-DAY_OF_8_GPUS = 8 * 50 * GB * 86_400
+# 8 GPUs at 50 Gbit/s each (an HGX node's 2 x 200 GbE north/south) for a day: 50e9 B/s x 86,400 s.
+DAY_OF_8_GPUS = 8 * 50 * GB // 8 * 86_400
 
 
 def _record(ts: datetime = T0, num_bytes: int = 5 * GB, **fields: object) -> dict:
@@ -33,8 +33,8 @@ def _post(world: World, records: list[dict]):
 
 def test_the_bound_is_gpus_times_line_rate_times_a_day(settings) -> None:
     assert egress.max_bytes_per_day(8) == DAY_OF_8_GPUS
-    settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU = 100
-    assert egress.max_bytes_per_day(8) == DAY_OF_8_GPUS // 4
+    settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU = 400
+    assert egress.max_bytes_per_day(8) == DAY_OF_8_GPUS * 8
     assert egress.max_bytes_per_day(10**9) == 2**63 - 1  # never past what the column holds
 
 
