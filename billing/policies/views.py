@@ -73,7 +73,8 @@ def policy_list(request: HttpRequest) -> HttpResponse:
 def pushed_alone(request: HttpRequest, status: budget.PolicyStatus) -> list[tuple[str, object]]:
     """(team, pushed spend) of each team whose pushed data alone spends the budget; teams the viewer
     cannot see are named "another team" (their part of the spend is shown, not who they are)."""
-    found = pushed.pushed_spend(status).alone(status.budget) if status.budget is not None and status.spend else []
+    # A team's pushed part is at most the spend: only a spent budget can be spent by it alone.
+    found = pushed.pushed_spend(status).alone(status.budget) if status.exhausted else []
     visible = viewer_team_ids(request)
     names = None if visible is None else set(access.visible_teams(request.user).values_list("name", flat=True))
     return [(name if names is None or name in names else "another team", amount) for name, amount in found]

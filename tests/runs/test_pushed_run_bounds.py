@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from io import StringIO
 
 import pytest
 import time_machine
+from django.core.management import call_command
 from django.test import Client
 
-from billing.costs import rollups
 from billing.engine import run_cost
 from billing.models import AcceleratorPrice, CostDaily
 from dashboard.models import ApiKey, ApiKeyRole
@@ -68,7 +69,7 @@ def test_an_end_in_2199_sent_after_the_start_is_refused_and_nothing_changes(clie
     )
     assert push(client, ended_at="2199-01-01T00:00:00Z")[0] == 422
     # A refresh writes the hour it ran, not 63,305 days of rows.
-    rollups.recompute_days([NOW.date() - timedelta(days=1), NOW.date()], now=NOW)
+    call_command("refresh_costs", stdout=StringIO())
     assert set(CostDaily.objects.values_list("day", flat=True)) == {NOW.date()}
     assert run_cost(run, now=NOW).estimate.usd == 512 * PRICE
 
