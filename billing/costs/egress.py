@@ -16,6 +16,7 @@ derived one.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -189,7 +190,8 @@ def counter_increments(points: Iterable[tuple[datetime, float | None]]) -> dict[
        the machine booted, newer MLflow since monitoring began, and only growth is traffic
        the run made in both.
     3. A drop (a new attempt, a restarted monitor) starts a new baseline at the lower value.
-    4. Growth is converted from decimal MB to bytes and rounded to the byte.
+    4. Growth is converted from decimal MB to bytes and rounded to the byte, at most
+       MAX_STORED_BYTES a day (a pushed counter of 1e308 is no overflow).
     """
     out: dict[date, tuple[int, datetime]] = {}
     previous: float | None = None
@@ -199,7 +201,10 @@ def counter_increments(points: Iterable[tuple[datetime, float | None]]) -> dict[
         if previous is not None and value > previous:
             day = ts.astimezone(UTC).date()
             num_bytes, _ = out.get(day, (0, ts))
-            out[day] = (num_bytes + round((value - previous) * BYTES_PER_MB), ts)
+            # A counter of 1e308 MB grows by an infinity of bytes in floats: held at what a bigint holds.
+            grown = (value - previous) * BYTES_PER_MB
+            grown_bytes = round(grown) if math.isfinite(grown) and grown < MAX_STORED_BYTES else MAX_STORED_BYTES
+            out[day] = (min(num_bytes + grown_bytes, MAX_STORED_BYTES), ts)
         previous = value
     return out
 

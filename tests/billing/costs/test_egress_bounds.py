@@ -67,6 +67,12 @@ def test_the_bound_holds_for_a_day_built_up_over_several_requests(world: World) 
     assert again.status_code == 200 and again.json() == {"inserted": 0, "duplicates": 1}
 
 
+def test_a_counter_of_1e308_is_held_at_what_a_bigint_holds_not_an_overflow() -> None:
+    """(1e308 - -1e308) x 1e6 is an infinity in floats: round() of it raised OverflowError in the task."""
+    got = egress.counter_increments([(T0, -1e308), (T0 + timedelta(seconds=10), 1e308)])
+    assert got == {T0.date(): (2**63 - 1, T0 + timedelta(seconds=10))}
+
+
 def test_derived_egress_from_a_counter_of_1e30_is_cut_to_the_bound(world: World) -> None:
     run = make_run(world.vision, "far", region="us-east-1", home_region="us-west-2")
     store_metric_points([
