@@ -31,12 +31,14 @@ from runs.choices import (
     BatchKind,
     BatchStatus,
     RunOrigin,
+    RunSource,
     RunStatus,
     TelemetrySource,
     accelerator_count_problem,
 )
 from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
 from runs.models.collection import is_network_counter
+from runs.models.instance_types import instance_gpus
 from runs.plausible import Span, merged_problems
 from runs.telemetry.store import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows
 
@@ -212,6 +214,10 @@ def _upsert_run_once(team: Group, data: dict[str, Any], origin: str) -> UpsertRe
             run.status = status
     if "gpus_per_node" not in data and run.accelerator_type:
         run.gpus_per_node = GPUS_PER_NODE.get(AcceleratorType(run.accelerator_type), run.gpus_per_node)
+    elif "gpus_per_node" not in data and origin == RunOrigin.KEY and run.source == RunSource.CLASSIC:
+        # A pushed classic run is billed by instance: its nodes hold what its instance type holds.
+        spec = instance_gpus(run.instance_type) if run.instance_type else None
+        run.gpus_per_node = max(run.gpus_per_node, spec.count) if spec else run.gpus_per_node
     if "creator" in data:
         run.user = _user_for(run.creator)
     _check_shape(run)

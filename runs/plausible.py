@@ -15,6 +15,9 @@ ago, then an end in 2199) is held to the same bounds as one sent whole:
    and in the runtime cap. 1,000 overlapping attempts of 14 days each are 14,000 days of
    GPUs in a 14-day window; they are refused.
 
+4. A classic run billed by instance (`instance_type` x ceil(accelerators / gpus_per_node)
+   nodes) claims at least as many GPUs a node as its instance type holds.
+
 So a pushed run's compute is at most its accelerators x its span, and its span at most the
 runtime cap. Egress is bounded per run and day in `billing.costs.egress`.
 """
@@ -26,7 +29,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from runs.choices import RunSource
 from runs.models import MAX_RUNTIME, Run
+from runs.models.instance_types import instance_gpus
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,13 @@ def merged_problems(run: Run, attempts: list[Span], now: datetime) -> list[tuple
                 (f"{span.field}started_at", f"the run would have held its GPUs longer than the {MAX_RUNTIME.days}-day "
                  "runtime cap")
             )  # fmt: skip
+    spec = instance_gpus(run.instance_type) if run.source == RunSource.CLASSIC and run.instance_type else None
+    if spec is not None and run.gpus_per_node < spec.count:
+        # Billed as instance_type x ceil(num_accelerators / gpus_per_node) nodes: 512 GPUs at one
+        # a node would be 512 eight-GPU instances.
+        problems.append(
+            ("gpus_per_node", f"is {run.gpus_per_node}, but {run.instance_type} holds {spec.count} GPUs a node")
+        )
     if problems:
         return problems
     started = [a for a in attempts if a.start is not None]

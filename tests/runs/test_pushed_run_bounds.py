@@ -126,3 +126,21 @@ def test_retries_that_follow_one_another_are_kept(client: Client) -> None:
     assert status == 201, body
     assert Attempt.objects.count() == 5 and Node.objects.count() == 20
     assert run_cost(Run.objects.get(), now=NOW).estimate.usd == 512 * PRICE * 9 * 5
+
+
+def test_a_classic_run_claims_no_fewer_gpus_a_node_than_its_instance_holds(world: World) -> None:
+    """512 GPUs at one a node on a3-highgpu-8g would be billed as 512 eight-GPU instances."""
+    raw = ApiKey.issue(world.nlp, ApiKeyRole.INGEST, name="c", source="classic")[1]
+    classic = Client(headers={"authorization": f"Bearer {raw}"})
+    start = (NOW - timedelta(hours=1)).isoformat()
+    body = {"external_id": "c1", "source": "classic", "instance_type": "a3-highgpu-8g", "num_accelerators": 512,
+            "region": "us-west-2", "status": "running", "started_at": start}  # fmt: skip
+    response = classic.post("/api/v1/runs", body | {"gpus_per_node": 1}, content_type="application/json")
+    assert response.status_code == 422, response.content
+    assert response.json()["errors"] == [
+        {"field": "gpus_per_node", "message": "is 1, but a3-highgpu-8g holds 8 GPUs a node"}
+    ]
+    assert classic.post("/api/v1/runs", body | {"gpus_per_node": 8}, content_type="application/json").status_code == 201
+    # Left out, it is the instance type's.
+    response = classic.post("/api/v1/runs", body | {"external_id": "c2"}, content_type="application/json")
+    assert response.status_code == 201 and response.json()["run"]["gpus_per_node"] == 8
