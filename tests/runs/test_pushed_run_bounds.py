@@ -20,7 +20,7 @@ from billing.engine import run_cost
 from billing.models import AcceleratorPrice, CostDaily
 from dashboard.models import ApiKey, ApiKeyRole
 from runs.models import Attempt, Node, Run
-from tests.conftest import T0, World
+from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(hours=1)
 PRICE = Decimal("10")  # per accelerator-hour of GPU_8xH100
@@ -144,3 +144,19 @@ def test_a_classic_run_claims_no_fewer_gpus_a_node_than_its_instance_holds(world
     # Left out, it is the instance type's.
     response = classic.post("/api/v1/runs", body | {"external_id": "c2"}, content_type="application/json")
     assert response.status_code == 201 and response.json()["run"]["gpus_per_node"] == 8
+
+
+def test_a_pushed_run_left_running_stops_accruing_at_the_runtime_cap(client: Client, world: World) -> None:
+    """Written within the bounds, then never ended: it must not spend a budget for ever."""
+    start = (NOW - timedelta(days=13)).isoformat()
+    attempts = [{"number": 1, "status": "running", "started_at": start}]
+    assert push(client, status="running", started_at=start, attempts=attempts)[0] == 201
+    run = Run.objects.get()
+
+    later = run_cost(run, now=NOW + timedelta(days=30))
+
+    assert later.estimate.usd == 512 * PRICE * 14 * 24
+    assert later.breakdown.intervals[0].end == NOW - timedelta(days=13) + timedelta(days=14)
+    # A collector's run is the collector's to end: it accrues as before.
+    theirs = make_run(world.vision, "collected", status="running", ended_at=None, started_at=NOW - timedelta(days=13))
+    assert run_cost(theirs, now=NOW + timedelta(days=30)).estimate.usd == 8 * PRICE * 43 * 24
