@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from billing.choices import GroupBy
 from billing.costs import egress, reports, spend
 from billing.prices.money import estimate
+from dashboard import fair_ingest
 from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
 from dashboard.schemas import ERRORS, ExternalId, RegionName, Timestamp, refuse_nul
 from runs.choices import RunSource
@@ -154,6 +155,7 @@ def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
     runs, errors = batch_runs(request, records, "records", check=_same_region)
     if errors:
         raise InvalidRows(errors[:500])
+    fair_ingest.charge_rows(request, len(records), "records")
     rows = [
         egress.EgressRow(runs[(r.run_source, r.run)].pk, r.source_region, r.destination_region, r.bytes, r.ts)
         for r in records
@@ -162,4 +164,6 @@ def report_egress(request: HttpRequest, payload: EgressBatchIn) -> Status:
         result = egress.store_reported(rows)
     except egress.EgressConflict as exc:
         raise EgressConflictError(exc.rows[:500]) from None
+    except egress.EgressImplausible as exc:
+        raise InvalidRows(exc.rows[:500]) from None
     return Status(201 if result.inserted else 200, {"inserted": result.inserted, "duplicates": result.duplicates})

@@ -50,18 +50,18 @@ def _cache_key(scope: str, ident: str, start: int) -> str:
     return f"rl:{scope}:{digest}:{start}"
 
 
-def hit(scope: str, ident: str, limit: Limit, now: float | None = None) -> Decision:
-    """Count one event for `ident`; `allowed` is False once the window's count passes the limit."""
+def hit(scope: str, ident: str, limit: Limit, now: float | None = None, weight: int = 1) -> Decision:
+    """Count `weight` events (one by default) for `ident`; `allowed` is False once the count passes the limit."""
     start, left = _window(limit, time.time() if now is None else now)
     key = _cache_key(scope, ident, start)
     # add() creates the counter with its expiry only if absent; incr() is atomic on Redis and
     # under LocMemCache's lock. The key can expire between the two calls: start it again then.
     cache.add(key, 0, timeout=limit.seconds + 1)
     try:
-        count = cache.incr(key)
+        count = cache.incr(key, weight)
     except ValueError:
-        cache.set(key, 1, timeout=limit.seconds + 1)
-        count = 1
+        cache.set(key, weight, timeout=limit.seconds + 1)
+        count = weight
     return Decision(allowed=count <= limit.count, count=count, retry_after=left)
 
 

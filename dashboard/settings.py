@@ -208,6 +208,10 @@ AIRBOARD_MAX_FUTURE_SKEW_SECONDS = env_int("AIRBOARD_MAX_FUTURE_SKEW_SECONDS", 3
 # Most accelerators a run pushed through the API may claim (a plausibility limit: the cost of
 # a pushed run counts against its policy's budget, which can cancel other runs).
 AIRBOARD_MAX_PUSHED_ACCELERATORS = env_int("AIRBOARD_MAX_PUSHED_ACCELERATORS", 512, minimum=1)
+# North/south line rate per GPU, Gbit/s: a run's egress in a UTC day is at most its GPUs x this
+# x 86,400 s (billing.costs.egress.max_bytes_per_day); reported records past it are a 422. 50:
+# an 8-GPU HGX node's two 200 GbE north/south ports (NVIDIA HGX AI Factory reference architecture).
+AIRBOARD_MAX_EGRESS_GBITS_PER_GPU = env_int("AIRBOARD_MAX_EGRESS_GBITS_PER_GPU", 50, minimum=1)
 # Runs listed per page.
 AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
 # Link to the MLflow UI; `{run_id}` is replaced by the MLflow run id.
@@ -230,6 +234,10 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "airboard"}}
 # Requests per minute one API key may make to write operations (POST); past it, 429 + Retry-After.
 AIRBOARD_INGEST_RATE_PER_MINUTE = env_int("AIRBOARD_INGEST_RATE_PER_MINUTE", 600, minimum=1)
+# Rows (samples, metric points, egress records) one key may write a minute (dashboard/fair_ingest.py).
+AIRBOARD_INGEST_ROWS_PER_MINUTE = env_int("AIRBOARD_INGEST_ROWS_PER_MINUTE", 600_000, minimum=1)
+# Distinct (run, attempt, node) one telemetry request may name: each may create a node.
+AIRBOARD_MAX_NODES_PER_BATCH = env_int("AIRBOARD_MAX_NODES_PER_BATCH", 512, minimum=1)
 # Failed logins per username and client address within the window before the form answers 429.
 AIRBOARD_LOGIN_FAILURES = env_int("AIRBOARD_LOGIN_FAILURES", 5, minimum=1)
 # Failed logins from one client address, any username (slows password spraying).

@@ -29,7 +29,8 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from billing.policies.budget import naming_problem
-from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
+from dashboard import fair_ingest
+from dashboard.api import Access, InvalidRows, batch_runs, bearer, check_count, read_auth
 from dashboard.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
@@ -360,17 +361,26 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
         runs, errors = batch_runs(request, samples, "samples", key=_sample_key)
         if errors:
             raise InvalidRows(errors[:500])
-        # (run source, run, attempt, node) -> (run id, node id): one lookup a row, not three.
-        ids: dict[tuple[str, str, int | None, int], tuple[int, int]] = {}
+        # (run source, run, attempt, node) -> the first host its rows name.
+        hosts: dict[tuple[str, str, int | None, int], str] = {}
+        for s in samples:
+            key = _node_key(s)
+            if not hosts.get(key):
+                hosts[key] = s["host"]
+        fair_ingest.check_nodes(len(hosts))
+        fair_ingest.charge_rows(request, len(samples), "samples")
         # The GPUs of a node share their instants: each is formatted once.
         stamps: dict[Any, str] = {}
         rows = []
         with transaction.atomic():
+            # (run source, run, attempt, node) -> (run id, node id), every node in a few queries.
+            wanted = [(runs[key[:2]], key[2], key[3], host) for key, host in hosts.items()]
+            node_ids = ingest.nodes_for(wanted)
+            ids = {
+                key: (run.pk, node_ids[(run.pk, key[2], key[3])]) for key, (run, *_) in zip(hosts, wanted, strict=True)
+            }
             for s in samples:
                 key = _node_key(s)
-                if key not in ids:
-                    run = runs[(s["run_source"], s["run"])]
-                    ids[key] = (run.pk, ingest.node_for(run, s["attempt"], s["node"], s["host"]).pk)
                 ts = s["ts"]
                 stamp = stamps.get(ts)
                 if stamp is None:
@@ -408,6 +418,8 @@ def import_telemetry_file(
     skipped = [{"line": p.line, "message": p.message} for p in result.problems]
     if not result.samples:
         raise InvalidRows([{"field": f"text:line {p['line']}", "message": p["message"]} for p in skipped[:100]])
+    check_count(result.samples, "samples in the file")  # the cap every batch has: 172,800 rows went through
+    fair_ingest.charge_rows(request, len(result.samples), "samples")
     telemetry_source = TelemetrySource.DCGM if result.format in DCGM_FORMATS else TelemetrySource.NVIDIA_SMI
     with transaction.atomic():
         node = ingest.node_for(run, payload.attempt, payload.node)
@@ -442,6 +454,7 @@ def push_metrics(request: HttpRequest, payload: MetricBatchIn) -> Status:
     runs, errors = batch_runs(request, points, "points", skew_checked=False)
     if errors:
         raise InvalidRows(errors[:500])
+    fair_ingest.charge_rows(request, len(points), "points")
     rows = [[runs[(p.run_source, p.run)].pk, p.key, p.step, p.ts.isoformat(), p.value] for p in points]
     return _accept_batch(request, BatchKind.METRICS, rows)
 

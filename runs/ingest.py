@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,7 +20,7 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
-from django.db.models import JSONField, Q, Value
+from django.db.models import JSONField, Max, Q, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -30,12 +31,15 @@ from runs.choices import (
     BatchKind,
     BatchStatus,
     RunOrigin,
+    RunSource,
     RunStatus,
     TelemetrySource,
     accelerator_count_problem,
 )
 from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
 from runs.models.collection import is_network_counter
+from runs.models.instance_types import instance_gpus
+from runs.models.plausible import Span, merged_problems
 from runs.telemetry.store import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows
 
 logger = logging.getLogger(__name__)
@@ -210,13 +214,18 @@ def _upsert_run_once(team: Group, data: dict[str, Any], origin: str) -> UpsertRe
             run.status = status
     if "gpus_per_node" not in data and run.accelerator_type:
         run.gpus_per_node = GPUS_PER_NODE.get(AcceleratorType(run.accelerator_type), run.gpus_per_node)
+    elif "gpus_per_node" not in data and origin == RunOrigin.KEY and run.source == RunSource.CLASSIC:
+        # A pushed classic run is billed by instance: its nodes hold what its instance type holds.
+        spec = instance_gpus(run.instance_type) if run.instance_type else None
+        run.gpus_per_node = max(run.gpus_per_node, spec.count) if spec else run.gpus_per_node
     if "creator" in data:
         run.user = _user_for(run.creator)
     _check_shape(run)
     run.save()
 
-    for attempt_data in data.get("attempts") or []:
-        ignored += _upsert_attempt(run, attempt_data)
+    ignored += _upsert_attempts(run, data.get("attempts") or [])
+    if origin == RunOrigin.KEY:
+        _check_merged(run)  # rolls the whole upsert back when the merged run is implausible
     if run.status != previous_status:
         classify_later(run)  # on commit, and only for failed runs
     return UpsertResult(run=run, created=created, ignored=ignored)
@@ -231,29 +240,82 @@ def _check_shape(run: Run) -> None:
         raise IngestConflict("ended_at is before started_at")
 
 
-def _upsert_attempt(run: Run, data: dict[str, Any]) -> list[str]:
+ATTEMPT_FIELDS = ("started_at", "ended_at", "exit_code", "mlflow_run_id", "state_message")
+NODE_FIELDS = ("host", "started_at", "ended_at", "exit_code")
+
+
+def _upsert_attempts(run: Run, attempts: list[dict[str, Any]]) -> list[str]:
+    """Upsert a run's attempts by number and their nodes by index, in a constant number of queries.
+
+    One query reads the attempts named, one the nodes of those attempts; new ones are
+    inserted and changed ones updated in bulk (1,000 attempts x 4 nodes took 17.8 s as a
+    get_or_create and a save each). A status that would move backwards is ignored, as for
+    the run. A concurrent insert raises IntegrityError, which `upsert_run` retries once.
+    """
     ignored: list[str] = []
-    attempt, _ = Attempt.objects.get_or_create(run=run, number=data["number"])
-    for name in ("started_at", "ended_at", "exit_code", "mlflow_run_id", "state_message"):
-        if data.get(name) not in (None, ""):
-            setattr(attempt, name, data[name])
-    status = data.get("status")
-    if status:
-        if _moves_backwards(attempt.status, status):
-            ignored.append(f"attempts[{attempt.number}].status: stored '{attempt.status}' is final")
-        else:
-            attempt.status = status
-    attempt.save()
-    for node_data in data.get("nodes") or []:
-        node, _ = Node.objects.get_or_create(attempt=attempt, index=node_data["index"])
-        for name in ("host", "started_at", "ended_at", "exit_code"):
-            if node_data.get(name) not in (None, ""):
-                setattr(node, name, node_data[name])
-        node_status = node_data.get("status")
+    if not attempts:
+        return ignored
+    stored = {a.number: a for a in Attempt.objects.filter(run=run, number__in=[d["number"] for d in attempts])}
+    new_attempts: list[Attempt] = []
+    for data in attempts:
+        attempt = stored.get(data["number"])
+        if attempt is None:
+            attempt = stored[data["number"]] = Attempt(run=run, number=data["number"])
+            new_attempts.append(attempt)
+        for name in ATTEMPT_FIELDS:
+            if data.get(name) not in (None, ""):
+                setattr(attempt, name, data[name])
+        status = data.get("status")
+        if status:
+            if _moves_backwards(attempt.status, status):
+                ignored.append(f"attempts[{attempt.number}].status: stored '{attempt.status}' is final")
+            else:
+                attempt.status = status
+    Attempt.objects.bulk_create(new_attempts, batch_size=500)
+    fresh = {id(a) for a in new_attempts}
+    Attempt.objects.bulk_update(
+        [a for a in stored.values() if id(a) not in fresh], ["status", *ATTEMPT_FIELDS], batch_size=500
+    )
+    if any(a.pk is None for a in new_attempts):  # backends that return no ids from a bulk insert
+        stored = {a.number: a for a in Attempt.objects.filter(run=run, number__in=list(stored))}
+    wanted = [(stored[d["number"]], n) for d in attempts for n in d.get("nodes") or []]
+    if not wanted:
+        return ignored
+    nodes = {
+        (n.attempt_id, n.index): n
+        for n in Node.objects.filter(attempt__in={a.pk for a, _ in wanted}, index__in={n["index"] for _, n in wanted})
+    }
+    new_nodes: list[Node] = []
+    for attempt, data in wanted:
+        node = nodes.get((attempt.pk, data["index"]))
+        if node is None:
+            node = nodes[(attempt.pk, data["index"])] = Node(attempt=attempt, index=data["index"])
+            new_nodes.append(node)
+        for name in NODE_FIELDS:
+            if data.get(name) not in (None, ""):
+                setattr(node, name, data[name])
+        node_status = data.get("status")
         if node_status and not _moves_backwards(node.status, node_status):
             node.status = node_status
-        node.save()
+    Node.objects.bulk_create(new_nodes, batch_size=500)
+    fresh = {id(n) for n in new_nodes}
+    Node.objects.bulk_update(
+        [n for n in nodes.values() if id(n) not in fresh], ["status", *NODE_FIELDS], batch_size=500
+    )
     return ignored
+
+
+def _check_merged(run: Run) -> None:
+    """The money bounds of a pushed run as stored after the merge (`runs.models.plausible`), or IngestInvalid."""
+    spans = [
+        Span(f"attempts[{number}].", start, end)
+        for number, start, end in Attempt.objects.filter(run=run)
+        .order_by("number")
+        .values_list("number", "started_at", "ended_at")
+    ]
+    problems = merged_problems(run, spans, timezone.now())
+    if problems:
+        raise IngestInvalid(*problems[0])
 
 
 def clean_log_text(text: str) -> str:
@@ -279,6 +341,74 @@ def node_for(run: Run, attempt_number: int | None, node_index: int, host: str = 
     if host and not node.host:
         Node.objects.filter(pk=node.pk).update(host=host)
     return node
+
+
+# A node a pushed row names: (run, attempt number or None for the run's latest, node index, host).
+NodeWanted = tuple[Run, int | None, int, str]
+
+
+def nodes_for(wanted: list[NodeWanted]) -> dict[tuple[int, int | None, int], int]:
+    """`node_for` for many nodes at once: (run id, attempt as asked, node index) -> node id.
+
+    A constant number of queries however many nodes (a 10,000-node push asked three to five
+    each: 25-47 s with the write lock held): the runs' latest attempts, the attempts and the
+    nodes named, each read in one query and the missing ones inserted in bulk (conflicts
+    ignored: a concurrent writer's row is read back). A node created here gets the host its
+    first row names; a stored node without a host gets one.
+    """
+    if not wanted:
+        return {}
+    runs = {run.pk: run for run, *_ in wanted}
+    latest_of = {run.pk for run, attempt, _, _ in wanted if attempt is None}
+    latest: dict[int, int] = dict(
+        Attempt.objects.filter(run_id__in=latest_of)
+        .values("run_id")
+        .annotate(n=Max("number"))
+        .values_list("run_id", "n")
+    )
+    first = [Attempt(run=runs[r], number=1, status=runs[r].status, started_at=runs[r].started_at)
+             for r in latest_of if r not in latest]  # fmt: skip
+    Attempt.objects.bulk_create(first, ignore_conflicts=True)
+    latest |= {attempt.run_id: 1 for attempt in first}
+    number = {(run.pk, attempt): attempt if attempt is not None else latest[run.pk] for run, attempt, _, _ in wanted}
+    pairs = {(run_id, n) for (run_id, _), n in number.items()}
+
+    def read_attempts() -> dict[tuple[int, int], int]:
+        found = Attempt.objects.filter(run_id__in={r for r, _ in pairs}, number__in={n for _, n in pairs})
+        return {(r, n): pk for pk, r, n in found.values_list("pk", "run_id", "number") if (r, n) in pairs}
+
+    attempts = read_attempts()
+    missing = [Attempt(run=runs[r], number=n, status=runs[r].status) for r, n in pairs if (r, n) not in attempts]
+    if missing:
+        Attempt.objects.bulk_create(missing, ignore_conflicts=True)
+        attempts = read_attempts()
+    hosts: dict[tuple[int, int], str] = {}
+    for run, attempt, index, host in wanted:
+        key = (attempts[(run.pk, number[(run.pk, attempt)])], index)
+        if host or key not in hosts:
+            hosts[key] = hosts.get(key) or host
+
+    def read_nodes() -> dict[tuple[int, int], tuple[int, str]]:
+        found = Node.objects.filter(attempt_id__in={a for a, _ in hosts}, index__in={i for _, i in hosts})
+        return {
+            (a, i): (pk, h) for pk, a, i, h in found.values_list("pk", "attempt_id", "index", "host") if (a, i) in hosts
+        }
+
+    nodes = read_nodes()
+    new = [Node(attempt_id=a, index=i, host=hosts[(a, i)]) for a, i in hosts if (a, i) not in nodes]
+    if new:
+        Node.objects.bulk_create(new, ignore_conflicts=True)
+        nodes = read_nodes()
+    named: dict[str, list[int]] = defaultdict(list)
+    for key, (pk, host) in nodes.items():
+        if hosts[key] and not host:
+            named[hosts[key]].append(pk)
+    for host, pks in named.items():
+        Node.objects.filter(pk__in=pks, host="").update(host=host)
+    return {
+        (run.pk, attempt, index): nodes[(attempts[(run.pk, number[(run.pk, attempt)])], index)][0]
+        for run, attempt, index, _ in wanted
+    }
 
 
 def append_log_chunk(

@@ -16,11 +16,13 @@ derived one.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -32,6 +34,32 @@ from runs.models import MetricPoint, Run
 from runs.models.collection import NETWORK_COUNTER, is_network_counter
 
 BYTES_PER_MB = 10**6
+SECONDS_PER_DAY = 86_400
+# The most a bigint column (EgressRecord.bytes) holds.
+MAX_STORED_BYTES = 2**63 - 1
+
+
+def max_bytes_per_day(num_accelerators: int) -> int:
+    """The most bytes a run's GPUs could move out in one UTC day: the egress bound.
+
+    num_accelerators x AIRBOARD_MAX_EGRESS_GBITS_PER_GPU / 8 x 86,400 s. The default, 50 Gbit/s
+    a GPU, is an 8-GPU node's north/south network, two 200 GbE ports, the one that carries
+    traffic leaving the cluster (NVIDIA HGX AI Factory reference architecture, "Network Logical
+    Architecture": docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/
+    network-logical-architecture). No node sends more than its ports' line rate, so no day of
+    a run moves more; capped at what the bytes column holds. Reported records past it are
+    refused, derived ones cut to it.
+    """
+    per_gpu = settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU * 10**9 // 8 * SECONDS_PER_DAY
+    return min(max(num_accelerators, 1) * per_gpu, MAX_STORED_BYTES)
+
+
+class EgressImplausible(Exception):
+    """Records that would make a run's day move more bytes than its GPUs could; `rows` names them."""
+
+    def __init__(self, rows: list[dict[str, str]]) -> None:
+        super().__init__(f"{len(rows)} record(s) exceed what the run's GPUs could move in a day")
+        self.rows = rows
 
 
 class EgressConflict(Exception):
@@ -105,6 +133,8 @@ def store_reported(rows: Sequence[EgressRow], now: datetime | None = None) -> St
     result.duplicates += len(rows) - len(keyed)
     if problems:
         raise EgressConflict(problems)
+    fresh = {id(row) for row in new}
+    _check_daily_bound(stored, [(i, row) for i, row in keyed.values() if id(row) in fresh])
     with transaction.atomic():
         EgressRecord.objects.bulk_create(
             [
@@ -123,6 +153,32 @@ def store_reported(rows: Sequence[EgressRow], now: datetime | None = None) -> St
     return result
 
 
+def _check_daily_bound(stored: dict[tuple, int], new: list[tuple[int, EgressRow]]) -> None:
+    """Raise EgressImplausible when a run's reported bytes of a UTC day, stored and new, pass `max_bytes_per_day`."""
+    if not new:
+        return
+    gpus = dict(Run.objects.filter(pk__in={row.run_id for _, row in new}).values_list("pk", "num_accelerators"))
+    totals: dict[tuple[int, date], int] = defaultdict(int)
+    for (run_id, _, _, ts), num_bytes in stored.items():
+        totals[(run_id, ts.date())] += num_bytes
+    problems = []
+    for i, row in new:
+        day = (row.run_id, row.ts.astimezone(UTC).date())
+        totals[day] += row.num_bytes
+        bound = max_bytes_per_day(gpus.get(row.run_id, 1))
+        if totals[day] > bound:
+            problems.append(
+                {
+                    "field": f"records[{i}].bytes",
+                    "message": f"the run's records of {day[1]} would total {totals[day]} bytes, more than its "
+                    f"{gpus.get(row.run_id, 1)} GPUs could move in a day ({bound} bytes at "
+                    f"{settings.AIRBOARD_MAX_EGRESS_GBITS_PER_GPU} Gbit/s each)",
+                }
+            )
+    if problems:
+        raise EgressImplausible(problems)
+
+
 # --- Derived from network metrics -----------------------------------------------------------
 
 
@@ -134,7 +190,8 @@ def counter_increments(points: Iterable[tuple[datetime, float | None]]) -> dict[
        the machine booted, newer MLflow since monitoring began, and only growth is traffic
        the run made in both.
     3. A drop (a new attempt, a restarted monitor) starts a new baseline at the lower value.
-    4. Growth is converted from decimal MB to bytes and rounded to the byte.
+    4. Growth is converted from decimal MB to bytes and rounded to the byte, at most
+       MAX_STORED_BYTES a day (a pushed counter of 1e308 is no overflow).
     """
     out: dict[date, tuple[int, datetime]] = {}
     previous: float | None = None
@@ -144,7 +201,10 @@ def counter_increments(points: Iterable[tuple[datetime, float | None]]) -> dict[
         if previous is not None and value > previous:
             day = ts.astimezone(UTC).date()
             num_bytes, _ = out.get(day, (0, ts))
-            out[day] = (num_bytes + round((value - previous) * BYTES_PER_MB), ts)
+            # A counter of 1e308 MB grows by an infinity of bytes in floats: held at what a bigint holds.
+            grown = (value - previous) * BYTES_PER_MB
+            grown_bytes = round(grown) if math.isfinite(grown) and grown < MAX_STORED_BYTES else MAX_STORED_BYTES
+            out[day] = (min(num_bytes + grown_bytes, MAX_STORED_BYTES), ts)
         previous = value
     return out
 
@@ -172,7 +232,7 @@ def derive_for_runs(
     runs = {
         run.pk: run
         for run in Run.objects.filter(pk__in=ids).exclude(region="").exclude(home_region="")
-        .exclude(region=F("home_region")).only("pk", "region", "home_region")
+        .exclude(region=F("home_region")).only("pk", "region", "home_region", "num_accelerators")
     }  # fmt: skip
     reported = set(
         EgressRecord.objects.filter(run_id__in=list(runs), origin=EgressOrigin.REPORTED).values_list(
@@ -195,6 +255,8 @@ def derive_for_runs(
         run = runs[run_id]
         pair = (run.home_region, run.region) if direction == "receive" else (run.region, run.home_region)
         if num_bytes > 0:
+            # Each way at most half the day's bound: a counter of 1e30 MB is not 1e36 bytes of egress.
+            num_bytes = min(num_bytes, max_bytes_per_day(run.num_accelerators) // 2)
             wanted[run_id].add((*pair, last.astimezone(UTC), num_bytes))
     stored_rows = EgressRecord.objects.filter(run_id__in=ids, origin=EgressOrigin.DERIVED)
     if days is not None:

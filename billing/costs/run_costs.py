@@ -37,6 +37,7 @@ from billing.costs.serverless import (
     CostLine,
     RunCost,
     accelerator_prices,
+    billed_end,
     compute_cost,
     compute_key,
     estimate_costs_for_runs,
@@ -67,7 +68,7 @@ _MICROSECONDS_PER_MINUTE = 60_000_000
 # The run fields the cost engine (`breakdowns_for_runs`) reads: load only these to price many runs.
 RUN_COST_FIELDS = (
     "id", "source", "team_id", "creator", "usage_policy_name", "experiment_name", "accelerator_type",
-    "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id",
+    "region", "num_accelerators", "gpus_per_node", "instance_type", "cluster_id", "origin",
 )  # fmt: skip
 
 
@@ -381,8 +382,12 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
 Interval = tuple[int, str, datetime, datetime, bool]
 
 
-def _attempt_intervals(attempts: list[Attempt], as_of: datetime) -> list[Interval]:
-    return [(a.number, f"attempt {a.number}", a.started_at, a.ended_at or as_of, a.ended_at is None) for a in attempts]
+def _attempt_intervals(run: Run, attempts: list[Attempt], as_of: datetime) -> list[Interval]:
+    return [
+        (a.number, f"attempt {a.number}", a.started_at, billed_end(run, a.started_at, a.ended_at, as_of),
+         a.ended_at is None)
+        for a in attempts
+    ]  # fmt: skip
 
 
 def _uptime_intervals(uptime: ClusterUptime, as_of: datetime) -> list[Interval]:
@@ -444,15 +449,15 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
         elif run.source == RunSource.CLASSIC:
             nodes = _nodes(run)
             rate = combined_rate(None, prices.get((run.instance_type, run.region), []), nodes)
-            spans = [(a.started_at, a.ended_at or as_of) for a in attempts[run.pk]]
+            spans = [(a.started_at, billed_end(run, a.started_at, a.ended_at, as_of)) for a in attempts[run.pk]]
             lines = [line for start, end in spans for line in compute_cost(start, end, 1, rate)]
             classic_compute = _Classic(
                 billed_as=f"{nodes} x {run.instance_type}", region=run.region, lines=lines, runs=1, notes=(),
                 gpus=True,
             )  # fmt: skip
-            intervals = _attempt_intervals(attempts[run.pk], as_of)
+            intervals = _attempt_intervals(run, attempts[run.pk], as_of)
         else:
-            classic_compute, intervals = None, _attempt_intervals(attempts[run.pk], as_of)
+            classic_compute, intervals = None, _attempt_intervals(run, attempts[run.pk], as_of)
         out[run.pk] = _breakdown(run, base[run.pk], intervals, classic_compute, idle_minutes[run.pk], idle_rule)
     return out
 

@@ -43,7 +43,8 @@ from billing.prices.money import (
     split_billed_hours,
     utc,
 )
-from runs.models import Attempt, Run
+from runs.choices import RunOrigin
+from runs.models import MAX_RUNTIME, Attempt, Run
 
 __all__ = ["BYTES_PER_GB", "HOURS_QUANTUM", "PricePeriod", "egress_cost", "split_billed_hours"]
 
@@ -262,6 +263,20 @@ def compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
 # --- Database-backed estimates ----------------------------------------------------------
 
 
+def billed_end(run: Run, start: datetime, end: datetime | None, as_of: datetime) -> datetime:
+    """Where an attempt's billing ends: its end, or `as_of` while it runs.
+
+    A running attempt of a run an API key pushed (origin KEY) stops accruing at the 14-day
+    runtime cap (`MAX_RUNTIME`) after its start: no collector sees it end, and a pushed run
+    left "running" must not spend a budget for ever (SECURITY.md, "Pushed data").
+    """
+    if end is not None:
+        return end
+    if run.origin == RunOrigin.KEY:
+        return min(as_of, start + MAX_RUNTIME)
+    return as_of
+
+
 def estimate_run_cost(run: Run, now: datetime | None = None) -> RunCost:
     """The serverless part of one run's cost (accelerator-hours and egress), at most four queries.
 
@@ -326,7 +341,7 @@ def _run_cost(
     attempt_costs = []
     for attempt in attempts:
         # An attempt without an end is still holding its GPUs (Attempt.billed_seconds agrees).
-        end = attempt.ended_at or as_of
+        end = billed_end(run, attempt.started_at, attempt.ended_at, as_of)
         lines = tuple(compute_cost(attempt.started_at, end, run.num_accelerators, periods))
         attempt_costs.append(
             AttemptCost(

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from billing.choices import EnforcementKind, EnforcementOutcome, SpentAction
 from billing.models import PolicyAction, UsagePolicy
-from billing.policies import alerts, budget
+from billing.policies import alerts, budget, pushed
 from runs import cancel
 from runs.choices import RunEventKind
 from runs.models import GpuMinute, Run, RunEvent
@@ -72,7 +72,17 @@ def enforce_policy(policy: UsagePolicy, now: datetime) -> tuple[int, list[Policy
     actions: list[PolicyAction] = []
     if status.exhausted and policy.action == SpentAction.CANCEL:
         reason = f"policy {policy.name} spent its ${policy.budget_usd} budget for the period from {status.period_start}"
-        for run in budget.running_runs(policy, budget.covered_team_ids(policy)):
+        running = budget.running_runs(policy, budget.covered_team_ids(policy))
+        # Another team's pushed data, which no collector confirmed, never cancels a run (SECURITY.md).
+        parts = pushed.pushed_spend(status) if running else None
+        for run in running:
+            assert parts is not None and policy.budget_usd is not None
+            if parts.confirmed_for(run.team_id) < policy.budget_usd:
+                logger.warning(
+                    "policy %s: run %s not cancelled; without other teams' pushed data the policy spent %s of %s",
+                    policy.name, run.pk, parts.confirmed_for(run.team_id), policy.budget_usd,
+                )  # fmt: skip
+                continue
             action = cancel_run(policy, run, EnforcementKind.BUDGET_CANCEL, reason, now)
             if action is not None:
                 actions.append(action)

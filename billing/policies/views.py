@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
-from billing.policies import budget
+from billing.policies import budget, pushed
 from billing.policies import split as policy_split
 from billing.policies.forms import MANAGE_POLICIES, ChannelForm, PolicyForm, can_manage_policies
 from dashboard import access
@@ -70,11 +70,22 @@ def policy_list(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/policy_list.html", ctx)
 
 
+def pushed_alone(request: HttpRequest, status: budget.PolicyStatus) -> list[tuple[str, object]]:
+    """(team, pushed spend) of each team whose pushed data alone spends the budget; teams the viewer
+    cannot see are named "another team" (their part of the spend is shown, not who they are)."""
+    # A team's pushed part is at most the spend: only a spent budget can be spent by it alone.
+    found = pushed.pushed_spend(status).alone(status.budget) if status.exhausted else []
+    visible = viewer_team_ids(request)
+    names = None if visible is None else set(access.visible_teams(request.user).values_list("name", flat=True))
+    return [(name if names is None or name in names else "another team", amount) for name, amount in found]
+
+
 def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> dict:
     status = budget.evaluate(policy)
     return {
         "policy": policy,
         "status": status,
+        "pushed_alone": pushed_alone(request, status),
         "figure": budget.burn_down_figure(status),
         "split": policy_split.split(policy, now=status.now, team_ids=viewer_team_ids(request)),
         "channels": policy.channels.order_by("pk"),

@@ -112,3 +112,14 @@ def test_limits_and_the_option_itself_are_checked(world: World, settings) -> Non
                  "/api/v1/gpu-samples")  # fmt: skip
     assert plain.status_code == 422 and not IngestBatch.objects.exists()
     assert Client().post(URL, "{}", content_type="application/json").status_code == 401
+
+
+@pytest.mark.django_db
+def test_the_drop_door_keeps_the_strict_doors_node_limit(world: World, settings) -> None:
+    settings.AIRBOARD_MAX_NODES_PER_BATCH = 2
+    make_run(world.vision, "run-1")
+    samples = [_sample("run-1", 0, NOW, node=node) for node in range(3)]
+    response = post(world.api(world.vision), {"source": "nvml", "samples": samples})
+    assert response.status_code == 413
+    assert "3 distinct (run, attempt, node)" in response.json()["detail"]
+    assert not IngestBatch.objects.exists()
