@@ -40,6 +40,7 @@ from billing.costs.serverless import (
     compute_cost,
     compute_key,
     estimate_costs_for_runs,
+    no_region_reason,
 )
 from billing.models import InstancePrice
 from billing.prices.money import (
@@ -365,6 +366,8 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
         if uptime.unpriced:
             where = region or "this region"
             notes.append(f"no instance price for {uptime.billed_as} in {where} for part of the uptime")
+            if not region:
+                notes.append(no_region_reason(RunSource.CLASSIC))
         if any(p.estimated for p in pieces):
             notes.append(worker_note(c, pieces))
         if any(p.from_attempts for p in pieces):
@@ -563,6 +566,8 @@ def _breakdown(
             )  # fmt: skip
         if any(line.unpriced for line in classic.lines):
             reasons.append(f"no instance price for {billed_as} in {classic.region or 'this region'}")
+            if not classic.region:
+                reasons.append(no_region_reason(run.source))
         reasons.extend(n for n in classic.notes if not n.startswith("no instance price") and n not in reasons)
 
     # Idle: count minutes per (interval, day, price), then round each group's hours once.
