@@ -110,7 +110,6 @@ def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[Colle
     return out
 
 
-@login_required
 def runs_without_region() -> int:
     """Runs of the Databricks run source that have no region while AIRBOARD_DATABRICKS_REGION is unset (0 when set).
 
@@ -123,6 +122,7 @@ def runs_without_region() -> int:
     return len(found.values_list("pk", flat=True)[:1000])
 
 
+@login_required
 def collectors(request: HttpRequest) -> HttpResponse:
     """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
     is_staff = access.sees_all_teams(request.user)

@@ -370,12 +370,23 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
                 notes.append(no_region_reason(RunSource.CLASSIC))
         if any(p.estimated for p in pieces):
             notes.append(worker_note(c, pieces))
-        if any(p.from_attempts for p in pieces):
+        if any(p.from_attempts for p in pieces) and not _job_cluster(c):
             notes.append(
                 "no lifecycle events and no last_restarted_time: uptime counted only while its runs ran (a lower bound)"
             )
         out[c.pk] = replace(uptime, notes=tuple(notes))
     return out
+
+
+def _job_cluster(cluster: Cluster) -> bool:
+    """A job cluster (`cluster_source` JOB): it lives for its run, so the run's window is its uptime.
+
+    A Jobs task's `start_time` is "the time the cluster creation call is issued" when the
+    task runs on a new cluster (databricks-sdk `jobs.RunTask.start_time`), and its end the
+    cluster's teardown: billing it for its run's attempts is no lower bound.
+    """
+    raw = cluster.raw if isinstance(cluster.raw, dict) else {}
+    return raw.get("cluster_source") == "JOB"
 
 
 # --- Per run ------------------------------------------------------------------------------
