@@ -367,7 +367,7 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
             where = region or "this region"
             notes.append(f"no instance price for {uptime.billed_as} in {where} for part of the uptime")
             if not region:
-                notes.append(no_region_reason(RunSource.CLASSIC))
+                notes.append(no_region_reason(RunSource.CLASSIC, "cluster"))
         if any(p.estimated for p in pieces):
             notes.append(worker_note(c, pieces))
         if any(p.from_attempts for p in pieces) and not _job_cluster(c):
@@ -577,7 +577,7 @@ def _breakdown(
             )  # fmt: skip
         if any(line.unpriced for line in classic.lines):
             reasons.append(f"no instance price for {billed_as} in {classic.region or 'this region'}")
-            if not classic.region:
+            if not classic.region and not any(n.startswith("no region recorded") for n in classic.notes):
                 reasons.append(no_region_reason(run.source))
         reasons.extend(n for n in classic.notes if not n.startswith("no instance price") and n not in reasons)
 

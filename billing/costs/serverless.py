@@ -257,11 +257,11 @@ def _missing_price_reason(what: str, first_start: datetime | None) -> str:
     return f"no price for {what} before {first_start:%Y-%m-%d %H:%M} UTC"
 
 
-def no_region_reason(source: str) -> str:
-    """Why a run without a region has no price; a Databricks run names the setting that places it."""
+def no_region_reason(source: str, what: str = "run") -> str:
+    """Why a run (or cluster) without a region has no price; a Databricks one names the setting that places it."""
     if source != RunSource.LOCAL and not settings.AIRBOARD_DATABRICKS_REGION:
-        return "no region recorded for this run: set AIRBOARD_DATABRICKS_REGION to the workspace's region"
-    return "no region recorded for this run"
+        return f"no region recorded for this {what}: set AIRBOARD_DATABRICKS_REGION to the workspace's region"
+    return f"no region recorded for this {what}"
 
 
 def compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
