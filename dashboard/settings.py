@@ -298,6 +298,8 @@ AIRBOARD_RUN_SOURCE_COMMAND = env_str("AIRBOARD_RUN_SOURCE_COMMAND", "")
 AIRBOARD_CLUSTER_SOURCE_COMMAND = env_str("AIRBOARD_CLUSTER_SOURCE_COMMAND", "")
 # A cluster's lifecycle events, `{cluster_id}` filled in: "databricks clusters events {cluster_id} -o json".
 # They decide its billable uptime and worker count (runs/models/uptime.py); without them, last_restarted_time.
+# A command printing the API's paged object gets `{request}` filled with each page's request body
+# ("databricks api post /api/2.1/clusters/events --json {request}"), so next_page is followed.
 AIRBOARD_CLUSTER_EVENTS_COMMAND = env_str("AIRBOARD_CLUSTER_EVENTS_COMMAND", "")
 
 # --- Wiring the two apps (not configuration): the project names billing's pieces that runs calls ---

@@ -748,7 +748,8 @@ def fill_workspace_region(result: CollectResult) -> None:
     """Runs of the source stored before AIRBOARD_DATABRICKS_REGION was set take it now.
 
     A finished run is never read again, so setting the region must reach the runs already
-    stored; `updated_at` moves so the cost rollups price them again.
+    stored; `updated_at` moves so the cost rollups price them again. Run once per value of the
+    setting (the cursor keeps the value it ran for): runs stored later take it when stored.
     """
     region = settings.AIRBOARD_DATABRICKS_REGION
     if not region:
@@ -793,7 +794,9 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
             result.lines += collect_events(
                 clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             )
-        fill_workspace_region(result)
+        region = settings.AIRBOARD_DATABRICKS_REGION
+        if region and cursor.get("workspace_region") != region:
+            fill_workspace_region(result)  # once per value of the setting: new runs take it when stored
         records = client.list_runs(cursor.get("newest_start_time"))
         result.lines += [f"runs: {note}" for note in _take_notes(client)]
         listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
@@ -821,6 +824,10 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         starts = [int(r.get("start_time") or 0) for r in records] + [int(cursor.get("newest_start_time") or 0)]
         save_cursor(
             state,
-            {"newest_start_time": max(starts), "active": dict(sorted(active.items())[-MAX_TRACKED_ACTIVE:])},
+            {
+                "newest_start_time": max(starts),
+                "active": dict(sorted(active.items())[-MAX_TRACKED_ACTIVE:]),
+                "workspace_region": settings.AIRBOARD_DATABRICKS_REGION,
+            },
         )
     return result

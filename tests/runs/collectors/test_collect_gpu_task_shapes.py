@@ -20,7 +20,7 @@ from billing.engine import run_costs
 from billing.models import InstancePrice
 from billing.prices.money import ESTIMATED, LOWER_BOUND
 from billing.prices.pricebook import load_default_prices
-from runs.choices import RunSource
+from runs.choices import RunSource, RunStatus
 from runs.collectors import runsource
 from runs.collectors.jobs_records import (
     RunKind,
@@ -30,7 +30,7 @@ from runs.collectors.jobs_records import (
     hardware_accelerator_gpus,
     split_gpu_tasks,
 )
-from runs.models import Cluster, Run
+from runs.models import Cluster, CollectorState, Run
 from runs.models.instance_types import cluster_gpus
 from tests.conftest import World
 
@@ -185,6 +185,8 @@ def test_unset_the_region_is_named_on_the_collectors_page_and_in_the_cost(settin
     assert (run.region, run.home_region) == ("us-west-2", "us-west-2")
     assert run_costs([run], now=NOW)[run.pk].estimate.kind == ESTIMATED
     assert "AIRBOARD_DATABRICKS_REGION" not in world.client_for(world.alice).get("/collectors/").content.decode()
+    # Once per value of the setting: the next pass does not scan the stored runs again.
+    assert not any("placed in" in line for line in collect().lines)
 
 
 def test_a_run_the_source_places_in_another_region_keeps_it(settings, world: World) -> None:
@@ -197,3 +199,19 @@ def test_a_run_the_source_places_in_another_region_keeps_it(settings, world: Wor
     run = Run.objects.get(external_id="12401")
     # Its cluster's zone says us-west-2: it ran there, away from the workspace's region.
     assert (run.region, run.home_region, run.is_cross_region) == ("us-west-2", "us-east-1", True)
+
+
+def test_a_running_multi_task_job_is_tracked_by_its_own_run_id(world: World) -> None:
+    job = json.loads(json.dumps(SHAPES["runs"][1]))
+    job["state"] = {"life_cycle_state": "RUNNING", "state_message": ""}
+    job["tasks"][1]["state"] = {"life_cycle_state": "RUNNING", "state_message": ""}
+    job["tasks"][1]["end_time"] = 0
+
+    runsource.collect_once(_Client([job], {}))
+
+    # `get-run` of the job answers both tasks again; a task's compound id is no Databricks run id.
+    assert CollectorState.objects.get(name="runs").cursor["active"] == {"12101": 12101}
+    assert Run.objects.get(external_id="12101.eval").status == RunStatus.RUNNING
+    assert Run.objects.get(external_id="12101.train").status == RunStatus.SUCCEEDED
+    # The job is settled for `air list` only once every GPU task run is stored finished.
+    assert runsource.stored_finished(["12101"]) == set()
