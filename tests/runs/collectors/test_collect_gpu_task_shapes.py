@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from billing.engine import run_costs
-from billing.models import InstancePrice
+from billing.models import AcceleratorPrice, InstancePrice
 from billing.prices.money import ESTIMATED, LOWER_BOUND
 from billing.prices.pricebook import load_default_prices
 from runs.choices import RunSource, RunStatus
@@ -32,7 +32,7 @@ from runs.collectors.jobs_records import (
 )
 from runs.models import Cluster, CollectorState, Run
 from runs.models.instance_types import cluster_gpus
-from tests.conftest import World
+from tests.conftest import StandInWorkspace, World, collect_runs
 
 SHAPES = json.loads((Path(__file__).parents[2] / "data" / "databricks" / "gpu_task_shapes.json").read_text())
 NOW = datetime(2026, 11, 3, tzinfo=UTC)
@@ -215,3 +215,35 @@ def test_a_running_multi_task_job_is_tracked_by_its_own_run_id(world: World) -> 
     assert Run.objects.get(external_id="12101.train").status == RunStatus.SUCCEEDED
     # The job is settled for `air list` only once every GPU task run is stored finished.
     assert runsource.stored_finished(["12101"]) == set()
+
+
+def test_the_cli_fixture_runs_are_priced_in_the_workspace_region(
+    settings, world: World, workspace: StandInWorkspace, priced: None
+) -> None:
+    """The Databricks CLI's own fixture runs (`air list`'s ai_runtime_task, `air get`'s legacy
+    gen_ai_compute_task) through the stand-in CLI: placed in the workspace's region, priced."""
+    settings.AIRBOARD_DATABRICKS_REGION = "us-west-2"
+    # The `air get` fixture run is from 2023-11; the shipped book starts 2024-01-01.
+    AcceleratorPrice.objects.create(
+        accelerator_type="GPU_1xA10", region="us-west-2", effective_from=datetime(2023, 1, 1, tzinfo=UTC),
+        usd_per_hour="1.00",
+    )  # fmt: skip
+    collect_runs()
+
+    runs = list(Run.objects.filter(external_id__in=["123", "334747067049496", "1001"]))
+    answers = run_costs(runs, now=NOW)
+    assert {r.external_id: (r.region, answers[r.pk].estimate.kind) for r in runs} == {
+        "123": ("us-west-2", ESTIMATED), "334747067049496": ("us-west-2", ESTIMATED), "1001": ("us-west-2", ESTIMATED),
+    }  # fmt: skip
+    assert all(answers[r.pk].estimate.usd > 0 for r in runs)
+
+
+def test_every_shape_shows_its_estimate_on_its_run_page(settings, world: World, priced: None) -> None:
+    settings.AIRBOARD_DATABRICKS_REGION = "us-west-2"
+    collect()
+    client = world.client_for(world.alice)
+
+    for run in Run.objects.all():
+        page = client.get(f"/runs/{run.pk}/").content.decode()
+        cost = page.split('class="cost-total"')[1].split("</section>")[0]
+        assert "Lower bound" not in cost and not cost.lstrip(">").startswith("$0.00"), run.external_id
