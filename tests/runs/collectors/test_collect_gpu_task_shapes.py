@@ -247,3 +247,6 @@ def test_every_shape_shows_its_estimate_on_its_run_page(settings, world: World, 
         page = client.get(f"/runs/{run.pk}/").content.decode()
         cost = page.split('class="cost-total"')[1].split("</section>")[0]
         assert "Lower bound" not in cost and not cost.lstrip(">").startswith("$0.00"), run.external_id
+    # The job cluster's run shows the cluster's 5 GPUs, as the clusters page counts them.
+    t4 = Run.objects.get(external_id="12401")
+    assert "<dt>Accelerators</dt><dd>5 <span" in client.get(f"/runs/{t4.pk}/").content.decode()
