@@ -285,7 +285,8 @@ def task_compute(task: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-_SHAPE_NAME = re.compile(r"GPU_(?P<per_node>\d+)x\w+")
+# A node's GPUs as the shape names them (one or two digits: no node carries a hundred GPUs).
+_SHAPE_NAME = re.compile(r"GPU_(?P<per_node>\d{1,2})x\w{1,32}")
 
 
 def hardware_accelerator_gpus(accelerator_type: str) -> int:

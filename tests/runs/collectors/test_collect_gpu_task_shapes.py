@@ -78,6 +78,7 @@ def test_the_record_readers_see_every_shape() -> None:
     assert [classify(r, {}) for r in (notebook, sweep, t4)] == [RunKind.AI_RUNTIME, RunKind.AI_RUNTIME, RunKind.CLASSIC]
     # One node of the shape; an unknown shape still says its per-node count.
     assert [hardware_accelerator_gpus(t) for t in ("GPU_1xA10", "GPU_8xH100", "GPU_4xA100", "CPU")] == [1, 8, 4, 0]
+    assert hardware_accelerator_gpus("GPU_99999999999999999999xH100") == 0  # no node holds that many
     # A job of one GPU task stays one record; one of two is two, each with its own window and state.
     assert split_gpu_tasks(notebook) == [notebook]
     train, evaluate = split_gpu_tasks(two_shapes)
