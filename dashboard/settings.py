@@ -306,6 +306,8 @@ AIRBOARD_RUN_SOURCE_COMMAND = env_str("AIRBOARD_RUN_SOURCE_COMMAND", "")
 AIRBOARD_CLUSTER_SOURCE_COMMAND = env_str("AIRBOARD_CLUSTER_SOURCE_COMMAND", "")
 # A cluster's lifecycle events, `{cluster_id}` filled in: "databricks clusters events {cluster_id} -o json".
 # They decide its billable uptime and worker count (runs/models/uptime.py); without them, last_restarted_time.
+# A command printing the API's paged object gets `{request}` filled with each page's request body
+# ("databricks api post /api/2.1/clusters/events --json {request}"), so next_page is followed.
 AIRBOARD_CLUSTER_EVENTS_COMMAND = env_str("AIRBOARD_CLUSTER_EVENTS_COMMAND", "")
 
 # --- Wiring the two apps (not configuration): the project names billing's pieces that runs calls ---
@@ -314,6 +316,10 @@ AIRBOARD_RUN_POLICY_RESOLVER = "billing.policies.budget.policy_for_databricks_id
 # Team that collected runs belong to when their creator is in no team.
 AIRBOARD_RUN_SOURCE_TEAM = env_str("AIRBOARD_RUN_SOURCE_TEAM", "")
 AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS", 60, minimum=5)
+# The region of the workspace the run source reads (e.g. us-west-2): every collected run whose
+# record names no region (all serverless GPU runs, classic runs on clusters without a zone) ran
+# there, and is priced at that region's prices. Unset: such runs cost a lower bound that says so.
+AIRBOARD_DATABRICKS_REGION = env_str("AIRBOARD_DATABRICKS_REGION", "").strip()
 DATABRICKS_HOST = env_str("DATABRICKS_HOST", "")
 DATABRICKS_TOKEN = env_str("DATABRICKS_TOKEN", "")
 # Log source: a command template ({run_id}, {attempt}, {node}) printing one node's log, or a

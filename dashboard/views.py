@@ -20,7 +20,7 @@ from dashboard.csv_export import csv_response
 from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
 from dashboard.redaction import redact
 from runs import glance
-from runs.choices import RunStatus
+from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.models import CollectorState, MlflowRun, Run
 from runs.telemetry.stalls import run_stalls
 
@@ -110,6 +110,18 @@ def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[Colle
     return out
 
 
+def runs_without_region() -> int:
+    """Runs of the Databricks run source that have no region while AIRBOARD_DATABRICKS_REGION is unset (0 when set).
+
+    Such a run cannot be priced (accelerator and instance prices are per region): the
+    collectors page names the setting. Counted up to 1,000 (a notice, not a report).
+    """
+    if settings.AIRBOARD_DATABRICKS_REGION:
+        return 0
+    found = Run.objects.filter(origin=RunOrigin.COLLECTOR, region="").exclude(source=RunSource.LOCAL)
+    return len(found.values_list("pk", flat=True)[:1000])
+
+
 @login_required
 def collectors(request: HttpRequest) -> HttpResponse:
     """Collector health for everyone; MLflow runs not linked to any run only for staff (they carry no team)."""
@@ -127,6 +139,7 @@ def collectors(request: HttpRequest) -> HttpResponse:
         "is_staff": is_staff,
         "unlinked": MlflowRun.objects.filter(run__isnull=True).order_by("-start_time")[:200] if is_staff else None,
         "unlinked_count": MlflowRun.objects.filter(run__isnull=True).count() if is_staff else 0,
+        "runs_without_region": runs_without_region(),
     }
     return render(request, "dashboard/collectors.html", ctx)
 

@@ -118,6 +118,34 @@ def sweep_of(run: Run, user: User) -> dict | None:
     }
 
 
+# GPU tasks of one job a run page lists at most.
+JOB_TASKS = 50
+
+
+def job_of(run: Run, user: User) -> dict | None:
+    """The job a GPU task's run belongs to (`jobs_records.split_gpu_tasks`): a row per GPU task.
+
+    Each row is a task of the job the user sees, this run's included (marked): its task key,
+    accelerators, window, status and experiment; `gpus` is their sum, the GPUs the job holds
+    when its tasks run at once.
+    """
+    parameters = run.parameters if isinstance(run.parameters, dict) else {}
+    job_id = str(parameters.get("job_run_id") or "")
+    if not job_id:
+        return None
+    tasks = list(
+        Run.objects.for_user(user)
+        .filter(source=run.source, parameters__job_run_id=job_id)
+        .order_by("started_at", "external_id")[:JOB_TASKS]
+    )
+    return {
+        "run_id": job_id,
+        "task_key": parameters.get("job_task_key") or "",
+        "tasks": tasks,
+        "gpus": sum(task.num_accelerators for task in tasks),
+    }
+
+
 def sort_runs(runs: QuerySet[Run], sort: str) -> tuple[QuerySet[Run], str]:
     """Order by a whitelisted key; returns the queryset and the key actually applied."""
     key = sort.removeprefix("-")
@@ -347,6 +375,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "metrics": compare.metrics_overlay([run], "utc" if x_axis == "time" else "step"),
         "parameters": sorted(run.parameters.items()) if isinstance(run.parameters, dict) else [],
         "sweep": sweep_of(run, request.user),
+        "job": job_of(run, request.user),
     }
     return render(request, "runs/run_detail.html", ctx)
 

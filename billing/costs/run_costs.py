@@ -41,6 +41,7 @@ from billing.costs.serverless import (
     compute_cost,
     compute_key,
     estimate_costs_for_runs,
+    no_region_reason,
 )
 from billing.models import InstancePrice
 from billing.prices.money import (
@@ -366,14 +367,27 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
         if uptime.unpriced:
             where = region or "this region"
             notes.append(f"no instance price for {uptime.billed_as} in {where} for part of the uptime")
+            if not region:
+                notes.append(no_region_reason(RunSource.CLASSIC, "cluster"))
         if any(p.estimated for p in pieces):
             notes.append(worker_note(c, pieces))
-        if any(p.from_attempts for p in pieces):
+        if any(p.from_attempts for p in pieces) and not _job_cluster(c):
             notes.append(
                 "no lifecycle events and no last_restarted_time: uptime counted only while its runs ran (a lower bound)"
             )
         out[c.pk] = replace(uptime, notes=tuple(notes))
     return out
+
+
+def _job_cluster(cluster: Cluster) -> bool:
+    """A job cluster (`cluster_source` JOB): it lives for its run, so the run's window is its uptime.
+
+    A Jobs task's `start_time` is "the time the cluster creation call is issued" when the
+    task runs on a new cluster (databricks-sdk `jobs.RunTask.start_time`), and its end the
+    cluster's teardown: billing it for its run's attempts is no lower bound.
+    """
+    raw = cluster.raw if isinstance(cluster.raw, dict) else {}
+    return raw.get("cluster_source") == "JOB"
 
 
 # --- Per run ------------------------------------------------------------------------------
@@ -568,6 +582,8 @@ def _breakdown(
             )  # fmt: skip
         if any(line.unpriced for line in classic.lines):
             reasons.append(f"no instance price for {billed_as} in {classic.region or 'this region'}")
+            if not classic.region and not any(n.startswith("no region recorded") for n in classic.notes):
+                reasons.append(no_region_reason(run.source))
         reasons.extend(n for n in classic.notes if not n.startswith("no instance price") and n not in reasons)
 
     # Idle: count minutes per (interval, day, price), then round each group's hours once.

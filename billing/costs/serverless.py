@@ -26,6 +26,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from billing.choices import EgressOrigin, PriceKind
@@ -43,7 +44,7 @@ from billing.prices.money import (
     split_billed_hours,
     utc,
 )
-from runs.choices import RunOrigin
+from runs.choices import RunOrigin, RunSource
 from runs.models import MAX_RUNTIME, Attempt, Run
 
 __all__ = ["BYTES_PER_GB", "HOURS_QUANTUM", "PricePeriod", "egress_cost", "split_billed_hours"]
@@ -256,6 +257,13 @@ def _missing_price_reason(what: str, first_start: datetime | None) -> str:
     return f"no price for {what} before {first_start:%Y-%m-%d %H:%M} UTC"
 
 
+def no_region_reason(source: str, what: str = "run") -> str:
+    """Why a run (or cluster) without a region has no price; a Databricks one names the setting that places it."""
+    if source != RunSource.LOCAL and not settings.AIRBOARD_DATABRICKS_REGION:
+        return f"no region recorded for this {what}: set AIRBOARD_DATABRICKS_REGION to the workspace's region"
+    return f"no region recorded for this {what}"
+
+
 def compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
     return (accelerator_type, region) if accelerator_type and region else None
 
@@ -361,7 +369,7 @@ def _run_cost(
         if not run.accelerator_type:
             reasons.append("no accelerator type recorded for this run")
         elif not run.region:
-            reasons.append("no region recorded for this run")
+            reasons.append(no_region_reason(run.source))
         else:
             what = f"{run.accelerator_type} in {run.region}"
             reasons.append(_missing_price_reason(what, periods[0].effective_from if periods else None))

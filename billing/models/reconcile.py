@@ -8,7 +8,7 @@ from billing.choices import (
     RecordType,
 )
 from billing.fields import ExactDecimalField
-from runs.models import Run
+from runs.models import Cluster, Run
 
 # --- Reconciliation with the provider's bill (billing/reconcile/matching.py) ------------------------
 
@@ -58,6 +58,9 @@ class BilledUsage(models.Model):
     ai_runtime_workload_id = models.CharField(max_length=200, blank=True)
     ai_runtime_pool_id = models.CharField(max_length=200, blank=True, help_text="A reserved pool's usage.")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="billed_usage")
+    # `usage_metadata.cluster_id`: the classic cluster (all-purpose or job) the usage ran on.
+    databricks_cluster_id = models.CharField(max_length=200, blank=True)
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="billed_usage")
     price_per_unit = ExactDecimalField(null=True, blank=True, help_text="Blank: no list price in force.")
     billed_usd = ExactDecimalField(null=True, blank=True, help_text="usage_quantity x price_per_unit.")
     imported_at = models.DateTimeField()
@@ -75,6 +78,8 @@ class BilledUsage(models.Model):
             models.Index(fields=["job_run_id"], name="billedusage_job_run_idx"),
             # Splitting a reserved pool's rows over the runs that ran on it (reconcile.pool_shares).
             models.Index(fields=["ai_runtime_pool_id"], name="billedusage_pool_idx"),
+            # Linking rows to their cluster once it is stored (reconcile.refresh_links_and_prices).
+            models.Index(fields=["databricks_cluster_id"], name="billedusage_cluster_idx"),
         ]
 
     def __str__(self) -> str:

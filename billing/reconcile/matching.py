@@ -48,7 +48,7 @@ from billing.models import BilledUsage, BillingListPrice
 from billing.prices.money import EXACT, ZERO, exact_sum
 from billing.prices.pricebook import RowError
 from runs.choices import RunOrigin, RunSource
-from runs.models import Attempt, Run
+from runs.models import Attempt, Cluster, Run
 
 # Sources whose runs the provider bills; job_run_id is looked up among these.
 BILLED_SOURCES = (RunSource.SERVERLESS, RunSource.CLASSIC)
@@ -225,6 +225,7 @@ def parse_usage(source: IO[str]) -> tuple[list[BilledUsage], list[RowError]]:
                     product_features=_json_object(row, "product_features"),
                     ai_runtime_workload_id=str(metadata.get("ai_runtime_workload_id") or "").strip(),
                     ai_runtime_pool_id=str(metadata.get("ai_runtime_pool_id") or "").strip(),
+                    databricks_cluster_id=str(metadata.get("cluster_id") or "").strip()[:200],
                     imported_at=now,
                 )
             )
@@ -280,6 +281,58 @@ def _price(records: list[BilledUsage]) -> None:
             record.billed_usd = record.usage_quantity * price.price_per_unit
 
 
+def link_clusters() -> int:
+    """Rows of classic clusters (`usage_metadata.cluster_id`) linked to their cluster, and to its run.
+
+    All-purpose and job compute rows name the cluster they ran on; a job cluster's rows also
+    name their job run, an all-purpose cluster's none. A row gets its cluster when the run
+    source has stored it; a row still without a run then goes to the one collected run that
+    had an attempt on that cluster during the row's window. When several did (a shared
+    all-purpose cluster), the row stays the cluster's alone: dividing it is the estimate's
+    business (`billing.costs.run_costs.share_uptime`), not the bill's. Returns the rows that
+    gained a cluster or a run.
+    """
+    changed = 0
+    pending = list(BilledUsage.objects.filter(cluster__isnull=True).exclude(databricks_cluster_id=""))
+    ids = sorted({r.databricks_cluster_id for r in pending})
+    clusters: dict[str, int] = {}
+    for i in range(0, len(ids), CHUNK):
+        rows = Cluster.objects.filter(cluster_id__in=ids[i : i + CHUNK]).values_list("cluster_id", "pk")
+        clusters.update(dict(rows))
+    for record in pending:
+        record.cluster_id = clusters.get(record.databricks_cluster_id)
+    found = [r for r in pending if r.cluster_id]
+    BilledUsage.objects.bulk_update(found, ["cluster"], batch_size=CHUNK)
+    changed += len(found)
+
+    loose = list(BilledUsage.objects.filter(cluster__isnull=False, run__isnull=True))
+    if not loose:
+        return changed
+    spans: dict[int, list[tuple[int, datetime, datetime | None]]] = defaultdict(list)
+    attempts = Attempt.objects.filter(
+        run__cluster_id__in={r.cluster_id for r in loose},
+        run__source=RunSource.CLASSIC,
+        run__origin=RunOrigin.COLLECTOR,
+        started_at__isnull=False,
+        started_at__lt=max(r.usage_end_time for r in loose),
+    ).exclude(ended_at__lte=min(r.usage_start_time for r in loose))
+    for cluster_pk, run_pk, started, ended in attempts.values_list(
+        "run__cluster_id", "run_id", "started_at", "ended_at"
+    ):
+        spans[cluster_pk].append((run_pk, started, ended))
+    for record in loose:
+        runs = {
+            run_pk
+            for run_pk, started, ended in spans[record.cluster_id]
+            if started < record.usage_end_time and (ended is None or ended > record.usage_start_time)
+        }
+        if len(runs) == 1:
+            record.run_id = runs.pop()
+    gained = [r for r in loose if r.run_id]
+    BilledUsage.objects.bulk_update(gained, ["run"], batch_size=CHUNK)
+    return changed + len(gained)
+
+
 def refresh_links_and_prices() -> tuple[int, int]:
     """Link unlinked records whose run has since arrived, price unpriced ones; (linked, priced).
 
@@ -295,6 +348,7 @@ def refresh_links_and_prices() -> tuple[int, int]:
             record.run_id = run_id
             linked += 1
     BilledUsage.objects.bulk_update([r for r in pending if r.run_id], ["run"], batch_size=CHUNK)
+    linked += link_clusters()
     unpriced = list(BilledUsage.objects.filter(billed_usd__isnull=True))
     _price(unpriced)
     done = [r for r in unpriced if r.billed_usd is not None]

@@ -13,6 +13,7 @@ stored. Storing is idempotent: an event is (cluster, timestamp, type), stored on
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +25,8 @@ from runs.models import Cluster, ClusterEvent
 # Epoch milliseconds accepted: 2000-01-01 to 2100-01-01 (anything else is not a real event time).
 MIN_MS, MAX_MS = 946_684_800_000, 4_102_444_800_000
 MAX_EVENTS = 100_000
+# Pages of one cluster's events read at most (the API answers up to 500 events a page).
+MAX_PAGES = 200
 
 
 @dataclass
@@ -78,19 +81,67 @@ def store_events(cluster: Cluster, events: list[tuple[datetime, str, dict[str, A
     return ClusterEvent.objects.filter(cluster=cluster).count() - before
 
 
+def read_events(cluster_id: str, template: str, timeout: float) -> EventsRead:
+    """Every page of a cluster's events: `next_page` followed until the answer names none.
+
+    `databricks clusters events` follows the pages itself and prints a list. A command printing
+    the API's object (`databricks api post /api/2.1/clusters/events --json {request}`, or a script
+    around it) gets `{request}` filled with the request body: `{"cluster_id": ...}`, then each
+    answer's `next_page` ("the parameters required to retrieve the next page of events"), for our
+    cluster. A paged answer to a command without `{request}` is read as one page and says so.
+    Loop guards: a `next_page` seen before stops the read, and so do MAX_PAGES pages or
+    MAX_EVENTS events; each says so.
+    """
+    out = EventsRead()
+    parts = split_command(template)
+    request: dict[str, Any] = {"cluster_id": cluster_id}
+    seen: set[str] = set()
+    for page in range(1, MAX_PAGES + 1):
+        body = json.dumps(request, sort_keys=True)
+        argv = [arg.replace("{cluster_id}", cluster_id).replace("{request}", body) for arg in parts]
+        payload = run_json(argv, timeout)
+        read = parse_events(payload or [], cluster_id)
+        out.events += read.events
+        out.problems += [f"page {page}: {p}" if page > 1 else p for p in read.problems]
+        next_page = payload.get("next_page") if isinstance(payload, dict) else None
+        if not isinstance(next_page, dict) or not next_page:
+            return out
+        if not any("{request}" in part for part in parts):
+            total = payload.get("total_count")
+            of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
+            out.problems.append(
+                f"the command printed one page ({len(read.events)}{of} events) and names a next_page: only that"
+                " page was read; put {request} in AIRBOARD_CLUSTER_EVENTS_COMMAND where the request body goes"
+                " (`databricks api post /api/2.1/clusters/events --json {request}`), or use `databricks clusters"
+                " events {cluster_id} -o json`, which follows the pages itself"
+            )
+            return out
+        request = {**next_page, "cluster_id": cluster_id}
+        key = json.dumps(request, sort_keys=True)
+        if key in seen:
+            out.problems.append(f"page {page}: next_page repeats an earlier page; stopped after {page} pages")
+            return out
+        seen.add(key)
+        if len(out.events) >= MAX_EVENTS:
+            out.problems.append(f"{len(out.events)} events in {page} pages; at most {MAX_EVENTS} are read")
+            out.events = out.events[:MAX_EVENTS]
+            return out
+    out.problems.append(f"more than {MAX_PAGES} pages of events; the first {MAX_PAGES} were read")
+    return out
+
+
 def collect_events(clusters: Iterable[Cluster], template: str, timeout: float) -> list[str]:
     """Run the operator's events command for each cluster (`{cluster_id}` filled per argument,
-    no shell) and store what it prints; returns the collector's lines (one per problem)."""
+    no shell; every page, `read_events`) and store what it prints; returns the collector's
+    lines (one per problem)."""
     lines: list[str] = []
     stored = 0
     for cluster in clusters:
-        argv = [arg.replace("{cluster_id}", cluster.cluster_id) for arg in split_command(template)]
         try:
-            payload = run_json(argv, timeout)
+            read = read_events(cluster.cluster_id, template, timeout)
         except CollectorError as exc:
             lines.append(f"cluster events {cluster.cluster_id}: {exc}")
             continue
-        read = parse_events(payload or [], cluster.cluster_id)
         lines += [f"cluster events {cluster.cluster_id}: {problem}" for problem in read.problems]
         stored += store_events(cluster, read.events)
     lines.append(f"cluster events: {stored} new")

@@ -25,6 +25,7 @@ What a run is (the one documented choice for runs without a GPU):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,11 +48,26 @@ def _for_each(task: dict[str, Any]) -> dict[str, Any]:
     return sweep if isinstance(sweep, dict) else {}
 
 
-def _carries_workload(task: dict[str, Any]) -> bool:
-    return any(
-        isinstance(t, dict) and bool(t.get("ai_runtime_task") or t.get("gen_ai_compute_task"))
-        for t in (task, _for_each(task).get("task"))
+def hardware_accelerator_of(task: dict[str, Any]) -> str:
+    """A serverless GPU task's `compute.hardware_accelerator` (e.g. 'GPU_1xA10'), or ''.
+
+    The Jobs `RunTask.compute` / `Task.compute` (databricks-sdk `jobs.Compute`: "Hardware
+    accelerator configuration for Serverless GPU workloads"): a notebook, Python or job task on
+    one node of that shape, with no `ai_runtime_task`.
+    """
+    compute = task.get("compute")
+    value = compute.get("hardware_accelerator") if isinstance(compute, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _holds_gpus(task: Any) -> bool:
+    return isinstance(task, dict) and bool(
+        task.get("ai_runtime_task") or task.get("gen_ai_compute_task") or hardware_accelerator_of(task)
     )
+
+
+def _carries_workload(task: dict[str, Any]) -> bool:
+    return any(_holds_gpus(t) for t in (task, _for_each(task).get("task")))
 
 
 def workload_entry(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -66,6 +82,14 @@ def workload_entry(record: dict[str, Any]) -> dict[str, Any] | None:
     return next((t for t in tasks if _carries_workload(t)), tasks[0] if tasks else None)
 
 
+def _settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """The settings that hold a task entry's GPUs: the entry, or its sweep's iterated task."""
+    if _holds_gpus(entry):
+        return entry
+    inner = _for_each(entry).get("task")
+    return inner if isinstance(inner, dict) else entry
+
+
 def workload_task(record: dict[str, Any]) -> dict[str, Any] | None:
     """The task settings that carry the workload: `workload_entry`, or a sweep's iterated task.
 
@@ -73,12 +97,56 @@ def workload_task(record: dict[str, Any]) -> dict[str, Any] | None:
     `for_each_task.task`; the outer task keeps the run id, window and attempts.
     """
     first = workload_entry(record)
-    if first is None:
-        return None
-    if first.get("ai_runtime_task") or first.get("gen_ai_compute_task"):
-        return first
-    inner = _for_each(first).get("task")
-    return inner if isinstance(inner, dict) else first
+    return None if first is None else _settings(first)
+
+
+def gpu_task_keys(record: dict[str, Any]) -> list[str]:
+    """`task_key`s of the run's tasks that hold serverless GPUs (directly or in a sweep), in listed order."""
+    keys: list[str] = []
+    for task in record.get("tasks") or []:
+        if not isinstance(task, dict) or not isinstance(task.get("task_key"), str):
+            continue
+        if task["task_key"] not in keys and task_compute(_settings(task)) is not None:
+            keys.append(task["task_key"])
+    return keys
+
+
+def split_gpu_tasks(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A job run with several serverless GPU tasks as one record per task; any other record as itself.
+
+    Each GPU task of a job holds its own accelerators for its own window (tasks may run one
+    after another, `depends_on`), with its own tries, experiment and MLflow run: a run of one
+    accelerator type and count over the job's window could count neither. So each becomes a
+    run of its own, as a sweep's iterations do, and the job's GPUs are their sum. Each record
+    carries the job's fields, the task's entries (its tries) as `tasks`, the task's window and
+    newest state, and `_job_task` (ours, never from Databricks): the job's run id (the original
+    try's), the task key and every GPU task key of the job. `external_id_of` names it
+    '<job run id>.<task key>': stable across run-level retries, which give tasks new run ids.
+    """
+    keys = gpu_task_keys(record)
+    if len(keys) < 2:
+        return [record]
+    job_run_id = str(record.get("original_attempt_run_id") or record.get("run_id") or "")
+    tasks = [t for t in record.get("tasks") or [] if isinstance(t, dict)]
+    out = []
+    for key in keys:
+        entries = sorted(
+            (t for t in tasks if t.get("task_key") == key), key=lambda t: int(t.get("attempt_number") or 0)
+        )
+        newest = entries[-1]
+        sub = {k: v for k, v in record.items() if k not in ("tasks", "start_time", "end_time")}
+        sub |= {
+            "tasks": entries,
+            "start_time": entries[0].get("start_time") or record.get("start_time") or 0,
+            "end_time": newest.get("end_time") or 0,
+            "_job_task": {"run_id": job_run_id, "task_key": key, "task_keys": keys},
+        }
+        if newest.get("state") or newest.get("status"):
+            sub.pop("state", None)
+            sub.pop("status", None)
+            sub |= {k: newest[k] for k in ("state", "status") if newest.get(k)}
+        out.append(sub)
+    return out
 
 
 def is_sweep(record: dict[str, Any]) -> bool:
@@ -117,7 +185,7 @@ def sweep_total(record: dict[str, Any]) -> int | None:
 
 
 # Keys of the iterated task's settings an iteration inherits when its own entry omits them.
-_WORKLOAD_KEYS = ("ai_runtime_task", "gen_ai_compute_task", "max_retries", "environment_key")
+_WORKLOAD_KEYS = ("ai_runtime_task", "gen_ai_compute_task", "compute", "max_retries", "environment_key")
 
 
 def iteration_records(parent: dict[str, Any], iterated: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,10 +258,17 @@ def usage_policy_id_of(record: dict[str, Any]) -> str:
 
 
 def ai_runtime_compute(record: dict[str, Any]) -> tuple[str, int] | None:
-    """(accelerator type, total accelerator count) of an AI Runtime run, or None when it is not one."""
+    """(accelerator type, total accelerator count) of a serverless GPU run, or None when it is not one."""
     task = workload_task(record)
-    if task is None:
-        return None
+    return None if task is None else task_compute(task)
+
+
+def task_compute(task: dict[str, Any]) -> tuple[str, int] | None:
+    """(accelerator type, total accelerator count) a task's settings hold, or None (no serverless GPU).
+
+    `ai_runtime_task.deployments[0].compute`, the legacy `gen_ai_compute_task.compute`, or a
+    serverless GPU task's `compute.hardware_accelerator` (one node of that shape).
+    """
     current = task.get("ai_runtime_task")
     if isinstance(current, dict):
         deployments = current.get("deployments") or [{}]
@@ -205,7 +280,26 @@ def ai_runtime_compute(record: dict[str, Any]) -> tuple[str, int] | None:
         if legacy.get("training_script_path") or compute.get("gpu_type"):
             count = int(compute.get("num_gpus") or 0)
             return legacy_accelerator_type(str(compute.get("gpu_type") or ""), count), count
+    if accelerator := hardware_accelerator_of(task):
+        return accelerator, hardware_accelerator_gpus(accelerator)
     return None
+
+
+# A node's GPUs as the shape names them (one or two digits: no node carries a hundred GPUs).
+_SHAPE_NAME = re.compile(r"GPU_(?P<per_node>\d{1,2})x\w{1,32}")
+
+
+def hardware_accelerator_gpus(accelerator_type: str) -> int:
+    """GPUs of a serverless GPU task: one node of its shape (`GPU_8xH100`: 8); 0 when the name says none.
+
+    A task's `compute` names only the shape, no count: the task runs on one node of it. A
+    shape Airboard does not know still says its per-node count in its name (`GPU_<n>x<model>`).
+    """
+    known = accelerator_shape(accelerator_type)
+    if known is not None:
+        return known
+    match = _SHAPE_NAME.fullmatch(accelerator_type)
+    return int(match["per_node"]) if match else 0
 
 
 def legacy_accelerator_type(gpu_type: str, num_gpus: int) -> str:

@@ -41,6 +41,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from dashboard.commands import CollectorError
@@ -64,6 +65,7 @@ from runs.collectors.jobs_records import (
     new_cluster_specs,
     spec_gpus,
     spec_workers,
+    split_gpu_tasks,
     task_attempts,
     unknown_gpu_specs,
     usage_policy_id_of,
@@ -71,7 +73,8 @@ from runs.collectors.jobs_records import (
 from runs.collectors.state import CollectResult, save_cursor, track
 from runs.ingest import IngestConflict, upsert_run
 from runs.models import Attempt, Cluster, ClusterEvent, Run
-from runs.models.instance_types import cluster_gpus
+from runs.models.instance_types import cluster_gpus, instance_gpus
+from runs.models.uptime import default_workers
 
 __all__ = ["CollectorError", "collect_once", "map_status"]
 
@@ -311,7 +314,10 @@ def upsert_clusters(
 
 
 def external_id_of(record: dict[str, Any]) -> str:
-    """All tries of one run share the original try's run id."""
+    """All tries of one run share the original try's run id; a GPU task of a job of several
+    (`jobs_records.split_gpu_tasks`) is '<job run id>.<task key>'."""
+    if job := record.get("_job_task"):
+        return f"{job['run_id']}.{job['task_key']}"
     return str(record.get("original_attempt_run_id") or record["run_id"])
 
 
@@ -384,6 +390,11 @@ def workload_fields(latest: dict[str, Any], result: CollectResult | None = None)
         "sweep_iteration": sweep.get("iteration"),
         "sweep_iterations": sweep.get("total"),
     }
+    # A GPU task of a job of several names its job and task (the run page lists the others).
+    job = latest.get("_job_task") or {}
+    parameters |= {"job_run_id": job.get("run_id"), "job_task_key": job.get("task_key")}
+    if job and not fields["experiment_name"]:
+        fields["experiment_name"] = f"{latest.get('run_name') or job['run_id']} / {job['task_key']}"
     fields["parameters"] = {key: value for key, value in parameters.items() if value}
     return fields, max(count // per_node, 1) if per_node else 1
 
@@ -438,7 +449,43 @@ def run_data(
         data["region"] = cluster.region
     elif source == RunSource.CLASSIC:
         data["instance_type"] = next((spec.get("node_type_id") or "" for _, spec in new_cluster_specs(latest)), "")
+        zones = (cluster_region(spec) for _, spec in new_cluster_specs(latest))
+        data["region"] = next((region for region in zones if region), "")
+    if source == RunSource.CLASSIC:
+        data |= classic_gpus(latest, cluster)
+    # The workspace's region (AIRBOARD_DATABRICKS_REGION) for a run its record places nowhere; a
+    # run on a cluster in a zone of its own keeps that region.
+    workspace_region = settings.AIRBOARD_DATABRICKS_REGION
+    if workspace_region:
+        data["home_region"] = workspace_region
+        data["region"] = data.get("region") or workspace_region
     return {key: value for key, value in data.items() if value not in (None, "")}, cluster
+
+
+def classic_gpus(record: dict[str, Any], cluster: Cluster | None) -> dict[str, int]:
+    """`num_accelerators` and `gpus_per_node` of a classic run: every GPU of its cluster.
+
+    The driver's GPUs (none on a CPU driver) plus each worker's, per instance from the
+    instance-type table, with the workers the cluster starts with (`num_workers`, else the
+    autoscale minimum), as the clusters page counts them: driver + 4 workers of a 1-GPU T4
+    type hold 5. The stored cluster when the run has one, else the run's own cluster spec;
+    {} when neither names a type Airboard can count.
+    """
+    if cluster is not None:
+        total = cluster_gpus(cluster, default_workers(cluster)[0])
+        worker = instance_gpus(cluster.node_type_id) or instance_gpus(cluster.driver_node_type_id)
+    else:
+        specs = [spec for _, spec in new_cluster_specs(record) if spec_gpus(spec)]
+        if not specs:
+            return {}
+        spec = specs[0]
+        total = spec_gpus(spec)
+        worker = instance_gpus(str(spec.get("node_type_id") or "")) or instance_gpus(
+            str(spec.get("driver_node_type_id") or "")
+        )
+    if not total:
+        return {}
+    return {"num_accelerators": total, "gpus_per_node": worker.count if worker else 1}
 
 
 def _fingerprint(run: Run | None) -> tuple | None:
@@ -528,7 +575,8 @@ def upsert_runs(
         counts["created" if before is None else "updated" if before != after else "unchanged"] += 1
         # A sweep's iteration is never fetched by its own id: its sweep is tracked (`collect_once`).
         if upserted.status in RunStatus.active() and not latest.get("_sweep"):
-            active[external_id] = int(latest["run_id"])
+            # A job's GPU task is tracked by its job, which `get-run` answers (and splits again).
+            active[(latest.get("_job_task") or {}).get("run_id") or external_id] = int(latest["run_id"])
     result.items += counts["created"] + counts["updated"]
     result.say("runs: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
     return active
@@ -683,8 +731,35 @@ def stored_finished(run_ids: list[str]) -> set[str]:
     rows = Run.objects.filter(
         external_id__in=run_ids, status__in=RunStatus.finished(), origin=RunOrigin.COLLECTOR
     ).exclude(source=RunSource.LOCAL)
-    # A sweep is stored as its iterations: settled once they all are.
-    return set(rows.values_list("external_id", flat=True)) | settled_sweeps(run_ids)
+    # A sweep is stored as its iterations, a job of several GPU tasks as its tasks: settled once they all are.
+    return set(rows.values_list("external_id", flat=True)) | settled_sweeps(run_ids) | settled_jobs(run_ids)
+
+
+def settled_jobs(job_run_ids: list[str]) -> set[str]:
+    """Jobs (by run id) stored as their GPU tasks (`split_gpu_tasks`), every one of them finished."""
+    found: dict[str, list[str]] = defaultdict(list)
+    rows = Run.objects.filter(origin=RunOrigin.COLLECTOR, parameters__job_run_id__in=list(job_run_ids))
+    for status, parameters in rows.values_list("status", "parameters"):
+        found[str(parameters["job_run_id"])].append(status)
+    return {job for job, statuses in found.items() if all(s in RunStatus.finished() for s in statuses)}
+
+
+def fill_workspace_region(result: CollectResult) -> None:
+    """Runs of the source stored before AIRBOARD_DATABRICKS_REGION was set take it now.
+
+    A finished run is never read again, so setting the region must reach the runs already
+    stored; `updated_at` moves so the cost rollups price them again. Run once per value of the
+    setting (the cursor keeps the value it ran for): runs stored later take it when stored.
+    """
+    region = settings.AIRBOARD_DATABRICKS_REGION
+    if not region:
+        return
+    found = Run.objects.filter(origin=RunOrigin.COLLECTOR, region="").exclude(source=RunSource.LOCAL)
+    if filled := found.update(region=region, updated_at=timezone.now()):
+        Run.objects.filter(origin=RunOrigin.COLLECTOR, home_region="").exclude(source=RunSource.LOCAL).update(
+            home_region=region
+        )
+        result.say(f"runs: {filled} stored run(s) without a region placed in {region} (AIRBOARD_DATABRICKS_REGION)")
 
 
 def _take_notes(client: RunSourceClient) -> list[str]:
@@ -719,6 +794,9 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
             result.lines += collect_events(
                 clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             )
+        region = settings.AIRBOARD_DATABRICKS_REGION
+        if region and cursor.get("workspace_region") != region:
+            fill_workspace_region(result)  # once per value of the setting: new runs take it when stored
         records = client.list_runs(cursor.get("newest_start_time"))
         result.lines += [f"runs: {note}" for note in _take_notes(client)]
         listed = {external_id_of(r) for r in records if r.get("run_id") is not None}
@@ -736,6 +814,7 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         clusters |= {c.cluster_id: c for c in Cluster.objects.filter(cluster_id__in=wanted)}
         fetched_ids = {external_id_of(r) for r in records}
         records, sweeps = expand_sweeps(client, records, result)
+        records = [task for record in records for task in split_gpu_tasks(record)]
         outputs = fetch_mlflow_outputs(client, records, result)
         active = upsert_runs(records, clusters, teams, result, outputs) | sweeps
         # A run whose final state could not be fetched stays tracked: the next pass tries again.
@@ -745,6 +824,10 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         starts = [int(r.get("start_time") or 0) for r in records] + [int(cursor.get("newest_start_time") or 0)]
         save_cursor(
             state,
-            {"newest_start_time": max(starts), "active": dict(sorted(active.items())[-MAX_TRACKED_ACTIVE:])},
+            {
+                "newest_start_time": max(starts),
+                "active": dict(sorted(active.items())[-MAX_TRACKED_ACTIVE:]),
+                "workspace_region": settings.AIRBOARD_DATABRICKS_REGION,
+            },
         )
     return result

@@ -440,6 +440,14 @@ DMON_FIELDS = {
 DMON_SCALE = {"rxpci": 1024.0, "txpci": 1024.0}
 
 
+# `nvidia-smi pmon` (`# gpu pid type sm mem enc dec [fb] command`) looks like dmon but is not GPU telemetry.
+PMON_REFUSED = (
+    "this is `nvidia-smi pmon` output (a row per process: `# gpu pid type ... command`), not dmon: its sm, mem and"
+    " fb are one process's share of a GPU, and a GPU shows once per process, so its rows are no GPU readings; not"
+    " imported. Record `nvidia-smi dmon -o DT` or `nvidia-smi --query-gpu=... --format=csv -l 1` instead"
+)
+
+
 def parse_dmon(text: str, start: datetime | None = None, tz: tzinfo | None = None) -> ParseResult:
     """`nvidia-smi dmon` (any `-s` selection), with or without `-o T` or `-o DT`, or `--format csv`.
 
@@ -458,6 +466,8 @@ def parse_dmon(text: str, start: datetime | None = None, tz: tzinfo | None = Non
     for number, line in _lines(text, out):
         if line.lstrip().startswith("#"):
             tokens = line.strip().lstrip("#").replace(",", " ").lower().split()
+            if "gpu" in tokens and "pid" in tokens:
+                raise _Fatal(PMON_REFUSED)
             if "gpu" in tokens:
                 columns = tokens  # a header (dmon repeats it); unit rows and other comments are skipped
                 for skipped in before_header:
@@ -802,8 +812,17 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
                 out.problem(number, f"{sample.name} of {gpu_label(gpu)} at {ts.isoformat()} already read")
             continue
         group[target] = scaled
+    free_only_noted = False
     for (gpu, ts), group in sorted(groups.items()):
-        out.add(first_line[(gpu, ts)], gpu, ts, _fold_dcgm(group))
+        values = _fold_dcgm(group)
+        free_only = group.get("_fb_free") is not None and values["memory_used_bytes"] is None
+        if free_only and all(value is None for value in values.values()):
+            out.problem(first_line[(gpu, ts)], f"{gpu_label(gpu)} at {ts.isoformat()}: {FB_FREE_ONLY}; not imported")
+            continue
+        if free_only and not free_only_noted:
+            out.problem(0, f"memory used is not known: {FB_FREE_ONLY}")
+            free_only_noted = True
+        out.add(first_line[(gpu, ts)], gpu, ts, values)
     return out.result
 
 
@@ -815,12 +834,25 @@ def dcgm_sample_values(read: dict[str, float | None]) -> dict[str, float | int |
     return _typed(_fold_dcgm(read))
 
 
+# Why a page with DCGM_FI_DEV_FB_FREE but neither FB_USED nor FB_TOTAL says nothing of memory used.
+FB_FREE_ONLY = (
+    "DCGM_FI_DEV_FB_FREE without DCGM_FI_DEV_FB_USED or DCGM_FI_DEV_FB_TOTAL gives neither the memory used nor"
+    " the GPU's total; add DCGM_FI_DEV_FB_USED (in dcgm-exporter's default counters) to the exporter's counters file"
+)
+
+
 def _fold_dcgm(read: dict[str, float | None]) -> dict[str, float | None]:
-    """DCGM fields as VALUE_FIELDS: total = FB_TOTAL, else used + free (+ reserved); DCP activities stand in."""
+    """DCGM fields as VALUE_FIELDS: total = FB_TOTAL, else used + free (+ reserved); used = FB_USED, else
+    total - free (- reserved); DCP activities stand in."""
     values = {name: read.get(name) for name in VALUE_FIELDS}
     free, used = read.get("_fb_free"), values["memory_used_bytes"]
+    reserved = max(read.get("_fb_reserved") or 0.0, 0.0)
     if values["memory_total_bytes"] is None and used is not None and free is not None:
-        values["memory_total_bytes"] = used + free + max(read.get("_fb_reserved") or 0.0, 0.0)
+        values["memory_total_bytes"] = used + free + reserved
+    total = values["memory_total_bytes"]
+    if used is None and total is not None and free is not None:
+        # A counters file with FB_FREE and FB_TOTAL but no FB_USED: total = used + free + reserved.
+        values["memory_used_bytes"] = max(total - free - reserved, 0.0)
     for stand_in, target in DCGM_STAND_INS:
         if values[target] is None:
             values[target] = read.get(stand_in)

@@ -12,7 +12,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.choices import BatchKind
-from runs.collectors.agent import ingest_agent_payload
 from runs.models import Attempt, IngestBatch, Node, Run
 from tests.conftest import T0, World, make_run
 
@@ -140,15 +139,15 @@ def test_an_upsert_of_1000_attempts_by_4_nodes_takes_a_constant_number_of_querie
     assert Node.objects.filter(attempt__run__external_id="few").count() == 8
 
 
-def test_an_agent_payload_over_the_row_cap_is_refused(world: World, settings) -> None:
-    from dashboard.models import ApiKey, ApiKeyRole
-
+def test_an_agent_push_over_the_row_cap_is_a_413(world: World, settings) -> None:
+    """The agent's door (?bad_rows=drop) has the same 10,000-row cap as every other path."""
     settings.AIRBOARD_MAX_SAMPLES_PER_BATCH = 10
     make_run(world.vision, "r1")
-    raw = ApiKey.issue(world.vision, ApiKeyRole.INGEST, name="node")[1]
     samples = [{"run": "r1", "gpu": 0, "ts": (T0 + timedelta(seconds=i)).isoformat(), "utilization_gpu": 1}
                for i in range(11)]  # fmt: skip
-    result = ingest_agent_payload({"version": 1, "node": 0, "host": "h", "key": raw, "samples": samples})
-    assert result.batches == [] and result.dropped_rows == 11
-    assert "the limit is 10" in result.problems[-1]
+    response = world.api(world.vision).post(
+        "/api/v1/gpu-samples?bad_rows=drop", {"samples": samples}, content_type="application/json"
+    )
+    assert response.status_code == 413
+    assert "the limit is 10" in response.json()["detail"]
     assert not IngestBatch.objects.exists()
