@@ -24,6 +24,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from dashboard.queue import enqueue_on_commit
+from runs import logphrases
 from runs.choices import (
     GPUS_PER_NODE,
     AcceleratorType,
@@ -302,7 +303,10 @@ def append_log_chunk(
                 )
             try:
                 with transaction.atomic():
-                    chunk = LogChunk.objects.create(node=node, seq=seq, text=text, line_count=_count_lines(text))
+                    chunk = LogChunk.objects.create(
+                        node=node, seq=seq, text=text, line_count=_count_lines(text), phrases_noted=True
+                    )
+                    logphrases.note_text(run.pk, text)  # advice's evidence: its page never scans log text
             except IntegrityError:
                 if retry:
                     raise IngestConflict(
