@@ -1,0 +1,263 @@
+"""Benchmark: the overview and the advice page with and without an hour of raw telemetry and 10 MB of logs.
+
+    DATABASE_URL=postgres://... .venv/bin/python bench/overview_growth.py [--gpus 200] [--minutes 60]
+        [--log-mb 10] [--repeat 7]
+
+PostgreSQL only (as bench/pages.py). Point DATABASE_URL at a throwaway database: it is migrated,
+and the team "bench-overview-growth" is rebuilt on every run (its telemetry is relative to now).
+
+1. `--gpus` running GPUs as 8-GPU runs of one node each, written through `ingest.upsert_run`
+   (the push API's write path); one signed-in team member (not staff).
+2. "without": the overview (`/`) and the advice page (`/runs/advice/`) are fetched `--repeat`
+   times through Django's full stack in process, after one warm-up; the median is kept.
+3. The hour: 1 Hz samples of every GPU for the last `--minutes` minutes with the shapes of
+   runs/demo_series at NVML's resolution (bench/storage.sample_rows), every batch of 10,000
+   through the real ingest path: `ingest.record_batch` then `ingest.process_batch` (the worker:
+   raw insert, minute and hour rollups, stall streaks). In the first run one GPU idles (the
+   under-use flag), in the second two GPUs hang for the last 20 minutes (the stall panel).
+   Then the beat's compaction (`blocks.compact_samples`) folds every closed minute, as it
+   would have while they arrived: the last hour is mostly blocks and ten minutes of rows.
+4. `--log-mb` of training logs in 64 KB chunks (the launcher's size) through
+   `ingest.append_log_chunk`, the write path of the log API, the log collector and the launcher.
+5. "with": the same pages again. No VACUUM or ANALYZE in between: no figure may depend on
+   autovacuum having caught up.
+
+Prints each page's median server time and query count without and with, the ratio, the target
+(at most 300 ms and at most 1.2x) and "met" or "NOT met". `measure()` returns the same figures
+for other benchmarks (bench/run_page.py) to call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+
+import django
+
+django.setup()
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+
+from bench.pages import machine_speed, time_page
+from bench.storage import sample_rows
+from runs import ingest
+from runs.choices import BatchKind, RunSource, RunStatus
+from runs.models import GpuSample, GpuSampleBlock, LogChunk, Node, Run
+from runs.telemetry import blocks, partitions
+
+TARGET_MS = 300.0
+TARGET_RATIO = 1.2
+TEAM = "bench-overview-growth"
+GPUS_PER_NODE = 8
+BATCH = 10_000
+LOG_CHUNK_BYTES = 64 * 1024
+PAGES = ("/", "/runs/advice/")
+# Raw tables emptied by SQL before the team's runs are deleted: Django's cascade would load every sample.
+TELEMETRY_TABLES = ("runs_gpusample", "runs_gpusampleblock", "runs_gpuminute", "runs_gpuhour", "runs_gpustreak")
+
+
+@dataclass(frozen=True)
+class PageFigures:
+    """One page's median server time and query count, without and with the raw hour and logs."""
+
+    url: str
+    without_ms: float
+    with_ms: float
+    without_queries: int
+    with_queries: int
+
+    @property
+    def ratio(self) -> float:
+        return self.with_ms / self.without_ms
+
+    @property
+    def met(self) -> bool:
+        return max(self.without_ms, self.with_ms) <= TARGET_MS and self.ratio <= TARGET_RATIO
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What `measure` built and what it measured."""
+
+    gpus: int
+    samples: int
+    log_bytes: int
+    log_chunks: int
+    blocks: int
+    hot_rows: int
+    ingest_s: float
+    pages: tuple[PageFigures, ...]
+
+    @property
+    def met(self) -> bool:
+        return all(page.met for page in self.pages)
+
+
+def _clear(team: Group) -> None:
+    ids = list(Run.objects.filter(team=team).values_list("pk", flat=True))
+    if ids:
+        with connection.cursor() as cursor:
+            for table in TELEMETRY_TABLES:
+                cursor.execute(f"DELETE FROM {table} WHERE run_id = ANY(%s)", [ids])  # noqa: S608 (our constants)
+        LogChunk.objects.filter(node__attempt__run_id__in=ids).delete()
+        Run.objects.filter(pk__in=ids).delete()
+
+
+def _runs(team: Group, gpus: int, now: datetime) -> list[Run]:
+    """`gpus` running GPUs as one-node 8-GPU runs, through the push API's write path."""
+    started = now - timedelta(hours=2)
+    runs = []
+    for i in range(gpus // GPUS_PER_NODE):
+        data = {
+            "source": RunSource.LOCAL, "external_id": f"growth-{i}", "status": RunStatus.RUNNING,
+            "experiment_name": f"/Workspace/Users/u{i % 7}/llama-ft", "creator": f"u{i % 7}@example.com",
+            "accelerator_type": "GPU_8xH100", "num_accelerators": 8, "region": "us-west-2",
+            "home_region": "us-west-2", "submitted_at": started - timedelta(minutes=3), "started_at": started,
+            "attempts": [{"number": 1, "status": RunStatus.RUNNING, "started_at": started,
+                          "nodes": [{"index": 0, "host": f"10.1.0.{i}", "status": RunStatus.RUNNING}]}],
+        }  # fmt: skip
+        runs.append(ingest.upsert_run(team, data).run)
+    return runs
+
+
+def _samples(team: Group, runs: list[Run], start: datetime, seconds: int, rng: random.Random) -> tuple[int, float]:
+    """An hour of 1 Hz samples of every GPU through record_batch + process_batch; (samples, seconds taken)."""
+    stored = 0
+    began = time.perf_counter()
+    hang_from = (start + timedelta(seconds=seconds) - timedelta(minutes=20)).isoformat()
+    for i, run in enumerate(runs):
+        node = Node.objects.get(attempt__run=run)
+        rows = sample_rows(run, node, start, seconds, rng)
+        for row in rows:
+            if i == 0 and row[2] == 3:  # one idle GPU: a rank with nothing to do
+                row[4], row[13], row[14] = float(rng.randrange(0, 4)), 0.5, 0.1
+            elif i == 1 and row[2] in (0, 1) and row[3] >= hang_from:  # a hung collective
+                row[4], row[13] = 100.0, 0.8
+        for at in range(0, len(rows), BATCH):
+            batch, _ = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows[at : at + BATCH], "nvml")
+            ingest.process_batch(batch.pk)
+        stored += len(rows)
+    return stored, time.perf_counter() - began
+
+
+LOG_LINES = (
+    "[rank{r}]:[2026-12-03 07:{m:02d}:{s:02d}] step {step}/120000 loss={loss:.4f} lr=3.0e-04 grad_norm={g:.3f} "
+    "tokens/s={tps}\n",
+    "[rank{r}]:[2026-12-03 07:{m:02d}:{s:02d}] dataloader: worker {w} prefetched 64 batches in {ms} ms\n",
+    "INFO:torch.distributed.elastic.agent.server.api:[default] rank {r} heartbeat ok, step {step}\n",
+)
+CHECKPOINT_LINE = "[rank0]: Saving checkpoint to /Volumes/ml/ckpt/llama-ft/step_{step} (torch.save)\n"
+
+
+def _log_text(rng: random.Random, size: int, step: int) -> str:
+    parts, length = [], 0
+    while length < size:
+        step += 1
+        if step % 2000 == 0:
+            line = CHECKPOINT_LINE.format(step=step)
+        else:
+            line = rng.choice(LOG_LINES).format(
+                r=rng.randrange(8), m=rng.randrange(60), s=rng.randrange(60), step=step, loss=rng.uniform(1.5, 3.0),
+                g=rng.uniform(0.2, 2.0), tps=rng.randrange(40_000, 52_000), w=rng.randrange(8), ms=rng.randrange(2, 90),
+            )  # fmt: skip
+        parts.append(line)
+        length += len(line)
+    return "".join(parts)
+
+
+def _logs(runs: list[Run], total: int, rng: random.Random) -> tuple[int, int]:
+    """`total` bytes of logs through append_log_chunk, spread over the runs; (bytes, chunks)."""
+    written = chunks = 0
+    seq: dict[int, int] = {}
+    while written < total:
+        run = runs[chunks % len(runs)]
+        text = _log_text(rng, min(LOG_CHUNK_BYTES, total - written), 1000 * chunks)
+        ingest.append_log_chunk(run, 1, 0, seq.setdefault(run.pk, 0), text)
+        seq[run.pk] += 1
+        written += len(text.encode())
+        chunks += 1
+    return written, chunks
+
+
+def measure(gpus: int = 200, minutes: int = 60, log_mb: float = 10.0, repeat: int = 7, say=print) -> Growth:
+    """Build the workspace of the module docstring and time PAGES without and with the hour and logs."""
+    settings.DEBUG = True  # connection.queries counts the queries
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    call_command("migrate", verbosity=0)
+    now = datetime.now(UTC)
+    for table in partitions.ALL_TABLES:
+        partitions.ensure_partitions(now=now, table=table)
+    team, _ = Group.objects.get_or_create(name=TEAM)
+    _clear(team)
+    user, _ = User.objects.get_or_create(username=TEAM)
+    user.groups.add(team)
+    client = Client()
+    client.force_login(user)
+    rng = random.Random(30)
+    runs = _runs(team, gpus, now)
+    say(f"{len(runs)} running runs x {GPUS_PER_NODE} GPUs = {len(runs) * GPUS_PER_NODE} GPUs; team {TEAM}")
+    without = {url: time_page(client, url, repeat) for url in PAGES}
+
+    seconds = minutes * 60
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=seconds)
+    samples, ingest_s = _samples(team, runs, start, seconds, rng)
+    say(f"  {samples:,} raw samples through record_batch + process_batch in {ingest_s:.0f} s")
+    began = time.perf_counter()
+    while blocks.compact_samples(max_minutes=10_000).minutes:
+        pass
+    block_count = GpuSampleBlock.objects.filter(run__team=team).count()
+    hot = GpuSample.objects.filter(run__team=team).count()
+    say(f"  compacted in {time.perf_counter() - began:.0f} s: {block_count:,} blocks, {hot:,} hot rows")
+    began = time.perf_counter()
+    log_bytes, log_chunks = _logs(runs, int(log_mb * 1_000_000), rng)
+    say(f"  {log_bytes / 1e6:.1f} MB of logs in {log_chunks} chunks through append_log_chunk in "
+        f"{time.perf_counter() - began:.0f} s")  # fmt: skip
+    with_ = {url: time_page(client, url, repeat) for url in PAGES}
+    pages = tuple(PageFigures(url, without[url][0], with_[url][0], without[url][2], with_[url][2]) for url in PAGES)
+    for url in PAGES:
+        assert without[url][3] == with_[url][3] == 200, (url, without[url][3], with_[url][3])
+    return Growth(len(runs) * GPUS_PER_NODE, samples, log_bytes, log_chunks, block_count, hot, ingest_s, pages)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=200)
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--log-mb", type=float, default=10.0)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        sys.exit("bench/overview_growth.py needs DATABASE_URL=postgres://...")
+    print(f"load average {os.getloadavg()}")
+    print(machine_speed())
+    growth = measure(args.gpus, args.minutes, args.log_mb, args.repeat)
+    print(
+        f"\nwith = {growth.gpus} running GPUs, {growth.samples:,} raw samples of the last {args.minutes} min "
+        f"({growth.blocks:,} blocks, {growth.hot_rows:,} hot rows), {growth.log_bytes / 1e6:.1f} MB of logs"
+    )
+    print(f"target: at most {TARGET_MS:.0f} ms and at most {TARGET_RATIO}x with/without (median of {args.repeat})")
+    print(f"{'page':16s} {'without':>10s} {'with':>10s} {'ratio':>6s} {'queries':>9s}  verdict")
+    for page in growth.pages:
+        print(
+            f"{page.url:16s} {page.without_ms:7.1f} ms {page.with_ms:7.1f} ms {page.ratio:6.2f} "
+            f"{page.without_queries:4d}/{page.with_queries:<4d}  {'met' if page.met else 'NOT met'}"
+        )
+    print(f"\n{'met' if growth.met else 'NOT met'}; load average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
