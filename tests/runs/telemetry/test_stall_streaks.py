@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+import time_machine
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -94,3 +97,15 @@ def test_reading_stalls_costs_one_query_whatever_the_samples(world: World) -> No
     assert {g.minutes for stalls in longer.values() for g in stalls} == {60}  # capped at LOOKBACK
     assert len(few.captured_queries) == len(many.captured_queries) == 1
     assert "gpusample" not in many.captured_queries[0]["sql"].lower()
+
+
+def test_rebuild_command_restores_running_runs_streaks(world: World) -> None:
+    run = running(world)
+    store_gpu_samples([sample(run, s, **HUNG) for s in range(900, -1, -30)])
+    kept = list(GpuStreak.objects.values_list("hung_since", "last_ts"))
+    GpuStreak.objects.all().delete()  # as after the upgrade that added the table
+    out = StringIO()
+    with time_machine.travel(NOW, tick=False):
+        call_command("rebuild_stall_streaks", stdout=out)
+    assert "1 GPUs in 1 runs" in out.getvalue()
+    assert list(GpuStreak.objects.values_list("hung_since", "last_ts")) == kept
