@@ -272,6 +272,9 @@ def measure(gpus: int = 200, minutes: int = 60, log_mb: float = 10.0, repeat: in
                 figures = _time_one(client, url)
                 if i:
                     timed.setdefault((side, url), []).append(figures)
+    overview = clients["with"].get("/").content.decode()
+    stalls = "yes" if 'id="stalls"' in overview else "NO"
+    say(f"  the 'with' overview shows the stall panel: {stalls}; under-use badges: {overview.count('data-underuse')}")
     pages = []
     for url in PAGES:
         without, with_ = timed[("without", url)], timed[("with", url)]
