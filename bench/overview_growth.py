@@ -198,7 +198,7 @@ def _logs(runs: list[Run], total: int, rng: random.Random) -> tuple[int, int]:
 
 
 def _top_up(team: Group, runs: list[Run], end: datetime, rng: random.Random) -> tuple[int, datetime]:
-    """Samples from `end` up to now, so that the hour is the last hour when the pages are timed; (samples, new end)."""
+    """Samples from `end` up to now, compacted as the beat would, until the samples end now; (samples, new end)."""
     added = 0
     for _ in range(5):
         now = datetime.now(UTC).replace(microsecond=0)
@@ -206,6 +206,8 @@ def _top_up(team: Group, runs: list[Run], end: datetime, rng: random.Random) -> 
             break
         added += _samples(team, runs, end, int((now - end).total_seconds()), rng)[0]
         end = now
+        while blocks.compact_samples(max_minutes=10_000).minutes:
+            pass
     return added, end
 
 
@@ -262,7 +264,7 @@ def measure(gpus: int = 200, minutes: int = 60, log_mb: float = 10.0, repeat: in
     say(f"  compacted in {time.perf_counter() - began:.0f} s")
     added, end = _top_up(team, runs, start + timedelta(seconds=seconds), rng)
     samples += added
-    say(f"  {added:,} samples more, up to {end:%H:%M:%S} UTC: the hour ends now")
+    say(f"  {added:,} samples more (compacted the same way), up to {end:%H:%M:%S} UTC: the samples end now")
     block_count = GpuSampleBlock.objects.filter(run__team=team).count()
     hot = GpuSample.objects.filter(run__team=team).count()
     timed: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
@@ -301,7 +303,7 @@ def main() -> None:
     print(machine_speed())
     growth = measure(args.gpus, args.minutes, args.log_mb, args.repeat)
     print(
-        f"\nwith: {growth.gpus} running GPUs, {growth.samples:,} raw samples of the last {args.minutes} min "
+        f"\nwith: {growth.gpus} running GPUs, {growth.samples:,} raw 1 Hz samples ({args.minutes} min + top-up) "
         f"({growth.blocks:,} blocks, {growth.hot_rows:,} hot rows), {growth.log_bytes / 1e6:.1f} MB of logs"
     )
     print(f"without: {growth.gpus} running GPUs, no samples, no logs (another team, timed in turn)")
