@@ -24,7 +24,6 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from dashboard.queue import enqueue_on_commit
-from runs import logphrases
 from runs.choices import (
     GPUS_PER_NODE,
     AcceleratorType,
@@ -35,6 +34,7 @@ from runs.choices import (
     TelemetrySource,
     accelerator_count_problem,
 )
+from runs.failures import logphrases
 from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
 from runs.models.collection import is_network_counter
 from runs.telemetry.store import INSERT_COLUMNS, StoreResult, store_metric_points, store_sample_rows

@@ -7,7 +7,7 @@ use them.
 
 Evidence from logs is bounded: only runs submitted in the last `WINDOW` (or still active)
 are looked at, and the phrases their logs hold are noted as the logs are written
-(runs/logphrases.py, `LogPhrase` rows): the page reads those rows, never the logs' text.
+(runs/failures/logphrases.py, `LogPhrase` rows): the page reads those rows, never the logs' text.
 
 Heuristics, documented here because they decide what fires:
 
@@ -42,7 +42,7 @@ from billing.costs.run_costs import breakdowns_for_runs
 from billing.prices.money import to_cents
 from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, accelerator_count_problem
 from runs.clusters.costs import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
-from runs.logphrases import LOG_PHRASES, catch_up
+from runs.failures.logphrases import LOG_PHRASES, catch_up
 from runs.models import CLI_RUNTIME_CAP, NOTEBOOK_RUNTIME_CAP, Cluster, LogPhrase, Run, RunUtilization, mean_utilization
 
 WINDOW = timedelta(days=30)
@@ -404,7 +404,7 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
     evidence = Evidence(now=now)
     ids: QuerySet[Run] | list[int] = run_query.values("pk") if run_query is not None else [r.pk for r in runs]
     cluster_ids = [c.pk for c in clusters]
-    # The log phrases ingest noted (runs/logphrases.py): rows per run and kind, never the logs' text.
+    # The log phrases ingest noted (runs/failures/logphrases.py): rows per run and kind, never the logs' text.
     catch_up()
     evidence.log_hits = {kind: set() for kind in LOG_PHRASES}
     for kind, run_id in LogPhrase.objects.filter(run_id__in=ids).values_list("kind", "run_id"):

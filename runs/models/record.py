@@ -255,7 +255,7 @@ class LogChunk(models.Model):
     text = models.TextField()
     line_count = models.PositiveIntegerField(default=0)
     received_at = models.DateTimeField(auto_now_add=True)
-    # Whether runs.logphrases has noted the advice phrases this chunk holds (in LogPhrase).
+    # Whether runs.failures.logphrases has noted the advice phrases this chunk holds (in LogPhrase).
     phrases_noted = models.BooleanField(default=False)
 
     class Meta:
@@ -265,7 +265,7 @@ class LogChunk(models.Model):
             models.UniqueConstraint(fields=["node", "seq"], name="logchunk_node_seq_unique"),
         ]
         indexes = [
-            # runs.logphrases.catch_up: the chunks a writer stored without noting (bulk loads); none, normally.
+            # runs.failures.logphrases.catch_up: the chunks a writer stored without noting (bulk loads); none, normally.
             models.Index(fields=["id"], name="logchunk_unnoted_idx", condition=Q(phrases_noted=False)),
         ]
 
@@ -274,7 +274,7 @@ class LogChunk(models.Model):
 
 
 class LogPhrase(models.Model):
-    """A kind of advice evidence (runs.logphrases.LOG_PHRASES) seen in some log chunk of a run."""
+    """A kind of advice evidence (runs.failures.logphrases.LOG_PHRASES) seen in some log chunk of a run."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_phrases", db_index=False)
     kind = models.CharField(max_length=32)

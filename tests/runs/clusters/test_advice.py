@@ -40,7 +40,7 @@ def rules(runs: list[Run] | None = None, clusters: list[Cluster] | None = None) 
 
 
 def log(run: Run, text: str) -> None:
-    """A chunk through the log write path, which notes its phrases (runs/logphrases.py)."""
+    """A chunk through the log write path, which notes its phrases (runs/failures/logphrases.py)."""
     node = Node.objects.select_related("attempt").get(attempt__run=run)
     append_log_chunk(run, node.attempt.number, node.index, 0, text)
 

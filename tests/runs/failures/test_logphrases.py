@@ -1,4 +1,4 @@
-"""runs.logphrases: the log write path notes advice's phrases, so the advice page never reads log text."""
+"""runs.failures.logphrases: the log write path notes advice's phrases, so the advice page never reads log text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.clusters.advice import advise
+from runs.failures.logphrases import catch_up, kinds_in
 from runs.ingest import append_log_chunk
-from runs.logphrases import catch_up, kinds_in
 from runs.models import Cluster, LogChunk, LogPhrase, Node, Run
 from tests.conftest import T0, World, make_run
 
