@@ -1,10 +1,11 @@
 """Benchmark: the overview and the advice page with and without an hour of raw telemetry and 10 MB of logs.
 
     DATABASE_URL=postgres://... .venv/bin/python bench/overview_growth.py [--gpus 200] [--minutes 60]
-        [--log-mb 10] [--repeat 7]
+        [--log-mb 10] [--repeat 9]
 
 PostgreSQL only (as bench/pages.py). Point DATABASE_URL at a throwaway database: it is migrated,
-and the team "bench-overview-growth" is rebuilt on every run (its telemetry is relative to now).
+and the teams "bench-overview-growth" and "bench-overview-growth-without" are rebuilt on every
+run (the telemetry is relative to now).
 
 1. Two teams, each with `--gpus` running GPUs as 8-GPU runs of one node each, written through
    `ingest.upsert_run` (the push API's write path), and a signed-in member each (not staff).
@@ -19,7 +20,9 @@ and the team "bench-overview-growth" is rebuilt on every run (its telemetry is r
    while they arrived; then samples up to the present are added the same way, so the hour ends
    now (the stall panel only shows GPUs whose agent still reports) and its last ten minutes are
    rows, the rest blocks, as in production.
-5. The overview (`/`) and the advice page (`/runs/advice/`) are fetched through Django's full
+5. The "without" team's runs get a copy of the same minute and hour rollups, with no raw
+   samples behind them, as bench/pages.py's runs have: what differs is the raw hour and the logs.
+6. The overview (`/`) and the advice page (`/runs/advice/`) are fetched through Django's full
    stack in process by the "without" team's member and the "with" team's member in turn,
    request by request, after one warm-up round, so that whatever else runs on the machine
    weighs on both alike; the median of `--repeat` each. No VACUUM or ANALYZE after the build:
@@ -60,8 +63,8 @@ from bench.pages import machine_speed
 from bench.storage import sample_rows
 from runs import ingest
 from runs.choices import BatchKind, RunSource, RunStatus
-from runs.models import GpuSample, GpuSampleBlock, LogChunk, Node, Run
-from runs.telemetry import blocks, partitions
+from runs.models import GpuHour, GpuMinute, GpuSample, GpuSampleBlock, LogChunk, Node, Run
+from runs.telemetry import blocks, partitions, utilization
 
 TARGET_MS = 300.0
 TARGET_RATIO = 1.2
@@ -130,7 +133,8 @@ def _runs(team: Group, gpus: int, now: datetime, prefix: str) -> list[Run]:
             "source": RunSource.LOCAL, "external_id": f"{prefix}-{i}", "status": RunStatus.RUNNING,
             "experiment_name": f"/Workspace/Users/u{i % 7}/llama-ft", "creator": f"u{i % 7}@example.com",
             "accelerator_type": "GPU_8xH100", "num_accelerators": 8, "region": "us-west-2",
-            "home_region": "us-west-2", "submitted_at": started - timedelta(minutes=3), "started_at": started,
+            "home_region": "us-west-2", "submitted_at": started - timedelta(minutes=3) + timedelta(seconds=i),
+            "started_at": started,
             "attempts": [{"number": 1, "status": RunStatus.RUNNING, "started_at": started,
                           "nodes": [{"index": 0, "host": f"10.1.0.{i}", "status": RunStatus.RUNNING}]}],
         }  # fmt: skip
@@ -147,9 +151,10 @@ def _samples(team: Group, runs: list[Run], start: datetime, seconds: int, rng: r
         node = Node.objects.get(attempt__run=run)
         rows = sample_rows(run, node, start, seconds, rng)
         for row in rows:
-            if i == 0 and row[2] == 3:  # one idle GPU: a rank with nothing to do
+            # The newest runs, first in Active now.
+            if i == len(runs) - 1 and row[2] == 3:  # one idle GPU: a rank with nothing to do
                 row[4], row[13], row[14] = float(rng.randrange(0, 4)), 0.5, 0.1
-            elif i == 1 and row[2] in (0, 1) and row[3] >= hang_from:  # a hung collective
+            elif i == len(runs) - 2 and row[2] in (0, 1) and row[3] >= hang_from:  # a hung collective
                 row[4], row[13] = 100.0, 0.8
         for at in range(0, len(rows), BATCH):
             batch, _ = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows[at : at + BATCH], "nvml")
@@ -197,6 +202,25 @@ def _logs(runs: list[Run], total: int, rng: random.Random) -> tuple[int, int]:
     return written, chunks
 
 
+def _copy_rollups(source: list[Run], target: list[Run]) -> int:
+    """`source`'s minute and hour rollups copied to `target`'s runs (same order): rollups with no raw samples."""
+    nodes = {
+        Node.objects.get(attempt__run=a).pk: (b.pk, Node.objects.get(attempt__run=b).pk)
+        for a, b in zip(source, target, strict=True)
+    }
+    copied = 0
+    for model in (GpuMinute, GpuHour):
+        rows = []
+        for values in model.objects.filter(run__in=source).values():
+            values.pop("id")
+            values["run_id"], values["node_id"] = nodes[values["node_id"]]
+            rows.append(model(**values))
+        model.objects.bulk_create(rows, batch_size=2000)
+        copied += len(rows)
+    utilization.rebuild([run.pk for run in target])  # as for any rollups written outside refresh_minutes
+    return copied
+
+
 def _top_up(team: Group, runs: list[Run], end: datetime, rng: random.Random) -> tuple[int, datetime]:
     """Samples from `end` up to now, compacted as the beat would, until the samples end now; (samples, new end)."""
     added = 0
@@ -230,7 +254,8 @@ def _client(name: str, team: Group) -> Client:
 def measure(gpus: int = 200, minutes: int = 60, log_mb: float = 10.0, repeat: int = 9, say=print) -> Growth:
     """Build the workspace of the module docstring and time PAGES without and with the hour and logs.
 
-    "without" is a second team with as many running runs and GPUs, no samples and no logs; its
+    "without" is a second team with as many running runs and GPUs and the same minute and hour
+    rollups, but no raw samples and no logs; its
     member and the "with" team's member fetch each page in turn, request by request, so that
     what else runs on the machine weighs on both alike (the median of `repeat` each).
     """
@@ -245,7 +270,7 @@ def measure(gpus: int = 200, minutes: int = 60, log_mb: float = 10.0, repeat: in
     for group in (bare, team):
         _clear(group)
     rng = random.Random(30)
-    _runs(bare, gpus, now, "bare")
+    bare_runs = _runs(bare, gpus, now, "bare")
     runs = _runs(team, gpus, now, "growth")
     clients = {"without": _client(f"{TEAM}-without", bare), "with": _client(TEAM, team)}
     say(f"each team: {len(runs)} running runs x {GPUS_PER_NODE} GPUs = {len(runs) * GPUS_PER_NODE} GPUs")
@@ -265,6 +290,8 @@ def measure(gpus: int = 200, minutes: int = 60, log_mb: float = 10.0, repeat: in
     added, end = _top_up(team, runs, start + timedelta(seconds=seconds), rng)
     samples += added
     say(f"  {added:,} samples more (compacted the same way), up to {end:%H:%M:%S} UTC: the samples end now")
+    copied = _copy_rollups(runs, bare_runs)
+    say(f"  {copied:,} minute and hour rollups copied to the 'without' team's runs (no raw samples behind them)")
     block_count = GpuSampleBlock.objects.filter(run__team=team).count()
     hot = GpuSample.objects.filter(run__team=team).count()
     timed: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
@@ -306,7 +333,9 @@ def main() -> None:
         f"\nwith: {growth.gpus} running GPUs, {growth.samples:,} raw 1 Hz samples ({args.minutes} min + top-up) "
         f"({growth.blocks:,} blocks, {growth.hot_rows:,} hot rows), {growth.log_bytes / 1e6:.1f} MB of logs"
     )
-    print(f"without: {growth.gpus} running GPUs, no samples, no logs (another team, timed in turn)")
+    print(
+        f"without: {growth.gpus} running GPUs, the same rollups, no raw samples, no logs (another team, timed in turn)"
+    )
     print(f"target: at most {TARGET_MS:.0f} ms and at most {TARGET_RATIO}x with/without (median of {args.repeat})")
     print(f"{'page':16s} {'without':>10s} {'with':>10s} {'ratio':>6s} {'queries':>9s}  verdict")
     for page in growth.pages:
