@@ -218,6 +218,9 @@ AIRBOARD_RUNS_PER_PAGE = env_int("AIRBOARD_RUNS_PER_PAGE", 50, minimum=1)
 AIRBOARD_MLFLOW_UI_URL = env_str("AIRBOARD_MLFLOW_UI_URL", "")
 # Runs below this GPU utilization (percent) count as idle.
 AIRBOARD_IDLE_UTILIZATION_PERCENT = env_float("AIRBOARD_IDLE_UTILIZATION_PERCENT", 5.0, minimum=0)
+# A run is under-used when its GPUs' mean utilization (last 30 minutes, or its whole life once
+# ended) is under this percent (runs/telemetry/underuse.py).
+AIRBOARD_UNDERUSED_PERCENT = env_float("AIRBOARD_UNDERUSED_PERCENT", 40.0, minimum=0)
 
 # --- Security: caches, rate limits, login lockout, CSP (dashboard/security.py, ratelimit.py) ---
 # Counters for rate limits and login lockout live in the cache. On Redis every web process

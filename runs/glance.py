@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from billing.engine import RunCostAnswer, run_costs
 from runs.models import GpuMinute, Node, Run
+from runs.telemetry import underuse
 
 WINDOW = timedelta(hours=1)
 # A running run whose last sample is older than this is called stale on the page.
@@ -116,11 +117,17 @@ def _nudge(point: str) -> str:
 
 
 def attach(runs: Iterable[Run], now: datetime | None = None) -> list[Run]:
-    """The runs as a list, each with its `glance` set, for templates (runs/_glance.html)."""
+    """The runs as a list, each with its `glance` and `underuse` set, for templates (runs/_glance.html).
+
+    `underuse` is runs.telemetry.underuse's answer (None for a run without utilization yet).
+    """
     runs = list(runs)
+    now = now or timezone.now()
     found = glances(runs, now=now)
+    flags = underuse.underuse_of_runs(runs, now=now)
     for run in runs:
         run.glance = found[run.pk]
+        run.underuse = flags.get(run.pk)
     return runs
 
 

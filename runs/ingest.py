@@ -36,6 +36,7 @@ from runs.choices import (
     TelemetrySource,
     accelerator_count_problem,
 )
+from runs.failures import logphrases
 from runs.models import Attempt, IngestBatch, LogChunk, MetricPoint, Node, Run
 from runs.models.collection import is_network_counter
 from runs.models.instance_types import instance_gpus
@@ -432,7 +433,10 @@ def append_log_chunk(
                 )
             try:
                 with transaction.atomic():
-                    chunk = LogChunk.objects.create(node=node, seq=seq, text=text, line_count=_count_lines(text))
+                    chunk = LogChunk.objects.create(
+                        node=node, seq=seq, text=text, line_count=_count_lines(text), phrases_noted=True
+                    )
+                    logphrases.note_text(run.pk, text)  # advice's evidence: its page never scans log text
             except IntegrityError:
                 if retry:
                     raise IngestConflict(

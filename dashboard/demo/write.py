@@ -58,6 +58,7 @@ from dashboard.demo.seed import email as demo_email
 from dashboard.demo.series import PROFILES, Activity, metric_points, minute_rollups, raw_samples
 from dashboard.progress import Progress
 from runs.choices import TelemetrySource
+from runs.failures import logphrases
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
 from runs.telemetry import utilization
 from runs.telemetry.store import refresh_hours, store_gpu_samples
@@ -325,6 +326,7 @@ def _write_logs(plan: DemoPlan, runs: list[RunPlan], node_ids: dict[tuple[str, i
                 for seq, text in enumerate(node_log(rng, ctx)):
                     chunks.append(LogChunk(node_id=node_id, seq=seq, text=text, line_count=text.count("\n")))
     LogChunk.objects.bulk_create(chunks, batch_size=500)
+    logphrases.catch_up()  # advice's log evidence, as append_log_chunk notes it
     return len(chunks)
 
 

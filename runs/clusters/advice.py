@@ -6,8 +6,8 @@ and runs every rule. Rule ids are stable: tests, the `advise` command's JSON and
 use them.
 
 Evidence from logs is bounded: only runs submitted in the last `WINDOW` (or still active)
-are looked at, and logs are searched with one database `icontains` query per phrase, never
-loaded whole.
+are looked at, and the phrases their logs hold are noted as the logs are written
+(runs/failures/logphrases.py, `LogPhrase` rows): the page reads those rows, never the logs' text.
 
 Heuristics, documented here because they decide what fires:
 
@@ -42,7 +42,8 @@ from billing.costs.run_costs import breakdowns_for_runs
 from billing.prices.money import to_cents
 from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, accelerator_count_problem
 from runs.clusters.costs import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
-from runs.models import CLI_RUNTIME_CAP, NOTEBOOK_RUNTIME_CAP, Cluster, LogChunk, Run, RunUtilization, mean_utilization
+from runs.failures.logphrases import LOG_PHRASES, catch_up
+from runs.models import CLI_RUNTIME_CAP, NOTEBOOK_RUNTIME_CAP, Cluster, LogPhrase, Run, RunUtilization, mean_utilization
 
 WINDOW = timedelta(days=30)
 LOW_UTIL_PERCENT = 40.0
@@ -55,19 +56,6 @@ FGAC_MIN_RUNTIME = (15, 4)
 # list on every call, and this rule runs for every run in the window (~8,000 at 100,000 runs).
 _SHAPES = {shape.value: GPUS_PER_NODE[shape] for shape in AcceleratorType}
 
-# Log phrases (searched case-insensitively in the database), by what they are evidence of.
-LOG_PHRASES: dict[str, tuple[str, ...]] = {
-    "horovod": ("HorovodRunner", "sparkdl.horovod"),
-    "genai": ("databricks_genai", "databricks-genai"),
-    "serialize": (
-        "serialized results",
-        "cannot serialize a bytes object larger than 4 GiB",
-        "maxResultSize",
-    ),
-    "checkpoint": ("checkpoint", "save_pretrained", "torch.save"),
-    "unity_catalog": ("unity catalog",),
-    "fgac": ("row filter", "column mask", "fine-grained", "streaming table", "materialized view"),
-}
 # Quoted three-level names like "main.vision.images", not Spark/Hadoop configuration keys.
 _THREE_LEVEL = re.compile(
     r"""["'`](?!spark\.|fs\.|hadoop\.|databricks\.|io\.|org\.|com\.)[A-Za-z_]\w*\.\w+\.\w+["'`]"""
@@ -404,7 +392,7 @@ def recent_runs(runs: QuerySet[Run], now: datetime) -> QuerySet[Run]:
 def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: QuerySet[Run] | None = None) -> Evidence:
     """Evidence for the given runs and clusters in a bounded number of queries.
 
-    1. Per log phrase, one `icontains` query for the runs (and clusters) whose logs hold it.
+    1. The log phrases noted for the runs (and the clusters' runs) on the write path, two queries.
     2. One query for the mean utilization of multi-GPU runs, from their `RunUtilization` summaries.
     3. One query counting runs per cluster; cluster texts from their record and runs' workloads.
     4. The cost of the low-utilization runs, through the cost engine (a constant number of queries).
@@ -416,20 +404,18 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
     evidence = Evidence(now=now)
     ids: QuerySet[Run] | list[int] = run_query.values("pk") if run_query is not None else [r.pk for r in runs]
     cluster_ids = [c.pk for c in clusters]
-    for kind, phrases in LOG_PHRASES.items():
-        match = Q()
-        for phrase in phrases:
-            match |= Q(text__icontains=phrase)
-        chunks = LogChunk.objects.filter(match)
-        evidence.log_hits[kind] = set(
-            chunks.filter(node__attempt__run_id__in=ids).values_list("node__attempt__run_id", flat=True).distinct()
-        )
-        if kind in {"unity_catalog", "fgac"}:
-            evidence.cluster_log_hits[kind] = set(
-                chunks.filter(node__attempt__run__cluster_id__in=cluster_ids)
-                .values_list("node__attempt__run__cluster_id", flat=True)
-                .distinct()
-            )
+    # The log phrases ingest noted (runs/failures/logphrases.py): rows per run and kind, never the logs' text.
+    catch_up()
+    evidence.log_hits = {kind: set() for kind in LOG_PHRASES}
+    for kind, run_id in LogPhrase.objects.filter(run_id__in=ids).values_list("kind", "run_id"):
+        evidence.log_hits.setdefault(kind, set()).add(run_id)
+    evidence.cluster_log_hits = {kind: set() for kind in ("unity_catalog", "fgac")}
+    for kind, cluster_id in (
+        LogPhrase.objects.filter(kind__in=list(evidence.cluster_log_hits), run__cluster_id__in=cluster_ids)
+        .values_list("kind", "run__cluster_id")
+        .distinct()
+    ):
+        evidence.cluster_log_hits[kind].add(cluster_id)
     multi = (
         run_query.filter(num_accelerators__gt=1).values("pk")
         if run_query is not None

@@ -255,6 +255,8 @@ class LogChunk(models.Model):
     text = models.TextField()
     line_count = models.PositiveIntegerField(default=0)
     received_at = models.DateTimeField(auto_now_add=True)
+    # Whether runs.failures.logphrases has noted the advice phrases this chunk holds (in LogPhrase).
+    phrases_noted = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["node", "seq"]
@@ -262,9 +264,29 @@ class LogChunk(models.Model):
             # Idempotent appends: the natural key of a chunk.
             models.UniqueConstraint(fields=["node", "seq"], name="logchunk_node_seq_unique"),
         ]
+        indexes = [
+            # runs.failures.logphrases.catch_up: the chunks a writer stored without noting (bulk loads); none, normally.
+            models.Index(fields=["id"], name="logchunk_unnoted_idx", condition=Q(phrases_noted=False)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node} chunk {self.seq}"
+
+
+class LogPhrase(models.Model):
+    """A kind of advice evidence (runs.failures.logphrases.LOG_PHRASES) seen in some log chunk of a run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_phrases", db_index=False)
+    kind = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [
+            # Noted once however many chunks hold it; led by run: advice reads its window's runs.
+            models.UniqueConstraint(fields=["run", "kind"], name="logphrase_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.kind}"
 
 
 class RunEvent(models.Model):

@@ -254,3 +254,30 @@ class RunUtilization(models.Model):
 def mean_utilization(gpu_minutes: int, utilization_sum: int) -> float | None:
     """A RunUtilization's mean, percent, from its two numbers; None without minutes."""
     return utilization_sum / UTILIZATION_SCALE / gpu_minutes if gpu_minutes else None
+
+
+class GpuStreak(models.Model):
+    """Where one GPU's stall streaks stand at its latest sample, kept by ingest (runs.telemetry.streaks).
+
+    The overview's stall panel reads one row a GPU instead of the last hour of raw samples.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_streaks", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_streaks")
+    gpu_index = models.PositiveSmallIntegerField()
+    last_ts = models.DateTimeField(help_text="The GPU's latest sample.")
+    hung_since = models.DateTimeField(
+        null=True, blank=True, help_text="First sample of the hung streak that reaches last_ts; None when not hung."
+    )
+    no_process_since = models.DateTimeField(
+        null=True, blank=True, help_text="First sample of the process-less streak that reaches last_ts, or None."
+    )
+
+    class Meta:
+        constraints = [
+            # One row a GPU, upserted by ingest; led by run: the stall panel reads the running runs' rows.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index"], name="gpustreak_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.last_ts.isoformat()}"

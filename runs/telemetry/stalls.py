@@ -11,8 +11,11 @@ A GPU with `processes == []` (reported, and empty) is billed to the run with not
 
 Either condition must hold on every sample of a GPU for at least MIN_STALL, up to its latest
 sample, and that sample must be recent (the agent still reports): a stall that ended, or a GPU
-that went silent, is not flagged. Only the last LOOKBACK of raw samples is read, so a stall
-longer than that is reported as "at least" LOOKBACK.
+that went silent, is not flagged. A stall longer than LOOKBACK is reported as "at least" LOOKBACK.
+
+Ingest keeps where each GPU's streaks stand (runs/telemetry/streaks.py, one `GpuStreak` row a
+GPU), so finding the stalls of many runs reads one row a GPU, never raw samples: the overview
+costs the same with an hour of 1 Hz samples of 200 GPUs behind it as with none.
 """
 
 from __future__ import annotations
@@ -27,16 +30,13 @@ from django.utils import timezone
 from billing.costs.run_costs import gpu_hour_prices
 from billing.prices.money import billed_hours, exact_product, exact_sum, to_cents
 from runs.choices import RunStatus, StallKind
-from runs.models import Node, Run
-from runs.telemetry import blocks
+from runs.models import GpuStreak, Run
 from runs.telemetry.labels import gpu_label
+from runs.telemetry.streaks import BUSY_UTILIZATION, LOOKBACK, POWER_FRACTION, SM_IDLE, is_hung
 
-BUSY_UTILIZATION = 90.0
-SM_IDLE = 10.0
-POWER_FRACTION = 0.30
+__all__ = ["BUSY_UTILIZATION", "POWER_FRACTION", "SM_IDLE", "is_hung"]  # the signature lives with the streaks
+
 MIN_STALL = timedelta(minutes=10)
-# Raw samples read per run: enough to see a 10-minute stall and say how long it has lasted.
-LOOKBACK = timedelta(hours=1)
 # The latest sample must be at most this old for the GPU to count as still stalled.
 FRESH = timedelta(minutes=5)
 
@@ -92,64 +92,36 @@ class RunStalls:
         return self.minutes >= LOOKBACK.total_seconds() / 60 - 1
 
 
-def is_hung(utilization: float | None, sm_active: float | None, power: float | None, limit: float | None) -> bool:
-    """The hung-collective signature at one sample (see the module docstring)."""
-    if utilization is None or utilization < BUSY_UTILIZATION:
-        return False
-    if sm_active is not None and sm_active < SM_IDLE:
-        return True
-    return power is not None and bool(limit) and power < POWER_FRACTION * limit
-
-
-def _trailing_streak(samples: list[tuple[datetime, bool]]) -> tuple[datetime, datetime] | None:
-    """(first, last) time of the run of True samples that ends at the latest sample, or None."""
-    if not samples or not samples[-1][1]:
-        return None
-    start = samples[-1][0]
-    for ts, flagged in reversed(samples):
-        if not flagged:
-            break
-        start = ts
-    return start, samples[-1][0]
-
-
-STALL_FIELDS = ["utilization_gpu", "sm_active", "power_watts", "power_limit_watts", "processes"]
-
-
 def gpu_stalls(run: Run, now: datetime | None = None) -> list[GpuStall]:
     """The stalled GPUs of one run now, both kinds (see `stalls_of_runs`)."""
     return stalls_of_runs([run], now).get(run.pk, [])
 
 
 def stalls_of_runs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, list[GpuStall]]:
-    """The stalled GPUs of each run now, both kinds, in three queries whatever the number of runs.
+    """The stalled GPUs of each run now, both kinds, in one query whatever the number of runs or samples.
 
-    1. Read the runs' raw samples of the last LOOKBACK, both parts of the raw tier
-       (runs/telemetry/blocks.py: the last hour is mostly compacted minutes), per (node, GPU) in time order.
-    2. Per GPU, mark each sample hung (the signature) and process-less (processes == []).
-    3. For each kind, the trailing streak up to the latest sample; keep it when that sample
-       is FRESH and the streak lasts MIN_STALL or more.
+    1. Read the runs' GPU streak rows (`GpuStreak`, kept by ingest) with their node's index.
+    2. Skip a GPU whose latest sample is older than FRESH (the agent went silent).
+    3. For each kind with an open streak: it starts no earlier than LOOKBACK before `now` (the
+       window the panel speaks for) and is kept when it lasts MIN_STALL or more up to the
+       latest sample.
     """
     now = now or timezone.now()
-    by_run = blocks.raw_rows_of_runs([run.pk for run in runs], now - LOOKBACK, now, STALL_FIELDS)
-    node_ids = {row[0] for rows in by_run.values() for row in rows}
-    node_indexes = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "index")) if node_ids else {}
+    rows = (
+        GpuStreak.objects.filter(run_id__in=[run.pk for run in runs])
+        .order_by("run_id", "node__index", "gpu_index")
+        .values_list("run_id", "node__index", "gpu_index", "last_ts", "hung_since", "no_process_since")
+    )
     found: dict[int, list[GpuStall]] = {}
-    for run_id, rows in by_run.items():
-        per_gpu: dict[tuple[int, int, int], list[tuple]] = {}
-        for node_id, gpu, ts, *values in rows:
-            per_gpu.setdefault((node_id, node_indexes[node_id], gpu), []).append((ts, *values))
-        for (_, node_index, gpu), samples in per_gpu.items():
-            if now - samples[-1][0] > FRESH:
+    for run_id, node_index, gpu, last_ts, hung_since, no_process_since in rows:
+        if now - last_ts > FRESH:
+            continue
+        for kind, since in ((StallKind.HUNG, hung_since), (StallKind.NO_PROCESS, no_process_since)):
+            if since is None:
                 continue
-            checks = {
-                StallKind.HUNG: [(s[0], is_hung(s[1], s[2], s[3], s[4])) for s in samples],
-                StallKind.NO_PROCESS: [(s[0], s[5] == []) for s in samples],
-            }
-            for kind, marks in checks.items():
-                streak = _trailing_streak(marks)
-                if streak and streak[1] - streak[0] >= MIN_STALL:
-                    found.setdefault(run_id, []).append(GpuStall(kind, node_index, gpu, streak[0], streak[1]))
+            since = max(since, now - LOOKBACK)
+            if last_ts - since >= MIN_STALL:
+                found.setdefault(run_id, []).append(GpuStall(kind, node_index, gpu, since, last_ts))
     return found
 
 

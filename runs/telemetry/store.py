@@ -32,7 +32,7 @@ from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, 
 from django.db.models.functions import NullIf, TruncHour, TruncMinute
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
-from runs.telemetry import blocks, utilization
+from runs.telemetry import blocks, streaks, utilization
 
 # Rows per INSERT statement: 1,000 x 24 columns stays under PostgreSQL's 65,535 bind
 # parameters and SQLite's 32,766.
@@ -104,6 +104,8 @@ def store_sample_rows(rows: Sequence[Sequence[Any]]) -> StoreResult:
     3. Recompute the minute rollups of the (series, minute) keys that gained rows, then the
        hour rollups of their hours: one grouped query per tier per batch. A batch of pure
        duplicates changes nothing and skips both.
+    4. Fold the new samples into their GPUs' stall streaks (runs/telemetry/streaks.py), so no
+       page reads raw samples to find a stall.
     """
     if not rows:
         return StoreResult(0, 0)
@@ -124,12 +126,17 @@ def store_sample_rows(rows: Sequence[Sequence[Any]]) -> StoreResult:
             new_keys = _insert_postgresql(prepared)
             inserted = len(new_keys)
             touched = {(r, n, g, _minute(ts)) for r, n, g, ts in new_keys}
+            fresh = set(new_keys)
         else:
             inserted = _insert_sqlite(prepared)
             touched = {(r, n, g, _minute(ts)) for r, n, g, ts in unique} if inserted else set()
+            # Which rows were new is not known here: a re-sent one reads as late (streaks.advance).
+            fresh = set(unique)
         if touched:
             refresh_minutes(touched)
             refresh_hours({(r, n, g, _hour(m)) for r, n, g, m in touched})
+            # After the minutes: their run locks order two workers writing one run (streaks.advance).
+            streaks.advance([row for key, row in unique.items() if key in fresh])
     return StoreResult(inserted=inserted, duplicates=len(rows) - inserted)
 
 

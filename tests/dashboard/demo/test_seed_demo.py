@@ -27,8 +27,9 @@ from dashboard.demo.series import TrainingCurve
 from dashboard.demo.write import reset_demo, seed_demo
 from runs.choices import GPUS_PER_NODE, AcceleratorType, Region, RunSource, RunStatus, TelemetrySource
 from runs.failures.classify import classify_text
+from runs.failures.logphrases import kinds_in
 from runs.logs import chunk_texts
-from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
+from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, LogChunk, LogPhrase, MetricPoint, Node, Run
 from runs.workload.schema import parse_workload
 from tests.conftest import make_run
 
@@ -150,6 +151,16 @@ class TestSeededWorkspace:
             chunks = list(LogChunk.objects.filter(node_id=node_id).order_by("seq"))
             assert [c.seq for c in chunks] == list(range(len(chunks)))
             assert all(c.line_count == c.text.count("\n") > 0 for c in chunks)
+
+    def test_logs_phrases_are_noted_for_advice(self) -> None:
+        """The seed writes logs in bulk, then notes advice's phrases as append_log_chunk would."""
+        assert not LogChunk.objects.filter(phrases_noted=False).exists()
+        noted = set(LogPhrase.objects.values_list("run_id", "kind"))
+        assert ("checkpoint" in {kind for _, kind in noted}) and noted == {
+            (chunk.node.attempt.run_id, kind)
+            for chunk in LogChunk.objects.select_related("node__attempt")
+            for kind in kinds_in(chunk.text)
+        }
 
     def test_cross_region_runs_have_egress(self) -> None:
         cross = [r for r in Run.objects.exclude(region="") if r.is_cross_region and r.started_at]

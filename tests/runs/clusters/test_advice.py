@@ -14,13 +14,14 @@ from django.test.utils import CaptureQueriesContext
 from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunSource, RunStatus
 from runs.clusters.advice import RULE_IDS, advise, findings_for
-from runs.models import Cluster, GpuMinute, LogChunk, Node, Run
+from runs.ingest import append_log_chunk
+from runs.models import Cluster, GpuMinute, Node, Run
 from runs.telemetry import utilization
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(days=1)
 # advise() over a queryset with low-utilization runs and no clusters (see the test that pins it).
-PAGE_PATH_QUERIES = 14
+PAGE_PATH_QUERIES = 10
 
 
 def cluster(world: World, cluster_id: str = "c-1", **fields: object) -> Cluster:
@@ -39,7 +40,9 @@ def rules(runs: list[Run] | None = None, clusters: list[Cluster] | None = None) 
 
 
 def log(run: Run, text: str) -> None:
-    LogChunk.objects.create(node=Node.objects.get(attempt__run=run), seq=0, text=text, line_count=1)
+    """A chunk through the log write path, which notes its phrases (runs/failures/logphrases.py)."""
+    node = Node.objects.select_related("attempt").get(attempt__run=run)
+    append_log_chunk(run, node.attempt.number, node.index, 0, text)
 
 
 def minutes(run: Run, count: int, util: float, gpus: int = 1) -> None:
@@ -243,9 +246,9 @@ def test_page_path_loads_only_candidates_and_finds_what_every_run_would(world: W
         page = advise(Run.objects.filter(team=world.vision), Cluster.objects.none(), now=NOW)
     assert len(page) == 14
     assert page == findings_for(list(Run.objects.filter(team=world.vision)), [], now=NOW)
-    # Six log phrases, the utilization summaries, the low runs loaded whole, the cost engine's
-    # five (attempts, prices, egress, attempts, minutes), the candidate runs: as many with twice
-    # the findings.
+    # The unnoted chunks (none), the noted log phrases, the utilization summaries, the low runs
+    # loaded whole, the cost engine's five (attempts, prices, egress, attempts, minutes), the
+    # candidate runs: as many with twice the findings.
     assert len(two.captured_queries) == len(one.captured_queries) == PAGE_PATH_QUERIES
 
 

@@ -15,6 +15,7 @@ from runs.choices import RunStatus
 from runs.models import GpuSample, Node
 from runs.telemetry.fleet import GpuCell
 from runs.telemetry.labels import mig_gpu_index
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(minutes=45)
@@ -34,11 +35,14 @@ def test_fleet_cell_names_a_mig_instance() -> None:
 def test_a_stalled_mig_instance_is_named_on_the_run_page(world: World) -> None:
     run = make_run(world.vision, "mig-1", status=RunStatus.RUNNING, ended_at=None)
     node = Node.objects.get(attempt__run=run)
-    GpuSample.objects.bulk_create(
-        GpuSample(
-            run=run, node=node, gpu_index=MIG_0_7, ts=NOW - timedelta(minutes=m), utilization_gpu=100, sm_active=1
-        )
-        for m in range(15, -1, -1)
+    # Through the ingest store path, which keeps the stall streaks the page reads (runs/telemetry/streaks.py).
+    store_gpu_samples(
+        [
+            GpuSample(
+                run=run, node=node, gpu_index=MIG_0_7, ts=NOW - timedelta(minutes=m), utilization_gpu=100, sm_active=1
+            )
+            for m in range(15, -1, -1)
+        ]
     )
     with time_machine.travel(NOW, tick=False):
         page = world.client_for(world.alice).get(f"/runs/{run.pk}/").content.decode()

@@ -12,6 +12,7 @@ from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunStatus, StallKind
 from runs.models import GpuSample, Node, Run
 from runs.telemetry.stalls import gpu_stalls, is_hung, run_stalls
+from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
 NOW = T0 + timedelta(minutes=45)
@@ -21,12 +22,14 @@ def running(world: World) -> Run:
     return make_run(world.vision, "live-1", status=RunStatus.RUNNING, ended_at=None)
 
 
-def samples(run: Run, minutes: int, gpu: int = 0, **values: object) -> None:
-    """One sample a minute for the last `minutes` minutes up to NOW."""
+def samples(run: Run, minutes: int, gpu: int = 0, until: int = 0, **values: object) -> None:
+    """One sample a minute from `minutes` to `until` minutes before NOW, through the ingest store path."""
     node = Node.objects.get(attempt__run=run)
-    GpuSample.objects.bulk_create(
-        GpuSample(run=run, node=node, gpu_index=gpu, ts=NOW - timedelta(minutes=m), **values)
-        for m in range(minutes, -1, -1)
+    store_gpu_samples(
+        [
+            GpuSample(run=run, node=node, gpu_index=gpu, ts=NOW - timedelta(minutes=m), **values)
+            for m in range(minutes, until - 1, -1)
+        ]
     )
 
 
@@ -60,8 +63,8 @@ def test_hung_collective_flagged_after_ten_minutes_with_cost(world: World) -> No
 def test_short_or_recovered_stall_not_flagged(world: World) -> None:
     run = running(world)
     samples(run, 8, gpu=0, utilization_gpu=100, sm_active=1)  # under ten minutes
-    samples(run, 20, gpu=1, utilization_gpu=100, sm_active=1)
-    GpuSample.objects.filter(run=run, gpu_index=1, ts=NOW).update(sm_active=80)  # recovered now
+    samples(run, 20, gpu=1, until=1, utilization_gpu=100, sm_active=1)
+    samples(run, 0, gpu=1, utilization_gpu=100, sm_active=80)  # recovered now
     assert gpu_stalls(run, NOW) == []
 
 
