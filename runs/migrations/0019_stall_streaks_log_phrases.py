@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0017_run_submitted_id_idx'),
+        ('runs', '0018_prometheus_source'),
     ]
 
     operations = [
