@@ -12,6 +12,7 @@ rather than the last line of the cascade.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,7 +22,9 @@ from runs.failures.rules import (
     BOILERPLATE,
     CLASSES,
     EXIT_CODE_CLASSES,
+    FRAME,
     HARMLESS,
+    LINE_PREFIX,
     NCCL_FATAL_WARN,
     OVERFLOW,
     OVERFLOW_STREAK,
@@ -30,6 +33,8 @@ from runs.failures.rules import (
     ROOT,
     RULES,
     SYMPTOM,
+    TAIL_LINES,
+    WEAK_ERROR,
     Rule,
 )
 
@@ -43,16 +48,22 @@ MAX_EVIDENCE_CHARS = 1_000
 MAX_SCAN_CHARS = 4_000
 
 
-def _rule_set() -> re2.Set:
+def _rule_set(rules: tuple[Rule, ...]) -> re2.Set:
     # All rules in one RE2 set: a single linear pass over a line says which rules match it.
-    rules = re2.Set.SearchSet()
-    for rule in RULES:
-        rules.Add("(?i)" + rule.source)
-    rules.Compile()
-    return rules
+    compiled = re2.Set.SearchSet()
+    for rule in rules:
+        compiled.Add("(?i)" + rule.source)
+    compiled.Compile()
+    return compiled
 
 
-_RULE_SET = _rule_set()
+_RULE_SET = _rule_set(RULES)
+# The indices (into RULES) of the rules that still read a warning line.
+_IN_WARNING = frozenset(i for i, rule in enumerate(RULES) if rule.in_warning)
+# Prefix stripping stops after this many prefixes ("[rank0]:[2024-..] ..." is two).
+MAX_PREFIXES = 4
+# Characters of each side read when a message is split over two lines.
+JOIN_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -80,45 +91,111 @@ def scan_text(raw: str) -> str:
     return ANSI_CSI.sub("", raw[:MAX_SCAN_CHARS].rstrip("\r\n"))
 
 
-def match_rule(text: str) -> Rule | None:
-    """The first rule (in RULES order) that claims this line, or None.
+def strip_prefixes(text: str) -> str:
+    """The line without the rank, actor, timestamp and quote prefixes before the message
+    (`LINE_PREFIX`); the indentation after the last prefix is kept (it tells a traceback's source
+    lines from its messages)."""
+    for _ in range(MAX_PREFIXES):
+        match = LINE_PREFIX.search(text)
+        if match is None or not match.end():
+            break
+        text = text[match.end() :]
+    return text
 
-    Harmless warnings are never evidence, and boilerplate hints are cut out before the rules
-    read the line. Lines longer than MAX_SCAN_CHARS are read up to it.
+
+def _match(key: str) -> Rule | None:
+    """The first rule (in RULES order) that claims a prefix-stripped line, or None.
+
+    Boilerplate hints are cut out first. A harmless warning is read only by the rules whose cause
+    a warning can carry (`Rule.in_warning`) and, for NCCL's transport failures, NCCL_FATAL_WARN.
     """
-    text = BOILERPLATE.sub(" ", text[:MAX_SCAN_CHARS])
-    matched = _RULE_SET.Match(text)
-    if not matched or (HARMLESS.search(text) and not NCCL_FATAL_WARN.search(text)):
+    key = BOILERPLATE.sub(" ", key)
+    matched = _RULE_SET.Match(key)
+    if not matched:
         return None
+    if HARMLESS.search(key) and not NCCL_FATAL_WARN.search(key):
+        matched = [i for i in matched if i in _IN_WARNING]
+        if not matched:
+            return None
     return RULES[min(matched)]
 
 
-def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Classification:
+def match_rule(text: str) -> Rule | None:
+    """The first rule (in RULES order) that claims this line, or None.
+
+    The line is read up to MAX_SCAN_CHARS with its prefixes stripped (`strip_prefixes`); a
+    traceback's frame lines are never evidence.
+    """
+    key = strip_prefixes(text[:MAX_SCAN_CHARS])
+    if FRAME.search(key):
+        return None
+    return _match(key)
+
+
+def _indent(key: str) -> int:
+    return len(key) - len(key.lstrip())
+
+
+def _likeliest_line(tail: Iterable[tuple[int, str]]) -> tuple[int, str] | None:
+    """The likeliest root-cause line of a failed run no rule explains: the first line of the
+    log's tail with an error word (WEAK_ERROR), else the tail's last line."""
+    last = None
+    for number, text in tail:
+        if WEAK_ERROR.search(text):
+            return number, text
+        last = (number, text)
+    return last
+
+
+def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed: bool = False) -> Classification:
     """Classify a log given as lines (numbered from 1 in the order given).
 
-    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes, and skip harmless
-       warnings (they are never evidence).
+    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes, then the rank, actor,
+       timestamp and quote prefixes (`strip_prefixes`) before matching. A traceback's frame
+       lines and the source lines they quote are never evidence.
     2. Match each remaining line against the rules in order; the first rule that matches
-       claims the line, so one line is evidence of one class only.
+       claims the line, so one line is evidence of one class only. A warning line is read only
+       for the causes a warning can carry (an OOM inside an NCCL WARN, a full disk inside a
+       UserWarning). A message split over two lines is read joined, and the first line is its
+       evidence.
     3. Keep the earliest line of each tier. A ROOT match (a cause: OOM, Xid, full disk, ...)
        ends the scan: whatever follows is the cascade it set off.
-    4. Count consecutive fp16 "Gradient overflow" lines; OVERFLOW_STREAK of them in a row is a
-       collapsing loss scale (a divergence), while a single one is routine and ignored.
+    4. Count consecutive fp16 "Gradient overflow" (or NaN gradient norm) lines; OVERFLOW_STREAK
+       of them in a row is a collapsing loss scale (a divergence), while a single one is routine.
     5. Answer with the earliest line of the lowest tier found: ROOT, then SYMPTOM (NCCL
-       timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then a bare traceback.
+       timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then an abnormal end
+       (a bare traceback, a signal, a non-zero exit status, a scheduler's kill).
     6. A non-ROOT error followed by RECOVERED_AFTER progress lines (epoch, step, loss) and no
        later error did not end the run (a DataLoader worker's segfault the loader survived):
-       `none`, unless the exit code says the run failed.
+       `none`, unless the exit code or `failed` says the run failed.
     7. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
-       exception; any other non-zero exit code without evidence is `other`; else `none`.
+       exception; any other non-zero exit code without evidence is `other`.
+    8. A run the source reports failed (`failed=True`) is never `none`: with no evidence it is
+       `other` (an unrecognised failure) with the likeliest root-cause line of the log's tail.
     """
     best: dict[int, tuple[int, str, str]] = {}
     streak_start: tuple[int, str] | None = None
     streak = 0
     progress_since_error = 0
+    frame_indent: int | None = None  # the indentation of the frame line just read, if any
+    previous: tuple[int, str, str] | None = None  # the last line read: number, text, key
+    tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
     for number, raw in enumerate(lines, start=1):
         text = scan_text(raw)
-        if OVERFLOW.search(text):
+        key = strip_prefixes(text)
+        if not key.strip():
+            previous = None
+            continue
+        if FRAME.search(key):
+            frame_indent = _indent(key)
+            previous = None
+            continue
+        if frame_indent is not None and _indent(key) > frame_indent:
+            frame_indent = None  # the source line a frame quotes
+            previous = None
+            continue
+        frame_indent = None
+        if OVERFLOW.search(key):
             streak += 1
             if streak == 1:
                 streak_start = (number, text)
@@ -127,11 +204,23 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
                 break
             continue
         streak = 0
-        rule = match_rule(text)
+        rule = _match(key)
+        if previous is not None and (rule is None or rule.tier > SYMPTOM):
+            # A message split over two lines ("...an illeg" / "al memory access"): read joined.
+            head = previous[2][-JOIN_CHARS:]
+            joined = _match(head + key[:JOIN_CHARS]) or _match(head + " " + key[:JOIN_CHARS])
+            if joined is not None and joined.tier <= SYMPTOM and _match(head) is None:
+                number, text, rule = previous[0], previous[1], joined
+        previous = (number, text, key)
         if rule is None:
-            if best and PROGRESS.search(text):
-                progress_since_error += 1
+            if PROGRESS.search(key):
+                tail.clear()
+                if best:
+                    progress_since_error += 1
+            else:
+                tail.append((number, text))
             continue
+        tail.append((number, text))
         progress_since_error = 0
         if rule.tier in best:
             continue
@@ -139,7 +228,8 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
         if rule.tier == ROOT:
             break
 
-    if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not exit_code:
+    run_failed = failed or bool(exit_code)
+    if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not run_failed:
         # Training went on after the last error line: whatever it was, it did not end the run.
         return _verdict("none", None, "")
     for tier in sorted(best):
@@ -149,11 +239,17 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
         return _verdict(class_id, number, text.strip()[:MAX_EVIDENCE_CHARS])
     if exit_code in EXIT_CODE_CLASSES:
         return _verdict(EXIT_CODE_CLASSES[exit_code], None, f"exit code {exit_code}")
+    if run_failed:
+        likeliest = _likeliest_line(tail)
+        if likeliest is not None:
+            return _verdict("other", likeliest[0], likeliest[1].strip()[:MAX_EVIDENCE_CHARS])
     if exit_code:
         return _verdict("other", None, f"exit code {exit_code}")
+    if failed:
+        return _verdict("other", None, "the run source reports the run as failed")
     return _verdict("none", None, "")
 
 
-def classify_text(text: str, *, exit_code: int | None = None) -> Classification:
+def classify_text(text: str, *, exit_code: int | None = None, failed: bool = False) -> Classification:
     """Classify a whole log held in memory; lines are split on "\\n" (a trailing "\\r" is dropped)."""
-    return classify_lines(text.split("\n"), exit_code=exit_code)
+    return classify_lines(text.split("\n"), exit_code=exit_code, failed=failed)

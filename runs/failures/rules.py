@@ -52,6 +52,9 @@ class Rule:
     tier: int
     pattern: LinePattern
     source: str
+    # A cause that still counts inside a warning line (an NCCL WARN, a UserWarning): an OOM, a
+    # device assert, a full disk, a KeyboardInterrupt reported by a warning is still the cause.
+    in_warning: bool = False
 
 
 def compile_linear(*alternatives: str) -> LinePattern:
@@ -64,9 +67,9 @@ def compile_linear(*alternatives: str) -> LinePattern:
     return re2.compile("(?i)" + "|".join(f"(?:{alternative})" for alternative in alternatives))
 
 
-def _rule(class_id: str, tier: int, *alternatives: str) -> Rule:
+def _rule(class_id: str, tier: int, *alternatives: str, in_warning: bool = False) -> Rule:
     source = "|".join(f"(?:{alternative})" for alternative in alternatives)
-    return Rule(class_id, tier, compile_linear(*alternatives), source)
+    return Rule(class_id, tier, compile_linear(*alternatives), source, in_warning)
 
 
 CLASSES: dict[str, FailureClass] = {
@@ -183,8 +186,9 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "other",
-            "Unrecognised error",
-            "No known failure pattern matched. Read the evidence line and the traceback around it.",
+            "Unrecognised failure",
+            "The run ended abnormally but no known failure pattern matched. Read the evidence line (the "
+            "most likely root-cause line) and the traceback around it.",
         ),
         FailureClass("none", "No failure found", "Nothing to do: the log shows no failure."),
     )
@@ -209,29 +213,70 @@ IB_COMPLETION_ERROR = (
     r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
 )
 
+# Families by mechanism. Each rule names what happened, in the words of every ecosystem and
+# scheduler that reports it: a time limit is Slurm's "DUE TO TIME LIMIT", PBS's "walltime ...
+# exceeded limit", LSF's TERM_RUNLIMIT, Moab's "exceeded wallclock limit", Kubernetes'
+# DeadlineExceeded, SageMaker's MaxRuntimeExceeded... (sources in tests/data/failures/SOURCES.md
+# and docs/failure-classifier.md).
 RULES: tuple[Rule, ...] = (
     _rule(
         "gpu_hardware",
         ROOT,
-        r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120)\b",
+        r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120|14[4-9]|150)\b",  # 144-150: NVLink
         r"fallen off (of )?the bus",
         r"uncorrectable ECC",
         r"ECC_UNCORRECTABLE",
+        r"cudaErrorECCUncorrectable",
+        r"double[- ]bit ECC",
+        r"ECC errors? (was |were )?(detected|encountered)",
+        r"uncontained (ECC )?error",
+        r"row remapp\w* (failure|pending)",
         r"GPU is lost",
         r"GpuIsLost",
         r"GPU_IS_LOST",
+        r"GPU (at PCI:\S+ )?(has|is) (been )?lost",
+        # NVLink and NVSwitch faults (cudaErrorNvlinkUncorrectable, SXid), named without "Xid".
+        r"uncorrectable NVLink",
+        r"cudaErrorNvlinkUncorrectable",
+        r"NVLink (fatal |uncorrectable )?error",
+        r"NVLINK.{0,40}?\b(fatal|fault|training failed)",
+        r"\bSXid\b",
+        r"GPU (requires|needs) (a )?reset",
+        r"GPU reset required",
+        r"RmInitAdapter failed",
+        r"hardware stack error",
+        r"CUDA_ERROR_HARDWARE_STACK_ERROR",
         # nvidia-smi's words for a GPU the driver can no longer reach (fallen off the bus).
         r"Unable to determine the device handle for GPU",
+        in_warning=True,
     ),
     _rule(
         "timeout",
         ROOT,
-        r"DUE TO TIME LIMIT",
+        r"DUE TO TIME LIMIT",  # Slurm
         r"timed out after \d+(\.\d+)? ?(minutes?|hours?|days?)",
         r"\bRun timed out\b",
         r"max(imum)?[ _]runtime",
         r"(?-i:\bTIMEDOUT\b)",
-        r"exceeded (the )?(maximum )?(run ?time|time limit)",
+        r"(?-i:\bJobState=TIMEOUT\b)",
+        # PBS/Torque ("=>> PBS: job killed: walltime 3630 exceeded limit 3600"), Moab ("job
+        # exceeded wallclock limit"), SGE ("exceeded hard wallclock time"), LSF (TERM_RUNLIMIT).
+        r"walltime \d+ exceeded limit",
+        r"exceed\w* (its |the |job'?s? |hard |soft )?(allotted |allowed |requested |maximum |max )?"
+        r"(wall ?clock|wall ?time|run ?time|time)( time)? ?limit",
+        r"exceed\w* (its |the |job'?s? |hard |soft )?(allotted |allowed |requested |maximum |max )?"
+        r"(wall ?clock|wall ?time|run ?time)\b",
+        r"(wall ?clock|wall ?time|run ?time|time) limit (was |has been )?(exceeded|reached|expired)",
+        r"\bTERM_RUNLIMIT\b",
+        r"reaching LSF run ?time limit",
+        # Kubernetes Jobs (activeDeadlineSeconds), SageMaker, Vertex AI, Azure ML, Databricks.
+        r"(?-i:\bDeadlineExceeded\b)",
+        r"active longer than (the )?specified deadline",
+        r"MaxRuntimeExceeded",
+        r"MaxRuntimeInSeconds",
+        r"exceed\w* (its |the )?(max(imum)?[ _]?duration|timeout( period| limit)?|time ?out of)",
+        r"(job|run|task|training) (was )?(stopped|cancel+ed|terminated|killed) (because|as|after) it "
+        r"(ran|exceeded|reached)",
     ),
     # Disk before memory: TensorFlow reports a full disk as ResourceExhaustedError too.
     _rule(
@@ -242,40 +287,58 @@ RULES: tuple[Rule, ...] = (
         r"os error 28\b",
         r"\bENOSPC\b",
         r"Disk quota exceeded",
+        r"\bEDQUOT\b",
         r"StorageFull",
         # Kubernetes evicting a pod for the node's disk.
         r"low on resource: ephemeral-storage",
         r"\bDiskPressure\b",
+        in_warning=True,
     ),
     # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
     # OutOfMemoryError and TensorFlow's OOM on a CPU device are all the host running out.
     _rule(
         "host_oom",
         ROOT,
-        r"oom[-_]kill",
+        r"oom[-_ ]kill",
         r"Out of memory: Kill",
         r"task \d+(-\d+)?: Out Of Memory",
         r"exceeding memory limits",
         r"low on resource: memory",
         r"\bMemoryPressure\b",
         r"java\.lang\.OutOfMemoryError",
-        r"^\s*MemoryError\b",
+        r"^\W*MemoryError\b",
+        r"\bMemoryError: Unable to allocate",
+        r"_ArrayMemoryError",
         r"ray\.exceptions\.OutOfMemoryError",
+        r"RayOutOfMemoryError",
+        r"ObjectStoreFullError",
         r"killed due to the node running low on memory",
         r"Workers \(tasks / actors\) killed due to memory pressure",
         r"address the out of memory issue: \S*ray-oom-prevention",
         r"OOM when allocating tensor.{0,200}?device:CPU",
         r"OOMKilled",
+        # A native allocator's abort (Rust's, the C++ runtime's), the kernel refusing memory.
+        r"memory allocation of \d+ bytes failed",
+        r"std::bad_alloc",
+        r"Cannot allocate memory",
+        r"\[Errno 12\]",
+        # YARN and LSF killing a container or job over its memory limit.
+        r"running beyond (physical|virtual) memory limits",
+        r"\bTERM_MEMLIMIT\b",
+        r"exceeded (its |the )?(job )?memory limit",
         # A DataLoader worker's shared memory (/dev/shm) ran out: host memory, not the GPU's.
         r"workers are out of shared memory",
         r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
+        in_warning=True,
     ),
     _rule(
         "cuda_oom",
         ROOT,
         r"CUDA out of memory",
-        r"OutOfMemoryError",
+        # The exception's own name, not a longer name that ends with it (RayOutOfMemoryError).
+        r"(?-i:(^|[^A-Za-z])OutOfMemoryError)",
         r"CUDA error: out of memory",
+        r"Cuda failure '?out of memory",
         r"cudaErrorMemoryAllocation",
         r"CUDA_ERROR_OUT_OF_MEMORY",
         r"CUBLAS_STATUS_ALLOC_FAILED",
@@ -286,10 +349,14 @@ RULES: tuple[Rule, ...] = (
         r"OOM when allocating tensor",
         r"Out of memory while trying to allocate",
         r"RESOURCE_EXHAUSTED: (Error allocating device buffer|Attempting to (reserve|allocate)|Failed to allocate)",
+        r"RESOURCE_EXHAUSTED: Out of memory",
         r"Ran out of memory in memory space",
+        r"(HIP|hip|ROCm) out of memory",
+        r"hipErrorOutOfMemory",
         # vLLM: the weights fit but the KV cache does not.
         r"No available memory for the cache blocks",
         r"Free memory on device .{0,80}? is less than desired GPU memory utilization",
+        in_warning=True,
     ),
     _rule(
         "illegal_memory_access",
@@ -297,20 +364,41 @@ RULES: tuple[Rule, ...] = (
         r"illegal memory access",
         r"unspecified launch failure",
         r"cudaErrorLaunchFailure",
+        r"cudaErrorIllegalAddress",
+        r"CUDA_ERROR_ILLEGAL_ADDRESS",
         r"misaligned address",
         r"an illegal instruction was encountered",
         r"CUBLAS_STATUS_EXECUTION_FAILED",  # a cuBLAS kernel that failed on the device
+        in_warning=True,
     ),
-    _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed"),
+    _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed", in_warning=True),
     _rule(
         "serialization_too_large",
         ROOT,
         r"bigger than spark\.driver\.maxResultSize",
+        r"Total size of serialized results of \d+ tasks",
+        r"spark\.rpc\.message\.maxSize",
+        r"kryoserializer\.buffer\.max",
+        r"Kryo serialization failed: Buffer overflow",
         r"cannot serialize a \w+( object)? larger than",
         r"Serialized task .* exceeds max allowed",
         r"pickle data was truncated",
         r"object (is )?too large",
         r"too large to serialize",
+        # The 2 GB protobuf limit (TensorFlow graphs and tensor protos, ONNX models, Ray's RPCs).
+        r"exceeds maximum protobuf size",
+        r"protobuf.{0,60}?\b2 ?Gi?B\b",
+        r"(larger|bigger) than (the )?2 ?Gi?B",
+        r"(Cannot|can'?t|failed to) serialize (the )?(protocol buffer|proto\b|message)",
+        r"proto(buf)? (size|message) (is )?(larger|too large|exceeds)",
+        r"message (is )?too (large|long|big)",
+        # gRPC's message-size limit ("Received message larger than max (210771146 vs. 104857600)").
+        r"(Received|Sent|Trying to send) message larger than max",
+        r"message larger than max",
+        r"grpc: (received|trying to send) message larger",
+        # multiprocessing/pickle's 32-bit length header on a > 2 GB object.
+        r"'i' format requires -2147483648 <= number <= 2147483647",
+        r"OverflowError: .{0,60}?(serializ|pickl)",
     ),
     _rule(
         "pickling_error",
@@ -321,22 +409,49 @@ RULES: tuple[Rule, ...] = (
         r"Could not serialize the (function|argument|object)",
         r"is not (JSON |msgpack )?serializable",
     ),
+    # ABI and architecture mismatches that frameworks report only as a warning: still the cause.
+    _rule(
+        "dependency_error",
+        ROOT,
+        r"is not compatible with the current PyTorch installation",
+        r"compiled using NumPy 1\.x cannot be run in",
+        in_warning=True,
+    ),
     _rule(
         "dependency_error",
         ROOT,
         r"ModuleNotFoundError",
         r"\bImportError\b",
         r"undefined symbol",
+        r"symbol lookup error",
         r"version `GLIBC\w*_[\d.]+' not found",
         r"CUDA driver version is insufficient",
         r"Failed to import [\w.]+ because",
         r"No matching distribution found",
         r"cannot open shared object file",
-        # A binary built for another GPU architecture or CUDA version.
+        r"DLL load failed",
+        # A binary built for another GPU architecture, CUDA, NumPy or Python ABI.
         r"invalid device function",
         r"no kernel image is available for execution",
         r"NVIDIA driver on your system is too old",
         r"CUDA Setup failed",  # bitsandbytes finding no usable CUDA libraries
+        r"module compiled against (API|ABI) version",
+        r"size changed, may indicate binary incompatibility",
+        r"numpy\.core\.multiarray failed to import",
+        r"binary incompatib",
+        r"mismatches the version that was used to compile",
+        r"Driver/library version mismatch",
+        r"(CUDA|cuDNN|NCCL|driver|ABI|jaxlib) version mismatch",
+        r"Loaded runtime \w+ library: .{0,80}? but source was compiled with",
+        r"Torch not compiled with CUDA enabled",
+        r"PTX was compiled with an unsupported toolchain",
+        r"Unsupported gpu architecture",
+        r"FlashAttention only supports",
+        r"\bVersionConflict\b",
+        r"DistributionNotFound",
+        r"Descriptors cannot be created directly",  # protobuf 4 against generated code of 3
+        r"requires (the )?[\w.-]+ ?(version )?(>=|==|<=|>)\s*\d",
+        r"incompatible (jaxlib|version|versions|with (the )?installed)",
     ),
     _rule(
         "nan_divergence",
@@ -346,34 +461,92 @@ RULES: tuple[Rule, ...] = (
         r"NaN or Inf found in input tensor",
         r"\bloss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",  # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`
         r"non-finite loss",
+        r"\b(loss|training|model) (has )?diverged",
         r"found (NaN|Inf) in (local )?grad norm",  # Megatron's check
+        r"loss scale already at minimum",  # DeepSpeed's fp16 scaler giving up
+        r"Detected (NaN|inf) (loss|gradient)",
     ),
     _rule(
         "capacity_unavailable",
         ROOT,
+        # AWS, GCP, Azure, OCI, SageMaker, Vertex, Databricks, SkyPilot, Lambda: no capacity.
         r"INSUFFICIENT_CAPACITY",
         r"InsufficientInstanceCapacity",
+        r"insufficient[ _-]capacity",
         r"capacity unavailable",
-        r"no GPU capacity",
+        r"no (more )?(GPU )?capacity",
+        r"(not enough|out of|no available) (host |GPU |instance |compute )?capacity",
+        r"OutOfHostCapacity",
         r"do not have sufficient \S+ capacity",
         r"ZONE_RESOURCE_POOL_EXHAUSTED",
+        r"resource pool exhausted",
+        r"\bstockout\b",
         r"does not have enough resources available to fulfill the request",  # GCP's words for it
         r"ResourceLimitExceeded",  # SageMaker: the account's instance quota
+        r"CapacityError",
+        r"Unable to provision requested ML compute capacity",
+        r"ResourcesUnavailableError",
+        r"Failed to acquire resources",
+        r"(Zonal)?AllocationFailed",
+        r"OverconstrainedAllocationRequest",
+        r"SkuNotAvailable",
+        r"CLOUD_PROVIDER_LAUNCH_FAILURE",
+        r"INSTANCE_POOL_MAX_CAPACITY",
+        # Quotas: each cloud's wording.
+        r"QUOTA_EXCEEDED",
+        r"QuotaExceeded",
+        r"VcpuLimitExceeded",
+        r"vCPU (capacity|limit)",
+        r"Quota '?[\w/.-]+'? exceeded",
+        r"quota (metrics? )?exceed",
+        r"exceed\w* (the |your )?(approved )?[\w/.' -]{0,40}?quota",
+        r"GPUS_ALL_REGIONS",
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
+        r"(?-i:\bFailedScheduling\b)",
         r"no nodes available to schedule",
         r"Cannot schedule pods",
+        # Slurm and PBS refusing the request outright.
+        r"Requested node configuration is not available",
+        r"(?-i:\b(QOSMax|AssocGrp|AssocMax)\w+)",
+        r"violates accounting/QOS policy",
+        r"exceeds queue resource limits",
+        r"would exceed (the )?(queue|complex|server)",
     ),
     _rule(
         "cancelled",
         ROOT,
-        r"cancel+ed by (the )?user",
+        r"KeyboardInterrupt",
+        in_warning=True,
+    ),
+    _rule(
+        "cancelled",
+        ROOT,
+        r"cancel+ed by (the )?(user|owner|admin\w*|operator)",
         r"\bRun was cancel+ed\b",
         r"\bwas cancel+ed\b",
         r"(?-i:\bCANCEL+ED\b)",
-        r"KeyboardInterrupt",
         r"SIGTERM.*\b(by user|user request|policy|preempt\w*)\b",
+        # Stopped by a person or a system, in each scheduler's and platform's words.
+        r"\bscancel\b",
+        r"\bqdel\b",
+        r"job deleted",
+        r"deleted by (the )?(user|owner|admin\w*|operator)",
+        r"\bTERM_(OWNER|ADMIN|PREEMPT|FORCE_OWNER|FORCE_ADMIN|REQUEUE_OWNER|REQUEUE_ADMIN)\b",
+        r"killed by (the )?(job )?(owner|user|admin\w*)",
+        r"(stopped|terminated|interrupted|killed|aborted) by (the )?(user|owner|operator|admin\w*)",
+        r"(?-i:\bPREEMPTED\b)",
+        r"\b(was|been|being) preempted\b",
+        r"preemption (notice|signal)",
+        r"spot (instance )?(interruption|termination|reclaim)",
+        r"Spot Instance interruption",
+        r"StopTrainingJob",
+        r"Training job .{0,80}?(was )?stopped",
+        r"TaskCancelledError",
+        r"user requested (stop|cancel\w*|termination)",
+        r"Interrupted by user",
+        r"^\W*\^C",
     ),
     # Symptoms: NCCL, distributed timeouts and signals are what a cascade looks like from the
     # other ranks (see the timeout taxonomy above).
@@ -387,24 +560,29 @@ RULES: tuple[Rule, ...] = (
         SYMPTOM,
         r"Received (1|2|15) death signal",
         r"SignalException: Process \d+ got signal: (1|2|15)\b",
+        # The agent passing on the SIGHUP or SIGINT it got (on a failure of its own it sends SIGTERM).
+        r"closing signal SIG(HUP|INT)\b",
     ),
     _rule(
         "nccl_timeout",
         SYMPTOM,
-        r"Watchdog caught collective operation timeout",
+        r"Watchdog caught collective",
         r"\bNCCL timeout\b",
         r"Timeout at NCCL work",
         r"watchdog got stuck",
         r"WorkNCCL::checkTimeout",
         r"WorkNCCL\([^)]{0,300}\) ran for \d+ ?(ms|milliseconds)",
+        r"ran for \d+ milliseconds before timing out",
         r"NCCL watchdog timeout",
         r"gloo.{0,200}?(Timed out|timeout)",
         r"Timed out waiting \d+ ?ms for (recv|send)",
+        r"monitoredBarrier",
         r"Socket Timeout",
         r"socket has timed out after",
         r"(TCPStore|Store)\b.{0,120}?timed out",
         r"Rendezvous(Timeout|Connection)Error",
         r"DEADLINE_EXCEEDED",
+        r"Deadline Exceeded",
         r"Barrier timed out",
         r"heartbeat timeout",
     ),
@@ -419,6 +597,7 @@ RULES: tuple[Rule, ...] = (
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
+        r"NCCL WARN Connect to \S+ failed",
         IB_COMPLETION_ERROR,
     ),
     _rule(
@@ -435,8 +614,8 @@ RULES: tuple[Rule, ...] = (
         r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
         r"\bSIGKILL\b",
-        r"^\W*Killed\W*$",  # the shell's report of a SIGKILL, maybe quoted or emphasised
-        r"killed by signal: Killed",
+        r"^\W*(Killed|已杀死|Getötet|Processus arrêté)\W*$",  # the shell's report of a SIGKILL, in its locale
+        r"killed by si\w*: Killed",
     ),
     _rule(
         "other",
@@ -456,19 +635,50 @@ RULES: tuple[Rule, ...] = (
         r"A worker died or was killed while executing",
         r"The actor died unexpectedly",
         r"(?-i:ERROR: Script failed with exit code \d+)",
+        # TensorFlow 1's way of naming an op's error ("AbortedError (see above for traceback): ...").
+        r"(?-i:\w+Error) \(see above for traceback\)",
+        r"Horovod has been shut down",
     ),
-    _rule("other", TRACEBACK, r"Traceback \(most recent call last\)", r"(?-i:^\s*ERROR\b)", r"(?-i:\bFAILED\b)"),
+    # An abnormal end with no named cause: a signal, a non-zero exit status, a scheduler's kill.
+    # Tier TRACEBACK: any named cause or symptom elsewhere in the log outranks them.
+    _rule(
+        "other",
+        TRACEBACK,
+        r"Traceback \(most recent call last\)",
+        r"(?-i:^\s*ERROR\b)",
+        r"(?-i:\bFAILED\b)",
+        r"core dumped",
+        r"(?-i:^\W*(Aborted|Terminated|Bus error|Illegal instruction|Floating point exception)\b)",
+        r"Signal \d+ \(SIG\w+\) received",
+        r"received signal SIG\w+",
+        r"\bSIG(ABRT|BUS|FPE|ILL)\b",
+        r"\bexit ?code\s*:\s*-?[1-9]\d*\b",
+        r"exit(ed)? (with )?(status|code|exit code)\s*[:=]?\s*-?[1-9]\d*\b",
+        r"non-?zero exit (status|code)",
+        r"(Process|Program) finished with exit code [1-9]",
+        r"ChildFailedError",
+        r"\bpanic: ",
+        r"fatal error",
+        r"PBS: job killed",
+        r"\bjob killed\b",
+        r"\bTERM_\w+: job killed",
+        r"(?-i:\bBackoffLimitExceeded\b)",
+        r"srun: error: .{0,120}?(Exited|Killed|Terminated|task \d+)",
+        r"(?-i:slurmstepd: error)",
+        r"OP_REQUIRES failed",
+    ),
 )
 
-# Lines that look alarming but are not failures; they are never evidence. Fatal NCCL lines
-# still count because the error itself is reported on a separate, non-WARN line, except
-# NCCL_FATAL_WARN's.
+# Lines that look alarming but are not failures: no rule reads them, except the causes a
+# warning can carry (`Rule.in_warning`: an OOM or a device assert inside an NCCL WARN line, a
+# full disk or a KeyboardInterrupt inside a UserWarning) and NCCL_FATAL_WARN's transport errors.
 HARMLESS = compile_linear(
     r"NCCL INFO",
     r"NCCL WARN",
     # A warning class ("UserWarning: ..."), not a logger's WARNING level: torchrun logs the signal
-    # that stopped it at WARNING.
-    r"\w+Warning\b\s*:",
+    # that stopped it at WARNING. Warning classes are CamelCase: "CWARNING:" (a ^C glued to a
+    # logger's level) is not one.
+    r"(?-i:\w+Warning\b)\s*:",
     r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
     r"TensorFloat-32|\bTF32\b",
     r"Some weights of .* (not initialized|not used)",
@@ -480,7 +690,12 @@ HARMLESS = compile_linear(
 
 # NCCL WARN lines that are a failure's own report (HARMLESS does not hide them): an InfiniBand
 # completion with an error status, after which NCCL only logs the error code (`-> 6`) at INFO.
-NCCL_FATAL_WARN = compile_linear(IB_COMPLETION_ERROR)
+NCCL_FATAL_WARN = compile_linear(
+    IB_COMPLETION_ERROR,
+    r"Failed to execute operation Connect from rank",
+    r"Connect to \S+ failed",
+    r"unhandled (system|cuda) error",
+)
 
 # Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
 # it, so the hint never becomes evidence ("...enable device-side assertions" is not a device
@@ -495,6 +710,28 @@ BOILERPLATE = compile_linear(
     r"There are some potential root causes\..*",
 )
 
+# Prefixes that launchers, loggers and schedulers put before a process's own output: a rank
+# ("[rank3]:", "[default0]:", "rank0: "), Horovod/MPI ("[1,0]<stderr>:"), a Ray actor
+# ("(RayTrainWorker pid=123, ip=10.0.0.1)"), a timestamp, a quoted reply ("> "), a line number
+# of a pasted log ("[1763] "). Stripped (repeatedly) before the rules read a line, so an anchored
+# rule ("^MemoryError") sees the message; the evidence shown is still the whole line.
+LINE_PREFIX = compile_linear(
+    r"^\s*\[?rank\s?\d+\]?\s?[:>]",
+    r"^\s*\[default\d+\]:",
+    r"^\s*\[\d+(,\d+)*\]<std(out|err)>:",
+    r"^\s*\((\w+ )?pid=\d+(, ip=[\d.]+)?\)",
+    r"^\s*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d([.,]\d+)?(Z|[+-]\d\d:?\d\d)?\]?( ?[|:-])?",
+    r"^\s*\[\d\d:\d\d:\d\d([.,]\d+)?\]",
+    r"^\s*\[\d+\] ",
+    r"^\s*>",
+)
+
+# A Python traceback's frame line (`File "...", line N, in f`). Never evidence, and neither is
+# the source line it quotes (indented deeper, e.g. `raise RuntimeError(f"NCCL error: {error_str}")`).
+# A native backtrace's frames (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`) are
+# read: with the message cut, the function a frame names is all a log says.
+FRAME = compile_linear(r"^\s*File \"[^\"]*\", line \d+(, in \S+)?\s*$")
+
 # Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
 # non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
 # a DataLoader worker's segfault that the loader survived, a handled exception's traceback.
@@ -508,8 +745,18 @@ PROGRESS = compile_linear(
 RECOVERED_AFTER = 2
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
-OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping")
+# The same for a gradient norm logged as NaN step after step (HF Trainer's `'grad_norm': nan`).
+OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping", r"grad_norm['\"]?\s*[:=]\s*['\"]?nan\b")
 OVERFLOW_STREAK = 5
+
+# Words that make a line the likeliest root-cause line of a run that failed with no rule
+# matching (the "unrecognised failure" verdict reads the log's tail for the first of them).
+WEAK_ERROR = compile_linear(
+    r"\b(error|errors|fail\w*|fatal|exception|abort\w*|kill\w*|terminat\w*|panic|denied|refused|cannot|"
+    r"can't|unable|crash\w*|die[ds]?|dead|exit\w*|interrupt\w*|timed? ?out)\b"
+)
+# Non-blank lines at the end of a log searched for that line.
+TAIL_LINES = 40
 
 # Exit codes that say something on their own when the log does not.
 EXIT_CODE_CLASSES: dict[int, str] = {137: "host_oom", -9: "host_oom", 139: "segfault", -11: "segfault"}
