@@ -48,22 +48,41 @@ MAX_EVIDENCE_CHARS = 1_000
 MAX_SCAN_CHARS = 4_000
 
 
-def _rule_set(rules: tuple[Rule, ...]) -> re2.Set:
-    # All rules in one RE2 set: a single linear pass over a line says which rules match it.
-    compiled = re2.Set.SearchSet()
-    for rule in rules:
+# Memory RE2 may use for the set's automaton (its default, 8 MiB, is too small for every
+# family's wordings: the DFA would rebuild its state cache line after line).
+SET_MAX_MEM = 256 << 20
+
+# What else one pass over a line says, after the rules' indices in the set.
+_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME = range(6)
+_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME)
+
+
+def _line_set() -> re2.Set:
+    # Every rule and every other line pattern in one RE2 set: a single linear pass over a line
+    # (about a microsecond) says which rules match it and what kind of line it is. The Python
+    # wrapper's per-call cost (tens of microseconds on long lines) is paid once a line, not ten times.
+    options = re2.Options()
+    options.max_mem = SET_MAX_MEM
+    compiled = re2.Set.SearchSet(options)
+    for rule in RULES:
         compiled.Add("(?i)" + rule.source)
+    for flag in _FLAGS:
+        compiled.Add(flag.pattern)
     compiled.Compile()
     return compiled
 
 
-_RULE_SET = _rule_set(RULES)
+_LINE_SET = _line_set()
+_N_RULES = len(RULES)
+_NO_FLAGS: frozenset[int] = frozenset()
 # The indices (into RULES) of the rules that still read a warning line.
 _IN_WARNING = frozenset(i for i, rule in enumerate(RULES) if rule.in_warning)
 # Prefix stripping stops after this many prefixes ("[rank0]:[2024-..] ..." is two).
 MAX_PREFIXES = 4
-# Characters of each side read when a message is split over two lines.
+# Characters of each side read when a message is split over two lines; only a line at least
+# WRAP_CHARS long or one that opened an error can continue on the next.
 JOIN_CHARS = 200
+WRAP_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -88,7 +107,8 @@ def _verdict(class_id: str, line: int | None, evidence: str) -> Classification:
 
 def scan_text(raw: str) -> str:
     """A raw log line as the rules read it: cut to MAX_SCAN_CHARS, colour codes stripped."""
-    return ANSI_CSI.sub("", raw[:MAX_SCAN_CHARS].rstrip("\r\n"))
+    text = raw[:MAX_SCAN_CHARS].rstrip("\r\n")
+    return ANSI_CSI.sub("", text) if "\x1b" in text else text
 
 
 def strip_prefixes(text: str) -> str:
@@ -103,36 +123,38 @@ def strip_prefixes(text: str) -> str:
     return text
 
 
-def _match(key: str) -> Rule | None:
-    """The first rule (in RULES order) that claims a prefix-stripped line, or None.
+def _read(text: str) -> tuple[Rule | None, frozenset[int]]:
+    """The first rule (in RULES order) that claims a line, or None, and the line's flags.
 
     Boilerplate hints are cut out first. A harmless warning is read only by the rules whose cause
     a warning can carry (`Rule.in_warning`) and, for NCCL's transport failures, NCCL_FATAL_WARN.
     """
-    key = BOILERPLATE.sub(" ", key)
-    matched = _RULE_SET.Match(key)
-    if not matched:
-        return None
-    if HARMLESS.search(key) and not NCCL_FATAL_WARN.search(key):
+    hits = _LINE_SET.Match(text)
+    if not hits:
+        return None, _NO_FLAGS
+    flags = frozenset(i - _N_RULES for i in hits if i >= _N_RULES) if max(hits) >= _N_RULES else _NO_FLAGS
+    if _BOILERPLATE in flags:
+        text = BOILERPLATE.sub(" ", text)
+        hits = _LINE_SET.Match(text) or []
+        flags = frozenset(i - _N_RULES for i in hits if i >= _N_RULES)
+    matched = [i for i in hits if i < _N_RULES]
+    if matched and _HARMLESS in flags and _NCCL_FATAL not in flags:
         matched = [i for i in matched if i in _IN_WARNING]
-        if not matched:
-            return None
-    return RULES[min(matched)]
+    return (RULES[min(matched)] if matched else None), flags
 
 
 def match_rule(text: str) -> Rule | None:
     """The first rule (in RULES order) that claims this line, or None.
 
-    The line is read up to MAX_SCAN_CHARS with its prefixes stripped (`strip_prefixes`); a
-    traceback's frame lines are never evidence.
+    The line is read up to MAX_SCAN_CHARS, its rules anchored after any rank, actor, timestamp
+    or quote prefixes; a traceback's frame line is never evidence.
     """
-    key = strip_prefixes(text[:MAX_SCAN_CHARS])
-    if FRAME.search(key):
-        return None
-    return _match(key)
+    rule, flags = _read(text[:MAX_SCAN_CHARS])
+    return None if _FRAME in flags else rule
 
 
-def _indent(key: str) -> int:
+def _indent(text: str) -> int:
+    key = strip_prefixes(text)
     return len(key) - len(key.lstrip())
 
 
@@ -147,16 +169,38 @@ def _likeliest_line(tail: Iterable[tuple[int, str]]) -> tuple[int, str] | None:
     return last
 
 
+def _continues(previous: tuple[int, str, Rule | None, frozenset[int]], text: str) -> bool:
+    """Whether a line reads as the rest of the one before: it starts in lower case (a word or a
+    sentence cut by a wrap), or it is indented under an error line."""
+    first = text[:1]
+    return first.islower() or (first.isspace() and previous[2] is not None)
+
+
+def _joined(previous: tuple[int, str, Rule | None, frozenset[int]], text: str) -> Rule | None:
+    """The ROOT or SYMPTOM rule that a message split over two lines matches only when joined."""
+    head = previous[1]
+    if _BOILERPLATE in previous[3]:
+        head = BOILERPLATE.sub(" ", head)
+    head = head[-JOIN_CHARS:]
+    rest = text.lstrip()[:JOIN_CHARS]
+    # A word cut in two ("an illeg" / "al memory") joins as it was; whole words with a space.
+    for glue in ("", " "):
+        rule, _ = _read(head + glue + rest)
+        if rule is not None and rule.tier <= SYMPTOM:
+            return rule
+    return None
+
+
 def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed: bool = False) -> Classification:
     """Classify a log given as lines (numbered from 1 in the order given).
 
-    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes, then the rank, actor,
-       timestamp and quote prefixes (`strip_prefixes`) before matching. A traceback's frame
-       lines and the source lines they quote are never evidence.
+    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes; rules anchored at a
+       line's start are anchored after its rank, actor, timestamp and quote prefixes. A
+       traceback's frame lines and the source lines they quote are never evidence.
     2. Match each remaining line against the rules in order; the first rule that matches
        claims the line, so one line is evidence of one class only. A warning line is read only
        for the causes a warning can carry (an OOM inside an NCCL WARN, a full disk inside a
-       UserWarning). A message split over two lines is read joined, and the first line is its
+       UserWarning). A message split over two lines is read joined, and its first line is the
        evidence.
     3. Keep the earliest line of each tier. A ROOT match (a cause: OOM, Xid, full disk, ...)
        ends the scan: whatever follows is the cascade it set off.
@@ -178,24 +222,26 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
     streak = 0
     progress_since_error = 0
     frame_indent: int | None = None  # the indentation of the frame line just read, if any
-    previous: tuple[int, str, str] | None = None  # the last line read: number, text, key
+    # The last line read, if it may continue on this one: number, text, rule.
+    previous: tuple[int, str, Rule | None, frozenset[int]] | None = None
     tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
     for number, raw in enumerate(lines, start=1):
         text = scan_text(raw)
-        key = strip_prefixes(text)
-        if not key.strip():
+        if not text or text.isspace():
             previous = None
             continue
-        if FRAME.search(key):
-            frame_indent = _indent(key)
+        rule, flags = _read(text)
+        if _FRAME in flags:
+            frame_indent = _indent(text)
             previous = None
             continue
-        if frame_indent is not None and _indent(key) > frame_indent:
-            frame_indent = None  # the source line a frame quotes
-            previous = None
-            continue
-        frame_indent = None
-        if OVERFLOW.search(key):
+        if frame_indent is not None:
+            quoted = _indent(text) > frame_indent
+            frame_indent = None
+            if quoted:  # the source line a frame quotes
+                previous = None
+                continue
+        if _OVERFLOW in flags:
             streak += 1
             if streak == 1:
                 streak_start = (number, text)
@@ -204,16 +250,16 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
                 break
             continue
         streak = 0
-        rule = _match(key)
-        if previous is not None and (rule is None or rule.tier > SYMPTOM):
-            # A message split over two lines ("...an illeg" / "al memory access"): read joined.
-            head = previous[2][-JOIN_CHARS:]
-            joined = _match(head + key[:JOIN_CHARS]) or _match(head + " " + key[:JOIN_CHARS])
-            if joined is not None and joined.tier <= SYMPTOM and _match(head) is None:
+        if previous is not None and (rule is None or rule.tier > SYMPTOM) and _continues(previous, text):
+            joined = _joined(previous, text)
+            if joined is not None and (previous[2] is None or previous[2].tier > SYMPTOM):
                 number, text, rule = previous[0], previous[1], joined
-        previous = (number, text, key)
+        # A line may continue on the next when it opened an error or is long enough to have
+        # been wrapped (a progress bar redrawn in place is long but never continues).
+        may_continue = rule is not None or (len(text) >= WRAP_CHARS and _PROGRESS not in flags)
+        previous = (number, text, rule, flags) if may_continue else None
         if rule is None:
-            if PROGRESS.search(key):
+            if _PROGRESS in flags:
                 tail.clear()
                 if best:
                     progress_since_error += 1

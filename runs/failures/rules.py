@@ -67,7 +67,37 @@ def compile_linear(*alternatives: str) -> LinePattern:
     return re2.compile("(?i)" + "|".join(f"(?:{alternative})" for alternative in alternatives))
 
 
+# Prefixes that launchers, loggers and schedulers put before a process's own output: a rank
+# ("[rank3]:", "[default0]:", "rank0: "), Horovod/MPI ("[1,0]<stderr>:"), a Ray actor
+# ("(RayTrainWorker pid=123, ip=10.0.0.1)"), a timestamp, a quoted reply ("> "), a line number
+# of a pasted log ("[1763] "). A rule anchored at the start of a line ("^MemoryError") is
+# anchored after any number of them (START), so it sees the message; the evidence shown is
+# still the whole line.
+LINE_PREFIXES = (
+    r"\[?rank\s?\d+\]?\s?[:>]",
+    r"\[default\d+\]:",
+    r"\[\d+(,\d+)*\]<std(out|err)>:",
+    r"\((\w+ )?pid=\d+(, ip=[\d.]+)?\)",
+    r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d([.,]\d+)?(Z|[+-]\d\d:?\d\d)?\]?( ?[|:-])?",
+    r"\[\d\d:\d\d:\d\d([.,]\d+)?\]",
+    r"\[\d+\] ",
+    r">",
+)
+START = r"^(?i:\s*(?:" + "|".join(LINE_PREFIXES) + r"))*"
+LINE_PREFIX = compile_linear(*(r"^\s*(?:" + prefix + ")" for prefix in LINE_PREFIXES))
+
+
+def anchored(alternative: str) -> str:
+    """An alternative whose "^" (maybe inside a case-sensitive group) means START."""
+    if alternative.startswith("^"):
+        return START + alternative[1:]
+    if alternative.startswith("(?-i:^"):
+        return "(?-i:" + START + alternative[len("(?-i:^") :]
+    return alternative
+
+
 def _rule(class_id: str, tier: int, *alternatives: str, in_warning: bool = False) -> Rule:
+    alternatives = tuple(anchored(alternative) for alternative in alternatives)
     source = "|".join(f"(?:{alternative})" for alternative in alternatives)
     return Rule(class_id, tier, compile_linear(*alternatives), source, in_warning)
 
@@ -241,6 +271,10 @@ RULES: tuple[Rule, ...] = (
         r"NVLink (fatal |uncorrectable )?error",
         r"NVLINK.{0,40}?\b(fatal|fault|training failed)",
         r"\bSXid\b",
+        r"Critical Xid",
+        r"XidCriticalError",
+        r"DCGM_FR_\w*(ECC|NVLINK|XID|PCIE|RETIRED|ROW_REMAP)",
+        r"marking device \S+ as unhealthy",
         r"GPU (requires|needs) (a )?reset",
         r"GPU reset required",
         r"RmInitAdapter failed",
@@ -256,6 +290,7 @@ RULES: tuple[Rule, ...] = (
         r"DUE TO TIME LIMIT",  # Slurm
         r"timed out after \d+(\.\d+)? ?(minutes?|hours?|days?)",
         r"\bRun timed out\b",
+        r"\b(job|training job|pipeline) ?timed ?out\b",
         r"max(imum)?[ _]runtime",
         r"(?-i:\bTIMEDOUT\b)",
         r"(?-i:\bJobState=TIMEOUT\b)",
@@ -351,7 +386,13 @@ RULES: tuple[Rule, ...] = (
         r"RESOURCE_EXHAUSTED: (Error allocating device buffer|Attempting to (reserve|allocate)|Failed to allocate)",
         r"RESOURCE_EXHAUSTED: Out of memory",
         r"Ran out of memory in memory space",
-        r"(HIP|hip|ROCm) out of memory",
+        r"(HIP|hip|ROCm)( error)?:? out of memory",
+        r"CUDA: out of memory",
+        r"cudaMalloc( retry)? failed: out of memory",
+        r"\b(GPU|CUDA|device) (OOM|out of memory)\b",
+        r"out of memory (error )?on (GPU|device)",
+        r"Dst tensor is not initialized",  # TensorFlow failing to copy a tensor onto a full GPU
+        r"larger than the maximum number of tokens that can be stored in KV cache",
         r"hipErrorOutOfMemory",
         # vLLM: the weights fit but the KV cache does not.
         r"No available memory for the cache blocks",
@@ -450,7 +491,14 @@ RULES: tuple[Rule, ...] = (
         r"\bVersionConflict\b",
         r"DistributionNotFound",
         r"Descriptors cannot be created directly",  # protobuf 4 against generated code of 3
-        r"requires (the )?[\w.-]+ ?(version )?(>=|==|<=|>)\s*\d",
+        r"Ninja is required to load C\+\+ extensions",
+        r"nvcc fatal",
+        r"Failed building wheel for",
+        r"Could not build wheels",
+        r"forward compatibility was attempted on non supported HW",
+        r"compiled with different CUDA (major )?versions",
+        r"module '[\w.]+' has no attribute",
+        r"Library installation failed",
         r"incompatible (jaxlib|version|versions|with (the )?installed)",
     ),
     _rule(
@@ -606,12 +654,14 @@ RULES: tuple[Rule, ...] = (
         r"Segment\s*ation fault",  # terminals re-wrapping a line can split the word
         r"SIGSEGV",
         r"(exit|return|status) ?code\s*[:=]?\s*(139|-11)\b",
+        r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
     _rule(
         "host_oom",
         SYMPTOM,
         r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
+        r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
         r"\bSIGKILL\b",
         r"^\W*(Killed|已杀死|Getötet|Processus arrêté)\W*$",  # the shell's report of a SIGKILL, in its locale
@@ -654,7 +704,7 @@ RULES: tuple[Rule, ...] = (
         r"\bSIG(ABRT|BUS|FPE|ILL)\b",
         r"\bexit ?code\s*:\s*-?[1-9]\d*\b",
         r"exit(ed)? (with )?(status|code|exit code)\s*[:=]?\s*-?[1-9]\d*\b",
-        r"non-?zero exit (status|code)",
+        r"non-?zero (exit )?(status|code)",
         r"(Process|Program) finished with exit code [1-9]",
         r"ChildFailedError",
         r"\bpanic: ",
@@ -708,29 +758,14 @@ BOILERPLATE = compile_linear(
     # Ray lists every cause a dead worker could have had; naming SIGKILL or SIGSEGV there is not
     # evidence of either.
     r"There are some potential root causes\..*",
-)
-
-# Prefixes that launchers, loggers and schedulers put before a process's own output: a rank
-# ("[rank3]:", "[default0]:", "rank0: "), Horovod/MPI ("[1,0]<stderr>:"), a Ray actor
-# ("(RayTrainWorker pid=123, ip=10.0.0.1)"), a timestamp, a quoted reply ("> "), a line number
-# of a pasted log ("[1763] "). Stripped (repeatedly) before the rules read a line, so an anchored
-# rule ("^MemoryError") sees the message; the evidence shown is still the whole line.
-LINE_PREFIX = compile_linear(
-    r"^\s*\[?rank\s?\d+\]?\s?[:>]",
-    r"^\s*\[default\d+\]:",
-    r"^\s*\[\d+(,\d+)*\]<std(out|err)>:",
-    r"^\s*\((\w+ )?pid=\d+(, ip=[\d.]+)?\)",
-    r"^\s*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d([.,]\d+)?(Z|[+-]\d\d:?\d\d)?\]?( ?[|:-])?",
-    r"^\s*\[\d\d:\d\d:\d\d([.,]\d+)?\]",
-    r"^\s*\[\d+\] ",
-    r"^\s*>",
+    r"\(1\) The process is killed by SIGKILL by OOM killer due to high memory usage\.?",
 )
 
 # A Python traceback's frame line (`File "...", line N, in f`). Never evidence, and neither is
 # the source line it quotes (indented deeper, e.g. `raise RuntimeError(f"NCCL error: {error_str}")`).
 # A native backtrace's frames (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`) are
 # read: with the message cut, the function a frame names is all a log says.
-FRAME = compile_linear(r"^\s*File \"[^\"]*\", line \d+(, in \S+)?\s*$")
+FRAME = compile_linear(anchored(r"^\s*File \"[^\"]*\", line \d+(, in \S+)?\s*$"))
 
 # Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
 # non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
