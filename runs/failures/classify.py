@@ -24,6 +24,7 @@ from runs.failures.rules import (
     EXIT_CODE_CLASSES,
     FRAME,
     HARMLESS,
+    IPYTHON_HEADER,
     LINE_PREFIX,
     NCCL_FATAL_WARN,
     OVERFLOW,
@@ -53,8 +54,8 @@ MAX_SCAN_CHARS = 4_000
 SET_MAX_MEM = 256 << 20
 
 # What else one pass over a line says, after the rules' indices in the set.
-_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME = range(6)
-_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME)
+_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME, _IPYTHON_HEADER = range(7)
+_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME, IPYTHON_HEADER)
 
 
 def _line_set() -> re2.Set:
@@ -225,6 +226,7 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
     # The last line read, if it may continue on this one: number, text, rule.
     previous: tuple[int, str, Rule | None, frozenset[int]] | None = None
     tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
+    header = False  # the ROOT evidence so far is an IPython traceback header
     for number, raw in enumerate(lines, start=1):
         text = scan_text(raw)
         if not text or text.isspace():
@@ -253,7 +255,12 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
         if previous is not None and (rule is None or rule.tier > SYMPTOM) and _continues(previous, text):
             joined = _joined(previous, text)
             if joined is not None and (previous[2] is None or previous[2].tier > SYMPTOM):
-                number, text, rule = previous[0], previous[1], joined
+                rule = joined
+                if len(previous[1]) <= JOIN_CHARS:
+                    # The message starts on a short line ("RuntimeError: CUDA error: an"): the
+                    # evidence is that line. A long wrapped line's tail is what continues here,
+                    # so this line shows the cause better.
+                    number, text = previous[0], previous[1]
         # A line may continue on the next when it opened an error or is long enough to have
         # been wrapped (a progress bar redrawn in place is long but never continues).
         may_continue = rule is not None or (len(text) >= WRAP_CHARS and _PROGRESS not in flags)
@@ -269,10 +276,18 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
         tail.append((number, text))
         progress_since_error = 0
         if rule.tier in best:
+            if rule.tier == ROOT and header and best[ROOT][1] == rule.class_id:
+                best[ROOT] = (number, rule.class_id, text)  # the message the header announced
+                break
             continue
         best[rule.tier] = (number, rule.class_id, text)
         if rule.tier == ROOT:
-            break
+            # IPython's traceback header ("ResourceExhaustedError   Traceback (most recent call
+            # last)") names the exception; its message comes at the traceback's end. Read on
+            # for that message, keeping the header if the excerpt ends first.
+            header = _IPYTHON_HEADER in flags
+            if not header:
+                break
 
     run_failed = failed or bool(exit_code)
     if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not run_failed:

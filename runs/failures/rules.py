@@ -645,7 +645,10 @@ RULES: tuple[Rule, ...] = (
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
-        r"NCCL WARN Connect to \S+ failed",
+        # NCCL's socket layer failing to reach a peer (it prints these at WARN, or bare).
+        r"socketStartConnect: Connect to \S+ failed",
+        r"NCCL WARN .{0,60}?Connect to \S+ failed",
+        r"\bNet ?: Call to (recv|send|connect) .{0,60}?failed",
         IB_COMPLETION_ERROR,
     ),
     _rule(
@@ -744,6 +747,7 @@ NCCL_FATAL_WARN = compile_linear(
     IB_COMPLETION_ERROR,
     r"Failed to execute operation Connect from rank",
     r"Connect to \S+ failed",
+    r"\bNet ?: Call to (recv|send|connect) .{0,60}?failed",
     r"unhandled (system|cuda) error",
 )
 
@@ -766,6 +770,9 @@ BOILERPLATE = compile_linear(
 # A native backtrace's frames (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`) are
 # read: with the message cut, the function a frame names is all a log says.
 FRAME = compile_linear(anchored(r"^\s*File \"[^\"]*\", line \d+(, in \S+)?\s*$"))
+
+# IPython's traceback header: the exception's name, then its traceback, then its message.
+IPYTHON_HEADER = compile_linear(r"^\W*[\w.]+\s{2,}Traceback \(most recent call last\)")
 
 # Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
 # non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
