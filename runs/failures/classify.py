@@ -35,6 +35,7 @@ from runs.failures.rules import (
     RULES,
     SYMPTOM,
     TAIL_LINES,
+    TRACEBACK,
     WEAK_ERROR,
     Rule,
 )
@@ -222,7 +223,7 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
     streak_start: tuple[int, str] | None = None
     streak = 0
     progress_since_error = 0
-    frame_indent: int | None = None  # the indentation of the frame line just read, if any
+    frame_indent: int | None = None  # the indentation of the last frame line, while its source lasts
     # The last line read, if it may continue on this one: number, text, rule.
     previous: tuple[int, str, Rule | None, frozenset[int]] | None = None
     tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
@@ -236,13 +237,17 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
         if _FRAME in flags:
             frame_indent = _indent(text)
             previous = None
+            tail.append((number, text))
+            if TRACEBACK not in best:  # a traceback, even one cut before its message, is an abnormal end
+                best[TRACEBACK] = (number, "other", text)
             continue
         if frame_indent is not None:
-            quoted = _indent(text) > frame_indent
-            frame_indent = None
-            if quoted:  # the source line a frame quotes
+            if _indent(text) > frame_indent:
+                # The source a frame quotes: its lines (Python 3.11+ shows a statement's every
+                # line) and the carets under them, all indented deeper than the frame line.
                 previous = None
                 continue
+            frame_indent = None
         if _OVERFLOW in flags:
             streak += 1
             if streak == 1:

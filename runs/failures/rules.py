@@ -82,6 +82,9 @@ LINE_PREFIXES = (
     r"\[\d\d:\d\d:\d\d([.,]\d+)?\]",
     r"\[\d+\] ",
     r">",
+    # A logger's level and time ("ERROR 04-17 23:05:06", vLLM's) and its source ("[core.py:390]").
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?",
+    r"\[[\w./-]+\.py:\d+(:\w+)?\]",
 )
 START = r"^(?i:\s*(?:" + "|".join(LINE_PREFIXES) + r"))*"
 LINE_PREFIX = compile_linear(*(r"^\s*(?:" + prefix + ")" for prefix in LINE_PREFIXES))
