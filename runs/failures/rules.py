@@ -278,6 +278,9 @@ RULES: tuple[Rule, ...] = (
         r"XidCriticalError",
         r"DCGM_FR_\w*(ECC|NVLINK|XID|PCIE|RETIRED|ROW_REMAP)",
         r"marking device \S+ as unhealthy",
+        r"double[- ]bit (ECC )?error",
+        r"PCIe Bus Error.{0,40}?Uncorrected",
+        r"Timeout waiting for RPC from GSP",
         r"GPU (requires|needs) (a )?reset",
         r"GPU reset required",
         r"RmInitAdapter failed",
@@ -294,6 +297,11 @@ RULES: tuple[Rule, ...] = (
         r"timed out after \d+(\.\d+)? ?(minutes?|hours?|days?)",
         r"\bRun timed out\b",
         r"\b(job|training job|pipeline) ?timed ?out\b",
+        r"\b(wall ?clock|wall ?time|max ?time) (was |has been )?(exceeded|expired)\b",
+        r"reached (its |the )?(job'?s? )?(time|wall ?clock|wall ?time|run ?time) limit",
+        r"activeDeadlineSeconds.{0,40}?(exceeded|reached)",
+        r"max(imum)? run duration",
+        r"exceed\w* (the |its )?(max(imum)? |allowed |configured )*(execution|run|training) (time|duration)",
         r"max(imum)?[ _]runtime",
         r"(?-i:\bTIMEDOUT\b)",
         r"(?-i:\bJobState=TIMEOUT\b)",
@@ -330,6 +338,9 @@ RULES: tuple[Rule, ...] = (
         # Kubernetes evicting a pod for the node's disk.
         r"low on resource: ephemeral-storage",
         r"\bDiskPressure\b",
+        r"ephemeral[- ]storage (usage )?(exceeds|limit)",
+        r"exceeded (its |the )?local ephemeral storage",
+        r"OutOfDiskError",
         in_warning=True,
     ),
     # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
@@ -363,6 +374,11 @@ RULES: tuple[Rule, ...] = (
         # YARN and LSF killing a container or job over its memory limit.
         r"running beyond (physical|virtual) memory limits",
         r"\bTERM_MEMLIMIT\b",
+        r"job killed: (mem|vmem|pmem) \S+ exceeded limit",  # PBS/Torque
+        r"GC overhead limit exceeded",
+        r"DefaultCPUAllocator: (not enough memory|can'?t allocate memory)",
+        r"ran out[- ]of[- ]memory and exited",  # Vertex AI's words for a replica's OOM kill
+        r"insufficient shared memory",
         r"exceeded (its |the )?(job )?memory limit",
         # A DataLoader worker's shared memory (/dev/shm) ran out: host memory, not the GPU's.
         r"workers are out of shared memory",
@@ -390,7 +406,8 @@ RULES: tuple[Rule, ...] = (
         r"RESOURCE_EXHAUSTED: Out of memory",
         r"Ran out of memory in memory space",
         r"(HIP|hip|ROCm)( error)?:? out of memory",
-        r"CUDA: out of memory",
+        r"CUDA\]?: out of memory",
+        r"\b(MPS|XPU|NPU) (backend )?out of memory",
         r"cudaMalloc( retry)? failed: out of memory",
         r"\b(GPU|CUDA|device) (OOM|out of memory)\b",
         r"out of memory (error )?on (GPU|device)",
@@ -443,6 +460,9 @@ RULES: tuple[Rule, ...] = (
         # multiprocessing/pickle's 32-bit length header on a > 2 GB object.
         r"'i' format requires -2147483648 <= number <= 2147483647",
         r"OverflowError: .{0,60}?(serializ|pickl)",
+        r"exceeds (the )?max(imum)? (message|payload|request) size",
+        r"payload size exceeds",
+        r"Request Entity Too Large",
     ),
     _rule(
         "pickling_error",
@@ -502,6 +522,12 @@ RULES: tuple[Rule, ...] = (
         r"compiled with different CUDA (major )?versions",
         r"module '[\w.]+' has no attribute",
         r"Library installation failed",
+        r"Could not find a version that satisfies the requirement",
+        r"ResolutionImpossible",
+        r"seems to be not installed",
+        r"requires the following packages that were not found",
+        r"Found no NVIDIA driver",
+        r"couldn'?t communicate with the NVIDIA driver",
         r"incompatible (jaxlib|version|versions|with (the )?installed)",
     ),
     _rule(
@@ -542,6 +568,13 @@ RULES: tuple[Rule, ...] = (
         r"OverconstrainedAllocationRequest",
         r"SkuNotAvailable",
         r"CLOUD_PROVIDER_LAUNCH_FAILURE",
+        r"cloud provider (launch failure|capacity)",
+        r"insufficient[ _-]instance[ _-]capacity",
+        r"insufficient[ _-]quota",
+        r"resources are insufficient",
+        r"than your current instance limit",
+        r"account-level service limit",
+        r"no (longer any )?instances available",
         r"INSTANCE_POOL_MAX_CAPACITY",
         # Quotas: each cloud's wording.
         r"QUOTA_EXCEEDED",
@@ -597,6 +630,7 @@ RULES: tuple[Rule, ...] = (
         r"TaskCancelledError",
         r"user requested (stop|cancel\w*|termination)",
         r"Interrupted by user",
+        r"\b(job|run|task|trial) (has been |was )?cancel+ed\b",
         r"^\W*\^C",
     ),
     # Symptoms: NCCL, distributed timeouts and signals are what a cascade looks like from the
@@ -613,6 +647,9 @@ RULES: tuple[Rule, ...] = (
         r"SignalException: Process \d+ got signal: (1|2|15)\b",
         # The agent passing on the SIGHUP or SIGINT it got (on a failure of its own it sends SIGTERM).
         r"closing signal SIG(HUP|INT)\b",
+        # A process told to stop from outside (a scheduler, a person, a preemption).
+        r"(received|got|caught) (signal )?SIGTERM",
+        r"SIGTERM (signal )?received",
     ),
     _rule(
         "nccl_timeout",
@@ -628,6 +665,9 @@ RULES: tuple[Rule, ...] = (
         r"gloo.{0,200}?(Timed out|timeout)",
         r"Timed out waiting \d+ ?ms for (recv|send)",
         r"monitoredBarrier",
+        r"DistStoreError",
+        r"waiting for clients",
+        r"store based barrier",
         r"Socket Timeout",
         r"socket has timed out after",
         r"(TCPStore|Store)\b.{0,120}?timed out",
@@ -652,6 +692,8 @@ RULES: tuple[Rule, ...] = (
         r"socketStartConnect: Connect to \S+ failed",
         r"NCCL WARN .{0,60}?Connect to \S+ failed",
         r"\bNet ?: Call to (recv|send|connect) .{0,60}?failed",
+        r"NET/\w+ ?: Connection closed by remote peer",
+        r"NCCL operation \w+\(\) failed",
         IB_COMPLETION_ERROR,
     ),
     _rule(
@@ -659,14 +701,14 @@ RULES: tuple[Rule, ...] = (
         SYMPTOM,
         r"Segment\s*ation fault",  # terminals re-wrapping a line can split the word
         r"SIGSEGV",
-        r"(exit|return|status) ?code\s*[:=]?\s*(139|-11)\b",
+        r"(exit|return|status) ?code(\s+is|\s*[:=])?\s*(139|-11)\b",
         r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
     _rule(
         "host_oom",
         SYMPTOM,
-        r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
+        r"(exit|return|status) ?code(\s+is|\s*[:=])?\s*(137|-9)\b",
         r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
         r"\bSIGKILL\b",
@@ -751,6 +793,7 @@ NCCL_FATAL_WARN = compile_linear(
     r"Failed to execute operation Connect from rank",
     r"Connect to \S+ failed",
     r"\bNet ?: Call to (recv|send|connect) .{0,60}?failed",
+    r"NET/\w+ ?: Connection closed by remote peer",
     r"unhandled (system|cuda) error",
 )
 
