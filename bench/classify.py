@@ -53,6 +53,7 @@ EVIDENCE_TARGET = 0.90  # evidence line = root-cause line, on hits
 NONE_TARGET = 0.02  # failed runs called `none`, and healthy logs called a failure
 BIG_LINES = 300_000
 BIG_SECONDS = 2.0
+TIMING_RUNS = 3
 
 
 def verdict(ok: bool) -> str:
@@ -92,7 +93,14 @@ def main() -> int:
     print(group_table(by(results, "wave")))
     unseen = [r for r in results if r.case.part in ("held-out", "fresh")]
     print("\n== leave-one-ecosystem-out: each ecosystem on the logs no rule was tuned on (held-out + fresh)")
-    print(group_table(by(unseen, "ecosystem")))
+    ecosystems = by(unseen, "ecosystem")
+    print(group_table(ecosystems))
+    under = [
+        f"{name} {accuracy(rs):.0%} (n={len(rs)})" for name, rs in ecosystems.items() if accuracy(rs) < UNSEEN_TARGET
+    ]
+    print(f"ecosystems under {UNSEEN_TARGET:.0%}: {', '.join(under) or 'none'}")
+    print("(held-out logs whose misses were read moved to tuning, so the held-out part flatters this; the fresh")
+    print(" wave is the clean figure)")
     fresh = [r for r in results if r.case.part == "fresh"]
     checked = evidence_checked([r for r in results if r.case.part in ("fresh", "tuning", "held-out")])
     right = [r for r in checked if r.evidence_is_root_cause]
@@ -101,9 +109,13 @@ def main() -> int:
     failed = [r for r in results if r.case.label != "none"]
     healthy = [r for r in results if r.case.label == "none"]
     lines = big_log(results)
-    started = time.perf_counter()
-    classify_lines(lines)
-    big_seconds = time.perf_counter() - started
+    timings = []
+    for _ in range(TIMING_RUNS):
+        started = time.perf_counter()
+        classify_lines(lines)
+        timings.append(time.perf_counter() - started)
+    big_seconds = min(timings)
+    fresh_failed = [r for r in fresh if r.case.label != "none"]
 
     rows = [
         ("exact class, fresh wave (measured once)", f"{sum(r.correct for r in fresh)}/{len(fresh)} = "
@@ -115,8 +127,10 @@ def main() -> int:
          bool(fresh_checked) and len(fresh_right) / len(fresh_checked) >= EVIDENCE_TARGET),
         ("evidence = root-cause line, all recorded hits", share(right, checked), f">= {EVIDENCE_TARGET:.0%}",
          bool(checked) and len(right) / len(checked) >= EVIDENCE_TARGET),
-        ("failed runs called none (log alone)", share(failures_called_none(failed), failed), f"<= {NONE_TARGET:.0%}",
-         len(failures_called_none(failed)) <= NONE_TARGET * len(failed)),
+        ("failed runs called none (log alone), all", share(failures_called_none(failed), failed),
+         f"<= {NONE_TARGET:.0%}", len(failures_called_none(failed)) <= NONE_TARGET * len(failed)),
+        ("failed runs called none (log alone), fresh", share(failures_called_none(fresh_failed), fresh_failed),
+         f"<= {NONE_TARGET:.0%}", len(failures_called_none(fresh_failed)) <= NONE_TARGET * len(fresh_failed)),
         ("healthy logs called a failure", share(false_alarms(healthy), healthy), f"<= {NONE_TARGET:.0%}",
          len(false_alarms(healthy)) <= NONE_TARGET * len(healthy)),
         (f"{BIG_LINES:,}-line log", f"{big_seconds:.2f} s", f"<= {BIG_SECONDS:.0f} s", big_seconds <= BIG_SECONDS),
@@ -128,6 +142,11 @@ def main() -> int:
     print(
         "(a failed run the source reports failed is never `none`: classify_lines(failed=True) answers"
         " `other` with the likeliest root-cause line)"
+    )
+    load = os.getloadavg()[0]
+    print(
+        f"(timing: best of {TIMING_RUNS} runs, {', '.join(f'{t:.2f}' for t in timings)} s, on {os.cpu_count()} CPUs"
+        f" at load average {load:.1f})"
     )
     return 0 if all(ok for *_, ok in rows) else 1
 

@@ -75,6 +75,9 @@ def _line_set() -> re2.Set:
 
 
 _LINE_SET = _line_set()
+# The compiled set's own Match, called with UTF-8 bytes: the wrapper's method re-encodes and
+# re-dispatches on every call, a third of the time per line on a healthy log.
+_MATCH = _LINE_SET._set.Match
 _N_RULES = len(RULES)
 _NO_FLAGS: frozenset[int] = frozenset()
 # The indices (into RULES) of the rules that still read a warning line.
@@ -131,13 +134,13 @@ def _read(text: str) -> tuple[Rule | None, frozenset[int]]:
     Boilerplate hints are cut out first. A harmless warning is read only by the rules whose cause
     a warning can carry (`Rule.in_warning`) and, for NCCL's transport failures, NCCL_FATAL_WARN.
     """
-    hits = _LINE_SET.Match(text)
+    hits = _MATCH(text.encode())
     if not hits:
         return None, _NO_FLAGS
     flags = frozenset(i - _N_RULES for i in hits if i >= _N_RULES) if max(hits) >= _N_RULES else _NO_FLAGS
     if _BOILERPLATE in flags:
         text = BOILERPLATE.sub(" ", text)
-        hits = _LINE_SET.Match(text) or []
+        hits = _MATCH(text.encode()) or []
         flags = frozenset(i - _N_RULES for i in hits if i >= _N_RULES)
     matched = [i for i in hits if i < _N_RULES]
     if matched and _HARMLESS in flags and _NCCL_FATAL not in flags:

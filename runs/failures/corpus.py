@@ -144,11 +144,12 @@ def load_corpus(root: Path) -> list[Case]:
     corpus whose split cannot be read is not measured at all.
     """
     rows: dict[str, tuple[str, str, str]] = {}
-    wave = "w0"
+    # A wave folder of its own (`wave-<date>/`) is one wave, named by its folder.
+    wave = root.name if root.name.startswith("wave-") else "w0"
     waves = 0
     for line in (root / "SOURCES.md").read_text(encoding="utf-8").splitlines():
         started = WAVE_START.match(line)
-        if started:
+        if started and not root.name.startswith("wave-"):
             waves += 1
             wave = f"w{waves} ({started['date']})"
         match = SOURCE_ROW.match(line)
