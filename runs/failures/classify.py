@@ -12,6 +12,7 @@ rather than the last line of the cascade.
 from __future__ import annotations
 
 import re
+import sys
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,13 +20,17 @@ from dataclasses import dataclass
 import re2
 
 from runs.failures.rules import (
+    BARE_EXCEPTION,
     BOILERPLATE,
     CLASSES,
     EXIT_CODE_CLASSES,
     FRAME,
     HARMLESS,
     IPYTHON_HEADER,
+    KILL_REASON_LINES,
+    KILL_REASONS,
     LINE_PREFIX,
+    NATIVE_FRAME,
     NCCL_FATAL_WARN,
     OVERFLOW,
     OVERFLOW_STREAK,
@@ -55,8 +60,8 @@ MAX_SCAN_CHARS = 4_000
 SET_MAX_MEM = 256 << 20
 
 # What else one pass over a line says, after the rules' indices in the set.
-_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME, _IPYTHON_HEADER = range(7)
-_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME, IPYTHON_HEADER)
+_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME, _IPYTHON_HEADER, _NATIVE = range(8)
+_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME, IPYTHON_HEADER, NATIVE_FRAME)
 
 
 def _line_set() -> re2.Set:
@@ -231,11 +236,20 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
     previous: tuple[int, str, Rule | None, frozenset[int]] | None = None
     tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
     header = False  # the ROOT evidence so far is an IPython traceback header
+    open_until: int | None = None  # a later line may still name the ROOT's reason, up to this one
+    framed: dict[int, tuple[int, str, str]] = {}  # the earliest native-frame match of each tier
+    bare = False  # the ROOT evidence so far is an exception's name whose message is on the next line
     for number, raw in enumerate(lines, start=1):
+        if open_until is not None and number > open_until:
+            break
         text = scan_text(raw)
         if not text or text.isspace():
             previous = None
             continue
+        if bare:
+            # "ImportError:" alone on its line: its message is this line, the better evidence.
+            best[ROOT] = (number, best[ROOT][1], text)
+            break
         rule, flags = _read(text)
         if _FRAME in flags:
             frame_indent = _indent(text)
@@ -283,20 +297,37 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
             continue
         tail.append((number, text))
         progress_since_error = 0
+        if _NATIVE in flags:
+            # A native frame names a cause only when no line of output does (see NATIVE_FRAME).
+            framed.setdefault(rule.tier, (number, rule.class_id, text))
+            continue
         if rule.tier in best:
-            if rule.tier == ROOT and header and best[ROOT][1] == rule.class_id:
-                best[ROOT] = (number, rule.class_id, text)  # the message the header announced
-                break
+            if rule.tier == ROOT and open_until is not None:
+                kind = best[ROOT][1]
+                if (header and kind == rule.class_id) or (kind == "cancelled" and rule.class_id in KILL_REASONS):
+                    # The message the header announced; the reason a scheduler gives for its kill.
+                    best[ROOT] = (number, rule.class_id, text)
+                    break
             continue
         best[rule.tier] = (number, rule.class_id, text)
         if rule.tier == ROOT:
             # IPython's traceback header ("ResourceExhaustedError   Traceback (most recent call
             # last)") names the exception; its message comes at the traceback's end. Read on
-            # for that message, keeping the header if the excerpt ends first.
+            # for that message, keeping the header if the excerpt ends first. A scheduler's
+            # deletion or cancel line is often followed by its reason ("job deleted" then
+            # "job exceeded wallclock limit"): read KILL_REASON_LINES more lines for one.
             header = _IPYTHON_HEADER in flags
-            if not header:
+            if BARE_EXCEPTION.search(text):
+                bare = True
+            elif header:
+                open_until = sys.maxsize
+            elif rule.class_id == "cancelled":
+                open_until = number + KILL_REASON_LINES
+            else:
                 break
 
+    for tier, found in framed.items():
+        best.setdefault(tier, found)
     run_failed = failed or bool(exit_code)
     if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not run_failed:
         # Training went on after the last error line: whatever it was, it did not end the run.

@@ -85,6 +85,8 @@ LINE_PREFIXES = (
     # A logger's level and time ("ERROR 04-17 23:05:06", vLLM's) and its source ("[core.py:390]").
     r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?",
     r"\[[\w./-]+\.py:\d+(:\w+)?\]",
+    r"[\w./-]+\.py:\d+\]",  # vLLM's older "engine.py:366]"
+    r"[\w.-]+\s+\|",  # Docker Compose's service name ("vllm-1  | ")
 )
 START = r"^(?i:\s*(?:" + "|".join(LINE_PREFIXES) + r"))*"
 LINE_PREFIX = compile_linear(*(r"^\s*(?:" + prefix + ")" for prefix in LINE_PREFIXES))
@@ -299,6 +301,8 @@ RULES: tuple[Rule, ...] = (
         r"\b(job|training job|pipeline) ?timed ?out\b",
         r"\b(wall ?clock|wall ?time|max ?time) (was |has been )?(exceeded|expired)\b",
         r"reached (its |the )?(job'?s? )?(time|wall ?clock|wall ?time|run ?time) limit",
+        r"due to (the |its )?(wall ?clock|wall ?time|run ?time|time) limit",
+        r"enforced h_rt",
         r"activeDeadlineSeconds.{0,40}?(exceeded|reached)",
         r"max(imum)? run duration",
         r"exceed\w* (the |its )?(max(imum)? |allowed |configured )*(execution|run|training) (time|duration)",
@@ -585,6 +589,11 @@ RULES: tuple[Rule, ...] = (
         r"quota (metrics? )?exceed",
         r"exceed\w* (the |your )?(approved )?[\w/.' -]{0,40}?quota",
         r"GPUS_ALL_REGIONS",
+        r"\bOutOfQuota\b",
+        r"(not enough|insufficient) [\w ]{0,30}?quota",
+        r"quota of \d+ and cannot",
+        r"Quota failure",
+        r"exceeds the allowed maximum of \d+",
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
@@ -749,6 +758,7 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:^\W*(Aborted|Terminated|Bus error|Illegal instruction|Floating point exception)\b)",
         r"Signal \d+ \(SIG\w+\) received",
         r"received signal SIG\w+",
+        r"exited on signal \d+",
         r"\bSIG(ABRT|BUS|FPE|ILL)\b",
         r"\bexit ?code\s*:\s*-?[1-9]\d*\b",
         r"exit(ed)? (with )?(status|code|exit code)\s*[:=]?\s*-?[1-9]\d*\b",
@@ -771,8 +781,8 @@ RULES: tuple[Rule, ...] = (
 # warning can carry (`Rule.in_warning`: an OOM or a device assert inside an NCCL WARN line, a
 # full disk or a KeyboardInterrupt inside a UserWarning) and NCCL_FATAL_WARN's transport errors.
 HARMLESS = compile_linear(
-    r"NCCL INFO",
-    r"NCCL WARN",
+    # NCCL's own log levels, in capitals: "check NCCL warnings" in an error's text is not one.
+    r"(?-i:NCCL (INFO|WARN)\b)",
     # A warning class ("UserWarning: ..."), not a logger's WARNING level: torchrun logs the signal
     # that stopped it at WARNING. Warning classes are CamelCase: "CWARNING:" (a ^C glued to a
     # logger's level) is not one.
@@ -815,10 +825,19 @@ BOILERPLATE = compile_linear(
 # the source line it quotes (indented deeper, e.g. `raise RuntimeError(f"NCCL error: {error_str}")`).
 # A native backtrace's frames (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`) are
 # read: with the message cut, the function a frame names is all a log says.
+# A native backtrace's frame (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`, glog's
+# `@ 0x7f...`, gdb's `#4 0x... in`): read, since with the message cut the function a frame names is
+# all a log says, but evidence only when no line of output says as much.
+NATIVE_FRAME = compile_linear(
+    anchored(r"^\s*frame #\d+:"), anchored(r"^\s*@\s+0x[0-9a-f]+"), anchored(r"^\s*#\d+\s+0x[0-9a-f]+ in ")
+)
 FRAME = compile_linear(anchored(r"^\s*File \"[^\"]*\", line \d+(, in \S+)?\s*$"))
 
 # IPython's traceback header: the exception's name, then its traceback, then its message.
 IPYTHON_HEADER = compile_linear(r"^\W*[\w.]+\s{2,}Traceback \(most recent call last\)")
+
+# An exception's name alone on its line ("ImportError:"): its message is on the next line.
+BARE_EXCEPTION = compile_linear(anchored(r"^\W*[\w.]*(?-i:Error|Exception)\s*:?\s*$"))
 
 # Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
 # non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
@@ -834,8 +853,13 @@ RECOVERED_AFTER = 2
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
 # The same for a gradient norm logged as NaN step after step (HF Trainer's `'grad_norm': nan`).
-OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping", r"grad_norm['\"]?\s*[:=]\s*['\"]?nan\b")
+OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping", r"grad[_ ]norm['\"]?\s*[:=]\s*['\"]?nan\b")
 OVERFLOW_STREAK = 5
+
+# A cancel is often a scheduler's deletion whose reason follows ("job deleted" / "MOAB_INFO: job
+# exceeded wallclock limit"): these classes, KILL_REASON_LINES lines after it at most, replace it.
+KILL_REASONS = frozenset({"timeout", "capacity_unavailable", "host_oom", "disk_full", "gpu_hardware"})
+KILL_REASON_LINES = 20
 
 # Words that make a line the likeliest root-cause line of a run that failed with no rule
 # matching (the "unrecognised failure" verdict reads the log's tail for the first of them).

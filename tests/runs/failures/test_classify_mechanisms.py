@@ -115,6 +115,23 @@ def test_a_warning_that_carries_a_cause_is_no_veto(name: str, words: str) -> Non
     assert words in verdict.evidence
 
 
+def test_a_deletion_is_explained_by_the_reason_that_follows_it() -> None:
+    # CoBrALab/MAGeTbrain#20: Moab prints "job deleted" and only then "job exceeded wallclock limit".
+    verdict, lines = classify_file("timeout/magetbrain_20_moab.log")
+    assert lines[3] == "job deleted"
+    assert verdict.class_id == "timeout"
+    assert "job exceeded wallclock limit" in verdict.evidence
+    # Without a reason nearby, a deletion by the administrator is a cancel (cBio/cbio-cluster#403).
+    assert classify_file("cancelled/cbio_cluster_403_deleted_by_root.log")[0].class_id == "cancelled"
+
+
+def test_a_signal_that_ended_an_mpi_rank_is_an_abnormal_end() -> None:
+    # horovod/horovod#926: "exited on signal 4 (Illegal instruction)" is no longer silence.
+    verdict, _ = classify_file("dependency_error/horovod_926_illegal_instruction.log")
+    assert verdict.class_id == "other"
+    assert "exited on signal 4" in verdict.evidence
+
+
 def test_a_loggers_level_with_a_ctrl_c_glued_on_is_not_a_warning_class() -> None:
     # "CWARNING:torch.distributed.elastic...Received 2 death signal" (GuHuangAI/ADM-Public#6).
     verdict, _ = classify_file("cancelled/v2log_65_guhuangai-adm-public-6.log")
@@ -163,6 +180,31 @@ def test_ray_out_of_memory_is_host_memory_not_the_gpu() -> None:
         ("nccl_error/espnet_1940_bootstrap_connection_refused.log", "Connection refused"),
         # A person stopping the run: ^C glued to torchrun's warning (huggingface/lerobot#3818).
         ("cancelled/v2log_21_huggingface-lerobot-3818.log", "Received 2 death signal"),
+        # The first fresh wave of issue 32 (threads cited in SOURCES.md):
+        # time limits in PBS/Torque's, LSF's, SGE's and an HTCondor wrapper's words,
+        ("timeout/canu_1214_pbs.log", "PBS: job killed: walltime 86415 exceeded limit 86400"),
+        ("timeout/canu_444_lsf.log", "TERM_RUNLIMIT"),
+        ("timeout/xqtl_156_sge.log", "qmaster enforced h_rt"),
+        ("timeout/crabserver_9366.log", "due to wall clock limit"),
+        # capacity and quota in Azure ML's, Cloud ML Engine's, GCP's and Vertex's words,
+        ("capacity_unavailable/azure_docs_121466.log", "OutOfQuota"),
+        ("capacity_unavailable/tda_2284_mlengine.log", "Quota failure"),
+        ("capacity_unavailable/fastai_165_gcp.log", "Quota 'GPUS_ALL_REGIONS' exceeded"),
+        ("capacity_unavailable/vertex_samples_700.log", "quota metrics exceed quota limits"),
+        # message size limits: protobuf's 2 GB, gRPC's max, Spark's maxResultSize,
+        ("serialization_too_large/fate_4944.log", "exceeds maximum protobuf size of 2GB"),
+        ("serialization_too_large/grpcio_1254.log", "Received message larger than max"),
+        ("serialization_too_large/toil_scripts_177_spark.log", "spark.driver.maxResultSize"),
+        # hardware without an Xid: NVLink and ECC,
+        ("gpu_hardware/nnunet_1519_nvlink.log", "uncorrectable NVLink error"),
+        ("gpu_hardware/paddle_10239_ecc.log", "uncorrectable ECC error"),
+        # an ABI mismatch, a preemption, a spot interruption, Ray's OOM killer,
+        ("dependency_error/jupyter_7522_numpy2.log", "compiled using NumPy 1.x cannot be run in"),
+        ("cancelled/gemmaker_242_preemption.log", "DUE TO PREEMPTION"),
+        ("cancelled/runs_on_277_spot.log", "Spot interruption"),
+        ("host_oom/ray_28776_chaos_shuffle.log", "ray.exceptions.OutOfMemoryError"),
+        # and an NCCL error whose text says "check NCCL warnings" (not NCCL's WARN level).
+        ("nccl_error/turing_quickstart_6.log", "ncclSystemError"),
     ],
 )
 def test_each_family_on_a_real_log(name: str, words: str) -> None:
