@@ -213,13 +213,15 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
        UserWarning). A message split over two lines is read joined, and its first line is the
        evidence.
     3. Keep the earliest line of each tier. A ROOT match (a cause: OOM, Xid, full disk, ...)
-       ends the scan: whatever follows is the cascade it set off.
+       ends the scan: whatever follows is the cascade it set off. A cause a warning carries
+       reads on: training that outlives it (step 6) means the warning was survived.
     4. Count consecutive fp16 "Gradient overflow" (or NaN gradient norm) lines; OVERFLOW_STREAK
        of them in a row is a collapsing loss scale (a divergence), while a single one is routine.
     5. Answer with the earliest line of the lowest tier found: ROOT, then SYMPTOM (NCCL
        timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then an abnormal end
        (a bare traceback, a signal, a non-zero exit status, a scheduler's kill).
-    6. A non-ROOT error followed by RECOVERED_AFTER progress lines (epoch, step, loss) and no
+    6. A non-ROOT error (or a cause inside a warning) followed by RECOVERED_AFTER progress
+       lines (epoch, step, loss) and no
        later error did not end the run (a DataLoader worker's segfault the loader survived):
        `none`, unless the exit code or `failed` says the run failed.
     7. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
@@ -239,6 +241,7 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
     open_until: int | None = None  # a later line may still name the ROOT's reason, up to this one
     framed: dict[int, tuple[int, str, str]] = {}  # the earliest native-frame match of each tier
     bare = False  # the ROOT evidence so far is an exception's name whose message is on the next line
+    warned = False  # the ROOT evidence so far is a cause inside a warning line
     for number, raw in enumerate(lines, start=1):
         if open_until is not None and number > open_until:
             break
@@ -265,7 +268,7 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
                 previous = None
                 continue
             frame_indent = None
-        if _OVERFLOW in flags:
+        if _OVERFLOW in flags and (rule is None or rule.tier != ROOT):
             streak += 1
             if streak == 1:
                 streak_start = (number, text)
@@ -323,13 +326,18 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
                 open_until = sys.maxsize
             elif rule.class_id == "cancelled":
                 open_until = number + KILL_REASON_LINES
+            elif _HARMLESS in flags:
+                # A cause a warning carries (an OOM in an NCCL WARN): read on, since training
+                # that goes on after it (RECOVERED_AFTER progress lines) means the warning was
+                # survived, and a later error line is still the cascade it set off.
+                warned = True
             else:
                 break
 
     for tier, found in framed.items():
         best.setdefault(tier, found)
     run_failed = failed or bool(exit_code)
-    if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not run_failed:
+    if best and (ROOT not in best or warned) and progress_since_error >= RECOVERED_AFTER and not run_failed:
         # Training went on after the last error line: whatever it was, it did not end the run.
         return _verdict("none", None, "")
     for tier in sorted(best):

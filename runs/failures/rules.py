@@ -245,7 +245,7 @@ CLASSES: dict[str, FailureClass] = {
 # `with error 12` before 2.21, `status=12` to 2.28.3, `status=IBV_WC_RETRY_EXC_ERR(12)` since.
 # An nccl_error rule, and NCCL_FATAL_WARN keeps HARMLESS from hiding it.
 IB_COMPLETION_ERROR = (
-    r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
+    r"NET/IB\w* ?: ?Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
 )
 
 # Families by mechanism. Each rule names what happened, in the words of every ecosystem and
@@ -328,6 +328,17 @@ RULES: tuple[Rule, ...] = (
         r"(job|run|task|training) (was )?(stopped|cancel+ed|terminated|killed) (because|as|after) it "
         r"(ran|exceeded|reached)",
     ),
+    # /dev/shm is memory: NCCL failing to create its shared memory segments there is host memory
+    # running out, though the kernel words it as a full disk (so this comes before disk_full).
+    _rule(
+        "host_oom",
+        ROOT,
+        r"shared memory segment .{0,80}?(size \d+|failed)",
+        r"failed to extend /dev/shm",
+        r"/dev/shm\b.{0,80}?No space left on device",  # noqa: S108 (a pattern, not a path)
+        r"posix_fallocate failed.{0,20}?No space left on device",  # NCCL allocating in /dev/shm
+        in_warning=True,
+    ),
     # Disk before memory: TensorFlow reports a full disk as ResourceExhaustedError too.
     _rule(
         "disk_full",
@@ -386,6 +397,8 @@ RULES: tuple[Rule, ...] = (
         r"exceeded (its |the )?(job )?memory limit",
         # A DataLoader worker's shared memory (/dev/shm) ran out: host memory, not the GPU's.
         r"workers are out of shared memory",
+        # The shell's SIGKILL report glued to a progress bar's last redraw (`3/8 [00:02<00:03]Killed`).
+        r"\]\s*Killed\W*$",
         r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
         in_warning=True,
     ),
@@ -434,9 +447,19 @@ RULES: tuple[Rule, ...] = (
         r"misaligned address",
         r"an illegal instruction was encountered",
         r"CUBLAS_STATUS_EXECUTION_FAILED",  # a cuBLAS kernel that failed on the device
+        r"the GPU program failed to execute",  # the same, in its message
         in_warning=True,
     ),
-    _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed", in_warning=True),
+    _rule(
+        "device_assert",
+        ROOT,
+        r"device-side assert",
+        r"Assertion `.*` failed",
+        # A kernel's own assert line (`Indexing.cu:1422: indexSelectLargeIndex: block: [31,0,0],
+        # thread: [16,0,0] Assertion ...`), whatever the assert's form or where its "failed" wraps.
+        r"\.cu:\d+: .{0,300}?\bthread: \[[\d,]+\] Assertion\b",
+        in_warning=True,
+    ),
     _rule(
         "serialization_too_large",
         ROOT,
@@ -540,7 +563,12 @@ RULES: tuple[Rule, ...] = (
         r"\bloss is nan\b",
         r"Loss became infinite or NaN",
         r"NaN or Inf found in input tensor",
-        r"\bloss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",  # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`
+        # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`, a column glued to its name
+        # (`average_loss : nan`, `IDLoss=nan`).
+        r"loss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",
+        r"\b(outputs?|logits|gradients?|activations?|weights?|predictions?) "
+        r"(is|are|became|become|contains?) (a )?nan\b",
+        r"\bnan\b.{0,40}\bstop(ping)? (the )?training\b",
         r"non-finite loss",
         r"\b(loss|training|model) (has )?diverged",
         r"found (NaN|Inf) in (local )?grad norm",  # Megatron's check
@@ -593,6 +621,7 @@ RULES: tuple[Rule, ...] = (
         r"(not enough|insufficient) [\w ]{0,30}?quota",
         r"quota of \d+ and cannot",
         r"Quota failure",
+        r"following quotas are exceeded",
         r"exceeds the allowed maximum of \d+",
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
@@ -631,6 +660,7 @@ RULES: tuple[Rule, ...] = (
         r"(stopped|terminated|interrupted|killed|aborted) by (the )?(user|owner|operator|admin\w*)",
         r"(?-i:\bPREEMPTED\b)",
         r"\b(was|been|being) preempted\b",
+        r"\b(job|cluster|instance|node|vm|pod|task|worker)s? (is|are|got) preempted\b",
         r"preemption (notice|signal)",
         r"spot (instance )?(interruption|termination|reclaim)",
         r"Spot Instance interruption",
@@ -694,6 +724,7 @@ RULES: tuple[Rule, ...] = (
         r"ncclSystemError",
         r"ncclUnhandledCudaError",
         r"ncclInvalidUsage",
+        r"Test NCCL failure .{0,80}?'unhandled (cuda|system) error",
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
@@ -771,7 +802,8 @@ RULES: tuple[Rule, ...] = (
         r"\bjob killed\b",
         r"\bTERM_\w+: job killed",
         r"(?-i:\bBackoffLimitExceeded\b)",
-        r"srun: error: .{0,120}?(Exited|Killed|Terminated|task \d+)",
+        r"srun: error: .{0,120}?(Exited|Killed|Terminated|task \d+|failed on node)",
+        r"_job_complete: JobId=\d+ WTERMSIG \d+",  # slurmctld: the job ended on a signal
         r"(?-i:slurmstepd: error)",
         r"OP_REQUIRES failed",
     ),

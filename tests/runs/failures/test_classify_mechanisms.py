@@ -205,6 +205,32 @@ def test_ray_out_of_memory_is_host_memory_not_the_gpu() -> None:
         ("host_oom/ray_28776_chaos_shuffle.log", "ray.exceptions.OutOfMemoryError"),
         # and an NCCL error whose text says "check NCCL warnings" (not NCCL's WARN level).
         ("nccl_error/turing_quickstart_6.log", "ncclSystemError"),
+        # The second fresh wave of issue 32 (threads cited in SOURCES.md):
+        # preemption in SkyPilot's and submitit's words,
+        ("cancelled/skypilot_1500_preempted.log", "Cluster is preempted"),
+        ("cancelled/submitit_1701_preempted.log", "this job is preempted"),
+        # a CUDA kernel's own assert line, with no backticks or with its "failed" wrapped,
+        ("device_assert/deta_22.log", '"index out of bounds" failed'),
+        ("device_assert/genhpf_17.log", "Assertion `srcIndex < srcSelectDimSize`"),
+        # the shell's SIGKILL glued to a progress bar, NCCL's /dev/shm segments (host memory),
+        ("host_oom/langchain_chatchat_35.log", "]Killed"),
+        ("host_oom/nccl_525_shm.log", "posix_fallocate failed"),
+        ("host_oom/nccl_tests_166_shm.log", "Error while creating shared memory segment"),
+        # a loss column glued to its name, a NaN loss on a line that also logs a NaN grad norm,
+        # a network's outputs gone NaN,
+        ("nan_divergence/byteps_411.log", "IDLoss=nan"),
+        ("nan_divergence/dle_543_bert.log", "average_loss : nan"),
+        ("nan_divergence/bevdet_265_fp16.log", "loss: nan"),
+        ("nan_divergence/jointnlt_18.log", "Network outputs is NAN"),
+        # InfiniBand through NCCL's IBP plugin, nccl-tests' own failure report,
+        ("nccl_error/nccl_1664_ibp.log", "NET/IBP:Got completion from peer"),
+        ("nccl_error/nccl_tests_322.log", "Test NCCL failure"),
+        # a Vertex quota, cuBLAS's execution failure in its own words,
+        ("capacity_unavailable/vertex_samples_264.log", "The following quotas are exceeded"),
+        ("illegal_memory_access/sgan_37_cublas.log", "the GPU program failed to execute"),
+        # and Slurm's own records of a job that ended on a signal or could not launch.
+        ("other/arjuna_137_wtermsig.log", "WTERMSIG 9"),
+        ("other/trixie_58_credential.log", "Job credential expired"),
     ],
 )
 def test_each_family_on_a_real_log(name: str, words: str) -> None:
@@ -212,3 +238,14 @@ def test_each_family_on_a_real_log(name: str, words: str) -> None:
     assert verdict.class_id == name.split("/")[0], verdict
     assert words in verdict.evidence
     assert verdict.line is not None and verdict.evidence in lines[verdict.line - 1]
+
+
+def test_a_cause_in_a_warning_that_training_outlives_did_not_end_the_run() -> None:
+    # NVIDIA/nccl#844: NCCL WARNs an allocation "Cuda failure 'out of memory'" at start-up, then
+    # the epochs run on: the warning was survived, so the log is healthy.
+    verdict, _ = classify_file("none/nccl_844_warn_then_training.log")
+    assert verdict.class_id == "none", verdict
+    # The same warning with no training after it is still the cause (test above: NCCL WARN OOM).
+    text = (CORPUS / "none" / "nccl_844_warn_then_training.log").read_text()
+    cut = text[: text.index("Train Epoch")]
+    assert classify_text(cut).class_id == "cuda_oom"
