@@ -12,16 +12,25 @@ rather than the last line of the cascade.
 from __future__ import annotations
 
 import re
+import sys
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import re2
 
 from runs.failures.rules import (
+    BARE_EXCEPTION,
     BOILERPLATE,
     CLASSES,
     EXIT_CODE_CLASSES,
+    FRAME,
     HARMLESS,
+    IPYTHON_HEADER,
+    KILL_REASON_LINES,
+    KILL_REASONS,
+    LINE_PREFIX,
+    NATIVE_FRAME,
     NCCL_FATAL_WARN,
     OVERFLOW,
     OVERFLOW_STREAK,
@@ -30,6 +39,9 @@ from runs.failures.rules import (
     ROOT,
     RULES,
     SYMPTOM,
+    TAIL_LINES,
+    TRACEBACK,
+    WEAK_ERROR,
     Rule,
 )
 
@@ -43,16 +55,44 @@ MAX_EVIDENCE_CHARS = 1_000
 MAX_SCAN_CHARS = 4_000
 
 
-def _rule_set() -> re2.Set:
-    # All rules in one RE2 set: a single linear pass over a line says which rules match it.
-    rules = re2.Set.SearchSet()
+# Memory RE2 may use for the set's automaton (its default, 8 MiB, is too small for every
+# family's wordings: the DFA would rebuild its state cache line after line).
+SET_MAX_MEM = 256 << 20
+
+# What else one pass over a line says, after the rules' indices in the set.
+_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME, _IPYTHON_HEADER, _NATIVE = range(8)
+_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME, IPYTHON_HEADER, NATIVE_FRAME)
+
+
+def _line_set() -> re2.Set:
+    # Every rule and every other line pattern in one RE2 set: a single linear pass over a line
+    # (about a microsecond) says which rules match it and what kind of line it is. The Python
+    # wrapper's per-call cost (tens of microseconds on long lines) is paid once a line, not ten times.
+    options = re2.Options()
+    options.max_mem = SET_MAX_MEM
+    compiled = re2.Set.SearchSet(options)
     for rule in RULES:
-        rules.Add("(?i)" + rule.source)
-    rules.Compile()
-    return rules
+        compiled.Add("(?i)" + rule.source)
+    for flag in _FLAGS:
+        compiled.Add(flag.pattern)
+    compiled.Compile()
+    return compiled
 
 
-_RULE_SET = _rule_set()
+_LINE_SET = _line_set()
+# The compiled set's own Match, called with UTF-8 bytes: the wrapper's method re-encodes and
+# re-dispatches on every call, a third of the time per line on a healthy log.
+_MATCH = _LINE_SET._set.Match
+_N_RULES = len(RULES)
+_NO_FLAGS: frozenset[int] = frozenset()
+# The indices (into RULES) of the rules that still read a warning line.
+_IN_WARNING = frozenset(i for i, rule in enumerate(RULES) if rule.in_warning)
+# Prefix stripping stops after this many prefixes ("[rank0]:[2024-..] ..." is two).
+MAX_PREFIXES = 4
+# Characters of each side read when a message is split over two lines; only a line at least
+# WRAP_CHARS long or one that opened an error can continue on the next.
+JOIN_CHARS = 200
+WRAP_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -77,48 +117,158 @@ def _verdict(class_id: str, line: int | None, evidence: str) -> Classification:
 
 def scan_text(raw: str) -> str:
     """A raw log line as the rules read it: cut to MAX_SCAN_CHARS, colour codes stripped."""
-    return ANSI_CSI.sub("", raw[:MAX_SCAN_CHARS].rstrip("\r\n"))
+    text = raw[:MAX_SCAN_CHARS].rstrip("\r\n")
+    return ANSI_CSI.sub("", text) if "\x1b" in text else text
+
+
+def strip_prefixes(text: str) -> str:
+    """The line without the rank, actor, timestamp and quote prefixes before the message
+    (`LINE_PREFIX`); the indentation after the last prefix is kept (it tells a traceback's source
+    lines from its messages)."""
+    for _ in range(MAX_PREFIXES):
+        match = LINE_PREFIX.search(text)
+        if match is None or not match.end():
+            break
+        text = text[match.end() :]
+    return text
+
+
+def _read(text: str) -> tuple[Rule | None, frozenset[int]]:
+    """The first rule (in RULES order) that claims a line, or None, and the line's flags.
+
+    Boilerplate hints are cut out first. A harmless warning is read only by the rules whose cause
+    a warning can carry (`Rule.in_warning`) and, for NCCL's transport failures, NCCL_FATAL_WARN.
+    """
+    hits = _MATCH(text.encode())
+    if not hits:
+        return None, _NO_FLAGS
+    flags = frozenset(i - _N_RULES for i in hits if i >= _N_RULES) if max(hits) >= _N_RULES else _NO_FLAGS
+    if _BOILERPLATE in flags:
+        text = BOILERPLATE.sub(" ", text)
+        hits = _MATCH(text.encode()) or []
+        flags = frozenset(i - _N_RULES for i in hits if i >= _N_RULES)
+    matched = [i for i in hits if i < _N_RULES]
+    if matched and _HARMLESS in flags and _NCCL_FATAL not in flags:
+        matched = [i for i in matched if i in _IN_WARNING]
+    return (RULES[min(matched)] if matched else None), flags
 
 
 def match_rule(text: str) -> Rule | None:
     """The first rule (in RULES order) that claims this line, or None.
 
-    Harmless warnings are never evidence, and boilerplate hints are cut out before the rules
-    read the line. Lines longer than MAX_SCAN_CHARS are read up to it.
+    The line is read up to MAX_SCAN_CHARS, its rules anchored after any rank, actor, timestamp
+    or quote prefixes; a traceback's frame line is never evidence.
     """
-    text = BOILERPLATE.sub(" ", text[:MAX_SCAN_CHARS])
-    matched = _RULE_SET.Match(text)
-    if not matched or (HARMLESS.search(text) and not NCCL_FATAL_WARN.search(text)):
-        return None
-    return RULES[min(matched)]
+    rule, flags = _read(text[:MAX_SCAN_CHARS])
+    return None if _FRAME in flags else rule
 
 
-def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Classification:
+def _indent(text: str) -> int:
+    key = strip_prefixes(text)
+    return len(key) - len(key.lstrip())
+
+
+def _likeliest_line(tail: Iterable[tuple[int, str]]) -> tuple[int, str] | None:
+    """The likeliest root-cause line of a failed run no rule explains: the first line of the
+    log's tail with an error word (WEAK_ERROR), else the tail's last line."""
+    last = None
+    for number, text in tail:
+        if WEAK_ERROR.search(text):
+            return number, text
+        last = (number, text)
+    return last
+
+
+def _continues(previous: tuple[int, str, Rule | None, frozenset[int]], text: str) -> bool:
+    """Whether a line reads as the rest of the one before: it starts in lower case (a word or a
+    sentence cut by a wrap), or it is indented under an error line."""
+    first = text[:1]
+    return first.islower() or (first.isspace() and previous[2] is not None)
+
+
+def _joined(previous: tuple[int, str, Rule | None, frozenset[int]], text: str) -> Rule | None:
+    """The ROOT or SYMPTOM rule that a message split over two lines matches only when joined."""
+    head = previous[1]
+    if _BOILERPLATE in previous[3]:
+        head = BOILERPLATE.sub(" ", head)
+    head = head[-JOIN_CHARS:]
+    rest = text.lstrip()[:JOIN_CHARS]
+    # A word cut in two ("an illeg" / "al memory") joins as it was; whole words with a space.
+    for glue in ("", " "):
+        rule, _ = _read(head + glue + rest)
+        if rule is not None and rule.tier <= SYMPTOM:
+            return rule
+    return None
+
+
+def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed: bool = False) -> Classification:
     """Classify a log given as lines (numbered from 1 in the order given).
 
-    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes, and skip harmless
-       warnings (they are never evidence).
+    1. Read each line up to MAX_SCAN_CHARS, strip terminal colour codes; rules anchored at a
+       line's start are anchored after its rank, actor, timestamp and quote prefixes. A
+       traceback's frame lines and the source lines they quote are never evidence.
     2. Match each remaining line against the rules in order; the first rule that matches
-       claims the line, so one line is evidence of one class only.
+       claims the line, so one line is evidence of one class only. A warning line is read only
+       for the causes a warning can carry (an OOM inside an NCCL WARN, a full disk inside a
+       UserWarning). A message split over two lines is read joined, and its first line is the
+       evidence.
     3. Keep the earliest line of each tier. A ROOT match (a cause: OOM, Xid, full disk, ...)
-       ends the scan: whatever follows is the cascade it set off.
-    4. Count consecutive fp16 "Gradient overflow" lines; OVERFLOW_STREAK of them in a row is a
-       collapsing loss scale (a divergence), while a single one is routine and ignored.
+       ends the scan: whatever follows is the cascade it set off. A cause a warning carries
+       reads on: training that outlives it (step 6) means the warning was survived.
+    4. Count consecutive fp16 "Gradient overflow" (or NaN gradient norm) lines; OVERFLOW_STREAK
+       of them in a row is a collapsing loss scale (a divergence), while a single one is routine.
     5. Answer with the earliest line of the lowest tier found: ROOT, then SYMPTOM (NCCL
-       timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then a bare traceback.
-    6. A non-ROOT error followed by RECOVERED_AFTER progress lines (epoch, step, loss) and no
+       timeouts and errors, SIGKILL, SIGSEGV), then a generic exception, then an abnormal end
+       (a bare traceback, a signal, a non-zero exit status, a scheduler's kill).
+    6. A non-ROOT error (or a cause inside a warning) followed by RECOVERED_AFTER progress
+       lines (epoch, step, loss) and no
        later error did not end the run (a DataLoader worker's segfault the loader survived):
-       `none`, unless the exit code says the run failed.
+       `none`, unless the exit code or `failed` says the run failed.
     7. With no ROOT or SYMPTOM evidence, a telling exit code (137, 139) beats a generic
-       exception; any other non-zero exit code without evidence is `other`; else `none`.
+       exception; any other non-zero exit code without evidence is `other`.
+    8. A run the source reports failed (`failed=True`) is never `none`: with no evidence it is
+       `other` (an unrecognised failure) with the likeliest root-cause line of the log's tail.
     """
     best: dict[int, tuple[int, str, str]] = {}
     streak_start: tuple[int, str] | None = None
     streak = 0
     progress_since_error = 0
+    frame_indent: int | None = None  # the indentation of the last frame line, while its source lasts
+    # The last line read, if it may continue on this one: number, text, rule.
+    previous: tuple[int, str, Rule | None, frozenset[int]] | None = None
+    tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
+    header = False  # the ROOT evidence so far is an IPython traceback header
+    open_until: int | None = None  # a later line may still name the ROOT's reason, up to this one
+    framed: dict[int, tuple[int, str, str]] = {}  # the earliest native-frame match of each tier
+    bare = False  # the ROOT evidence so far is an exception's name whose message is on the next line
+    warned = False  # the ROOT evidence so far is a cause inside a warning line
     for number, raw in enumerate(lines, start=1):
+        if open_until is not None and number > open_until:
+            break
         text = scan_text(raw)
-        if OVERFLOW.search(text):
+        if not text or text.isspace():
+            previous = None
+            continue
+        if bare:
+            # "ImportError:" alone on its line: its message is this line, the better evidence.
+            best[ROOT] = (number, best[ROOT][1], text)
+            break
+        rule, flags = _read(text)
+        if _FRAME in flags:
+            frame_indent = _indent(text)
+            previous = None
+            tail.append((number, text))
+            if TRACEBACK not in best:  # a traceback, even one cut before its message, is an abnormal end
+                best[TRACEBACK] = (number, "other", text)
+            continue
+        if frame_indent is not None:
+            if _indent(text) > frame_indent:
+                # The source a frame quotes: its lines (Python 3.11+ shows a statement's every
+                # line) and the carets under them, all indented deeper than the frame line.
+                previous = None
+                continue
+            frame_indent = None
+        if _OVERFLOW in flags and (rule is None or rule.tier != ROOT):
             streak += 1
             if streak == 1:
                 streak_start = (number, text)
@@ -127,19 +277,67 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
                 break
             continue
         streak = 0
-        rule = match_rule(text)
+        if previous is not None and (rule is None or rule.tier > SYMPTOM) and _continues(previous, text):
+            joined = _joined(previous, text)
+            if joined is not None and (previous[2] is None or previous[2].tier > SYMPTOM):
+                rule = joined
+                if len(previous[1]) <= JOIN_CHARS:
+                    # The message starts on a short line ("RuntimeError: CUDA error: an"): the
+                    # evidence is that line. A long wrapped line's tail is what continues here,
+                    # so this line shows the cause better.
+                    number, text = previous[0], previous[1]
+        # A line may continue on the next when it opened an error or is long enough to have
+        # been wrapped (a progress bar redrawn in place is long but never continues).
+        may_continue = rule is not None or (len(text) >= WRAP_CHARS and _PROGRESS not in flags)
+        previous = (number, text, rule, flags) if may_continue else None
         if rule is None:
-            if best and PROGRESS.search(text):
-                progress_since_error += 1
+            if _PROGRESS in flags:
+                tail.clear()
+                if best:
+                    progress_since_error += 1
+            else:
+                tail.append((number, text))
             continue
+        tail.append((number, text))
         progress_since_error = 0
+        if _NATIVE in flags:
+            # A native frame names a cause only when no line of output does (see NATIVE_FRAME).
+            framed.setdefault(rule.tier, (number, rule.class_id, text))
+            continue
         if rule.tier in best:
+            if rule.tier == ROOT and open_until is not None:
+                kind = best[ROOT][1]
+                if (header and kind == rule.class_id) or (kind == "cancelled" and rule.class_id in KILL_REASONS):
+                    # The message the header announced; the reason a scheduler gives for its kill.
+                    best[ROOT] = (number, rule.class_id, text)
+                    break
             continue
         best[rule.tier] = (number, rule.class_id, text)
         if rule.tier == ROOT:
-            break
+            # IPython's traceback header ("ResourceExhaustedError   Traceback (most recent call
+            # last)") names the exception; its message comes at the traceback's end. Read on
+            # for that message, keeping the header if the excerpt ends first. A scheduler's
+            # deletion or cancel line is often followed by its reason ("job deleted" then
+            # "job exceeded wallclock limit"): read KILL_REASON_LINES more lines for one.
+            header = _IPYTHON_HEADER in flags
+            if BARE_EXCEPTION.search(text):
+                bare = True
+            elif header:
+                open_until = sys.maxsize
+            elif rule.class_id == "cancelled":
+                open_until = number + KILL_REASON_LINES
+            elif _HARMLESS in flags:
+                # A cause a warning carries (an OOM in an NCCL WARN): read on, since training
+                # that goes on after it (RECOVERED_AFTER progress lines) means the warning was
+                # survived, and a later error line is still the cascade it set off.
+                warned = True
+            else:
+                break
 
-    if best and ROOT not in best and progress_since_error >= RECOVERED_AFTER and not exit_code:
+    for tier, found in framed.items():
+        best.setdefault(tier, found)
+    run_failed = failed or bool(exit_code)
+    if best and (ROOT not in best or warned) and progress_since_error >= RECOVERED_AFTER and not run_failed:
         # Training went on after the last error line: whatever it was, it did not end the run.
         return _verdict("none", None, "")
     for tier in sorted(best):
@@ -149,11 +347,17 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None) -> Cla
         return _verdict(class_id, number, text.strip()[:MAX_EVIDENCE_CHARS])
     if exit_code in EXIT_CODE_CLASSES:
         return _verdict(EXIT_CODE_CLASSES[exit_code], None, f"exit code {exit_code}")
+    if run_failed:
+        likeliest = _likeliest_line(tail)
+        if likeliest is not None:
+            return _verdict("other", likeliest[0], likeliest[1].strip()[:MAX_EVIDENCE_CHARS])
     if exit_code:
         return _verdict("other", None, f"exit code {exit_code}")
+    if failed:
+        return _verdict("other", None, "the run source reports the run as failed")
     return _verdict("none", None, "")
 
 
-def classify_text(text: str, *, exit_code: int | None = None) -> Classification:
+def classify_text(text: str, *, exit_code: int | None = None, failed: bool = False) -> Classification:
     """Classify a whole log held in memory; lines are split on "\\n" (a trailing "\\r" is dropped)."""
-    return classify_lines(text.split("\n"), exit_code=exit_code)
+    return classify_lines(text.split("\n"), exit_code=exit_code, failed=failed)

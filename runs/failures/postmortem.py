@@ -112,7 +112,9 @@ def _node_candidate(attempt: Attempt, node: Node | None) -> Candidate:
     lines: Iterable[str] = ()
     if node is not None:
         lines = iter_lines(chunk_texts(node))
-    verdict = classify_lines(lines, exit_code=exit_code)
+    # A node of an attempt the source reports failed is never "no failure": with no rule matching
+    # it is an unrecognised failure, evidenced by the likeliest line of its log's tail.
+    verdict = classify_lines(lines, exit_code=exit_code, failed=attempt.status == RunStatus.FAILED)
     at = line_timestamp(verdict.evidence) if verdict.line is not None else None
     return Candidate(verdict, evidence_tier(verdict), attempt.number, node.index if node else None, at)
 
@@ -440,6 +442,13 @@ def classify_run(run: Run) -> FailureAnalysis:
     """
     result = analyse_run(run)
     best = result.best
+    if best is None and run.status == RunStatus.FAILED:
+        # The source says the run failed and nothing says why: an unrecognised failure, never "none".
+        failure = CLASSES["other"]
+        evidence = "The run source reports the run as failed; no log line says why."
+        best = Candidate(
+            Classification("other", None, evidence, failure.remedy, failure.title), NO_LINE_TIER, None, None, None
+        )
     if best is None:
         failure = CLASSES["none"]
         best = Candidate(

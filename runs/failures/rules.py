@@ -52,6 +52,9 @@ class Rule:
     tier: int
     pattern: LinePattern
     source: str
+    # A cause that still counts inside a warning line (an NCCL WARN, a UserWarning): an OOM, a
+    # device assert, a full disk, a KeyboardInterrupt reported by a warning is still the cause.
+    in_warning: bool = False
 
 
 def compile_linear(*alternatives: str) -> LinePattern:
@@ -64,9 +67,44 @@ def compile_linear(*alternatives: str) -> LinePattern:
     return re2.compile("(?i)" + "|".join(f"(?:{alternative})" for alternative in alternatives))
 
 
-def _rule(class_id: str, tier: int, *alternatives: str) -> Rule:
+# Prefixes that launchers, loggers and schedulers put before a process's own output: a rank
+# ("[rank3]:", "[default0]:", "rank0: "), Horovod/MPI ("[1,0]<stderr>:"), a Ray actor
+# ("(RayTrainWorker pid=123, ip=10.0.0.1)"), a timestamp, a quoted reply ("> "), a line number
+# of a pasted log ("[1763] "). A rule anchored at the start of a line ("^MemoryError") is
+# anchored after any number of them (START), so it sees the message; the evidence shown is
+# still the whole line.
+LINE_PREFIXES = (
+    r"\[?rank\s?\d+\]?\s?[:>]",
+    r"\[default\d+\]:",
+    r"\[\d+(,\d+)*\]<std(out|err)>:",
+    r"\((\w+ )?pid=\d+(, ip=[\d.]+)?\)",
+    r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d([.,]\d+)?(Z|[+-]\d\d:?\d\d)?\]?( ?[|:-])?",
+    r"\[\d\d:\d\d:\d\d([.,]\d+)?\]",
+    r"\[\d+\] ",
+    r">",
+    # A logger's level and time ("ERROR 04-17 23:05:06", vLLM's) and its source ("[core.py:390]").
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?",
+    r"\[[\w./-]+\.py:\d+(:\w+)?\]",
+    r"[\w./-]+\.py:\d+\]",  # vLLM's older "engine.py:366]"
+    r"[\w.-]+\s+\|",  # Docker Compose's service name ("vllm-1  | ")
+)
+START = r"^(?i:\s*(?:" + "|".join(LINE_PREFIXES) + r"))*"
+LINE_PREFIX = compile_linear(*(r"^\s*(?:" + prefix + ")" for prefix in LINE_PREFIXES))
+
+
+def anchored(alternative: str) -> str:
+    """An alternative whose "^" (maybe inside a case-sensitive group) means START."""
+    if alternative.startswith("^"):
+        return START + alternative[1:]
+    if alternative.startswith("(?-i:^"):
+        return "(?-i:" + START + alternative[len("(?-i:^") :]
+    return alternative
+
+
+def _rule(class_id: str, tier: int, *alternatives: str, in_warning: bool = False) -> Rule:
+    alternatives = tuple(anchored(alternative) for alternative in alternatives)
     source = "|".join(f"(?:{alternative})" for alternative in alternatives)
-    return Rule(class_id, tier, compile_linear(*alternatives), source)
+    return Rule(class_id, tier, compile_linear(*alternatives), source, in_warning)
 
 
 CLASSES: dict[str, FailureClass] = {
@@ -183,8 +221,9 @@ CLASSES: dict[str, FailureClass] = {
         ),
         FailureClass(
             "other",
-            "Unrecognised error",
-            "No known failure pattern matched. Read the evidence line and the traceback around it.",
+            "Unrecognised failure",
+            "The run ended abnormally but no known failure pattern matched. Read the evidence line (the "
+            "most likely root-cause line) and the traceback around it.",
         ),
         FailureClass("none", "No failure found", "Nothing to do: the log shows no failure."),
     )
@@ -206,32 +245,99 @@ CLASSES: dict[str, FailureClass] = {
 # `with error 12` before 2.21, `status=12` to 2.28.3, `status=IBV_WC_RETRY_EXC_ERR(12)` since.
 # An nccl_error rule, and NCCL_FATAL_WARN keeps HARMLESS from hiding it.
 IB_COMPLETION_ERROR = (
-    r"NET/IB ?: Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
+    r"NET/IB\w* ?: ?Got completion from peer .{0,200}?(status=[1-9]|status=IBV_WC_\w*ERR|with error [1-9])"
 )
 
+# Families by mechanism. Each rule names what happened, in the words of every ecosystem and
+# scheduler that reports it: a time limit is Slurm's "DUE TO TIME LIMIT", PBS's "walltime ...
+# exceeded limit", LSF's TERM_RUNLIMIT, Moab's "exceeded wallclock limit", Kubernetes'
+# DeadlineExceeded, SageMaker's MaxRuntimeExceeded... (sources in tests/data/failures/SOURCES.md
+# and docs/failure-classifier.md).
 RULES: tuple[Rule, ...] = (
     _rule(
         "gpu_hardware",
         ROOT,
-        r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120)\b",
+        r"\bXid\b.{0,40}?\b(48|63|64|74|79|92|94|95|119|120|14[4-9]|150)\b",  # 144-150: NVLink
         r"fallen off (of )?the bus",
         r"uncorrectable ECC",
         r"ECC_UNCORRECTABLE",
+        r"cudaErrorECCUncorrectable",
+        r"double[- ]bit ECC",
+        r"ECC errors? (was |were )?(detected|encountered)",
+        r"uncontained (ECC )?error",
+        r"row remapp\w* (failure|pending)",
         r"GPU is lost",
         r"GpuIsLost",
         r"GPU_IS_LOST",
+        r"GPU (at PCI:\S+ )?(has|is) (been )?lost",
+        # NVLink and NVSwitch faults (cudaErrorNvlinkUncorrectable, SXid), named without "Xid".
+        r"uncorrectable NVLink",
+        r"cudaErrorNvlinkUncorrectable",
+        r"NVLink (fatal |uncorrectable )?error",
+        r"NVLINK.{0,40}?\b(fatal|fault|training failed)",
+        r"\bSXid\b",
+        r"Critical Xid",
+        r"XidCriticalError",
+        r"DCGM_FR_\w*(ECC|NVLINK|XID|PCIE|RETIRED|ROW_REMAP)",
+        r"marking device \S+ as unhealthy",
+        r"double[- ]bit (ECC )?error",
+        r"PCIe Bus Error.{0,40}?Uncorrected",
+        r"Timeout waiting for RPC from GSP",
+        r"GPU (requires|needs) (a )?reset",
+        r"GPU reset required",
+        r"RmInitAdapter failed",
+        r"hardware stack error",
+        r"CUDA_ERROR_HARDWARE_STACK_ERROR",
         # nvidia-smi's words for a GPU the driver can no longer reach (fallen off the bus).
         r"Unable to determine the device handle for GPU",
+        in_warning=True,
     ),
     _rule(
         "timeout",
         ROOT,
-        r"DUE TO TIME LIMIT",
+        r"DUE TO TIME LIMIT",  # Slurm
         r"timed out after \d+(\.\d+)? ?(minutes?|hours?|days?)",
         r"\bRun timed out\b",
+        r"\b(job|training job|pipeline) ?timed ?out\b",
+        r"\b(wall ?clock|wall ?time|max ?time) (was |has been )?(exceeded|expired)\b",
+        r"reached (its |the )?(job'?s? )?(time|wall ?clock|wall ?time|run ?time) limit",
+        r"due to (the |its )?(wall ?clock|wall ?time|run ?time|time) limit",
+        r"enforced h_rt",
+        r"activeDeadlineSeconds.{0,40}?(exceeded|reached)",
+        r"max(imum)? run duration",
+        r"exceed\w* (the |its )?(max(imum)? |allowed |configured )*(execution|run|training) (time|duration)",
         r"max(imum)?[ _]runtime",
         r"(?-i:\bTIMEDOUT\b)",
-        r"exceeded (the )?(maximum )?(run ?time|time limit)",
+        r"(?-i:\bJobState=TIMEOUT\b)",
+        # PBS/Torque ("=>> PBS: job killed: walltime 3630 exceeded limit 3600"), Moab ("job
+        # exceeded wallclock limit"), SGE ("exceeded hard wallclock time"), LSF (TERM_RUNLIMIT).
+        r"walltime \d+ exceeded limit",
+        r"exceed\w* (its |the |job'?s? |hard |soft )?(allotted |allowed |requested |maximum |max )?"
+        r"(wall ?clock|wall ?time|run ?time|time)( time)? ?limit",
+        r"exceed\w* (its |the |job'?s? |hard |soft )?(allotted |allowed |requested |maximum |max )?"
+        r"(wall ?clock|wall ?time|run ?time)\b",
+        r"(wall ?clock|wall ?time|run ?time|time) limit (was |has been )?(exceeded|reached|expired)",
+        r"\bTERM_RUNLIMIT\b",
+        r"reaching LSF run ?time limit",
+        # Kubernetes Jobs (activeDeadlineSeconds), SageMaker, Vertex AI, Azure ML, Databricks.
+        r"(?-i:\bDeadlineExceeded\b)",
+        r"active longer than (the )?specified deadline",
+        r"MaxRuntimeExceeded",
+        r"MaxRuntimeInSeconds",
+        r"exceed\w* (its |the )?(max(imum)?[ _]?duration|timeout( period| limit)?|time ?out of)",
+        r"(job|run|task|training) (was )?(stopped|cancel+ed|terminated|killed) (because|as|after) it "
+        r"(ran|exceeded|reached)",
+    ),
+    # /dev/shm is memory: NCCL failing to create its shared memory segments there is host memory
+    # running out, though the kernel words it as a full disk (so this comes before disk_full).
+    _rule(
+        "host_oom",
+        ROOT,
+        r"shared memory segment .{0,80}?(size \d+|failed)",
+        r"failed to extend /dev/shm",
+        r"/dev/shm\b.{0,80}?No space left on device",  # noqa: S108 (a pattern, not a path)
+        r"posix_fallocate failed.{0,20}?No space left on device",  # NCCL allocating in /dev/shm
+        in_warning=True,
     ),
     # Disk before memory: TensorFlow reports a full disk as ResourceExhaustedError too.
     _rule(
@@ -242,40 +348,68 @@ RULES: tuple[Rule, ...] = (
         r"os error 28\b",
         r"\bENOSPC\b",
         r"Disk quota exceeded",
+        r"\bEDQUOT\b",
         r"StorageFull",
         # Kubernetes evicting a pod for the node's disk.
         r"low on resource: ephemeral-storage",
         r"\bDiskPressure\b",
+        r"ephemeral[- ]storage (usage )?(exceeds|limit)",
+        r"exceeded (its |the )?local ephemeral storage",
+        r"OutOfDiskError",
+        in_warning=True,
     ),
     # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
     # OutOfMemoryError and TensorFlow's OOM on a CPU device are all the host running out.
     _rule(
         "host_oom",
         ROOT,
-        r"oom[-_]kill",
+        r"oom[-_ ]kill",
         r"Out of memory: Kill",
         r"task \d+(-\d+)?: Out Of Memory",
         r"exceeding memory limits",
         r"low on resource: memory",
         r"\bMemoryPressure\b",
         r"java\.lang\.OutOfMemoryError",
-        r"^\s*MemoryError\b",
+        r"^\W*MemoryError\b",
+        r"\bMemoryError: Unable to allocate",
+        r"_ArrayMemoryError",
         r"ray\.exceptions\.OutOfMemoryError",
+        r"RayOutOfMemoryError",
+        r"ObjectStoreFullError",
         r"killed due to the node running low on memory",
         r"Workers \(tasks / actors\) killed due to memory pressure",
         r"address the out of memory issue: \S*ray-oom-prevention",
         r"OOM when allocating tensor.{0,200}?device:CPU",
         r"OOMKilled",
+        # A native allocator's abort (Rust's, the C++ runtime's), the kernel refusing memory.
+        r"memory allocation of \d+ bytes failed",
+        r"std::bad_alloc",
+        r"Cannot allocate memory",
+        r"\[Errno 12\]",
+        # YARN and LSF killing a container or job over its memory limit.
+        r"running beyond (physical|virtual) memory limits",
+        r"\bTERM_MEMLIMIT\b",
+        r"job killed: (mem|vmem|pmem) \S+ exceeded limit",  # PBS/Torque
+        r"GC overhead limit exceeded",
+        r"DefaultCPUAllocator: (not enough memory|can'?t allocate memory)",
+        r"ran out[- ]of[- ]memory and exited",  # Vertex AI's words for a replica's OOM kill
+        r"insufficient shared memory",
+        r"exceeded (its |the )?(job )?memory limit",
         # A DataLoader worker's shared memory (/dev/shm) ran out: host memory, not the GPU's.
         r"workers are out of shared memory",
+        # The shell's SIGKILL report glued to a progress bar's last redraw (`3/8 [00:02<00:03]Killed`).
+        r"\]\s*Killed\W*$",
         r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
+        in_warning=True,
     ),
     _rule(
         "cuda_oom",
         ROOT,
         r"CUDA out of memory",
-        r"OutOfMemoryError",
+        # The exception's own name, not a longer name that ends with it (RayOutOfMemoryError).
+        r"(?-i:(^|[^A-Za-z])OutOfMemoryError)",
         r"CUDA error: out of memory",
+        r"Cuda failure '?out of memory",
         r"cudaErrorMemoryAllocation",
         r"CUDA_ERROR_OUT_OF_MEMORY",
         r"CUBLAS_STATUS_ALLOC_FAILED",
@@ -286,10 +420,21 @@ RULES: tuple[Rule, ...] = (
         r"OOM when allocating tensor",
         r"Out of memory while trying to allocate",
         r"RESOURCE_EXHAUSTED: (Error allocating device buffer|Attempting to (reserve|allocate)|Failed to allocate)",
+        r"RESOURCE_EXHAUSTED: Out of memory",
         r"Ran out of memory in memory space",
+        r"(HIP|hip|ROCm)( error)?:? out of memory",
+        r"CUDA\]?: out of memory",
+        r"\b(MPS|XPU|NPU) (backend )?out of memory",
+        r"cudaMalloc( retry)? failed: out of memory",
+        r"\b(GPU|CUDA|device) (OOM|out of memory)\b",
+        r"out of memory (error )?on (GPU|device)",
+        r"Dst tensor is not initialized",  # TensorFlow failing to copy a tensor onto a full GPU
+        r"larger than the maximum number of tokens that can be stored in KV cache",
+        r"hipErrorOutOfMemory",
         # vLLM: the weights fit but the KV cache does not.
         r"No available memory for the cache blocks",
         r"Free memory on device .{0,80}? is less than desired GPU memory utilization",
+        in_warning=True,
     ),
     _rule(
         "illegal_memory_access",
@@ -297,20 +442,54 @@ RULES: tuple[Rule, ...] = (
         r"illegal memory access",
         r"unspecified launch failure",
         r"cudaErrorLaunchFailure",
+        r"cudaErrorIllegalAddress",
+        r"CUDA_ERROR_ILLEGAL_ADDRESS",
         r"misaligned address",
         r"an illegal instruction was encountered",
         r"CUBLAS_STATUS_EXECUTION_FAILED",  # a cuBLAS kernel that failed on the device
+        r"the GPU program failed to execute",  # the same, in its message
+        in_warning=True,
     ),
-    _rule("device_assert", ROOT, r"device-side assert", r"Assertion `.*` failed"),
+    _rule(
+        "device_assert",
+        ROOT,
+        r"device-side assert",
+        r"Assertion `.*` failed",
+        # A kernel's own assert line (`Indexing.cu:1422: indexSelectLargeIndex: block: [31,0,0],
+        # thread: [16,0,0] Assertion ...`), whatever the assert's form or where its "failed" wraps.
+        r"\.cu:\d+: .{0,300}?\bthread: \[[\d,]+\] Assertion\b",
+        in_warning=True,
+    ),
     _rule(
         "serialization_too_large",
         ROOT,
         r"bigger than spark\.driver\.maxResultSize",
+        r"Total size of serialized results of \d+ tasks",
+        r"spark\.rpc\.message\.maxSize",
+        r"kryoserializer\.buffer\.max",
+        r"Kryo serialization failed: Buffer overflow",
         r"cannot serialize a \w+( object)? larger than",
         r"Serialized task .* exceeds max allowed",
         r"pickle data was truncated",
         r"object (is )?too large",
         r"too large to serialize",
+        # The 2 GB protobuf limit (TensorFlow graphs and tensor protos, ONNX models, Ray's RPCs).
+        r"exceeds maximum protobuf size",
+        r"protobuf.{0,60}?\b2 ?Gi?B\b",
+        r"(larger|bigger) than (the )?2 ?Gi?B",
+        r"(Cannot|can'?t|failed to) serialize (the )?(protocol buffer|proto\b|message)",
+        r"proto(buf)? (size|message) (is )?(larger|too large|exceeds)",
+        r"message (is )?too (large|long|big)",
+        # gRPC's message-size limit ("Received message larger than max (210771146 vs. 104857600)").
+        r"(Received|Sent|Trying to send) message larger than max",
+        r"message larger than max",
+        r"grpc: (received|trying to send) message larger",
+        # multiprocessing/pickle's 32-bit length header on a > 2 GB object.
+        r"'i' format requires -2147483648 <= number <= 2147483647",
+        r"OverflowError: .{0,60}?(serializ|pickl)",
+        r"exceeds (the )?max(imum)? (message|payload|request) size",
+        r"payload size exceeds",
+        r"Request Entity Too Large",
     ),
     _rule(
         "pickling_error",
@@ -321,22 +500,62 @@ RULES: tuple[Rule, ...] = (
         r"Could not serialize the (function|argument|object)",
         r"is not (JSON |msgpack )?serializable",
     ),
+    # ABI and architecture mismatches that frameworks report only as a warning: still the cause.
+    _rule(
+        "dependency_error",
+        ROOT,
+        r"is not compatible with the current PyTorch installation",
+        r"compiled using NumPy 1\.x cannot be run in",
+        in_warning=True,
+    ),
     _rule(
         "dependency_error",
         ROOT,
         r"ModuleNotFoundError",
         r"\bImportError\b",
         r"undefined symbol",
+        r"symbol lookup error",
         r"version `GLIBC\w*_[\d.]+' not found",
         r"CUDA driver version is insufficient",
         r"Failed to import [\w.]+ because",
         r"No matching distribution found",
         r"cannot open shared object file",
-        # A binary built for another GPU architecture or CUDA version.
+        r"DLL load failed",
+        # A binary built for another GPU architecture, CUDA, NumPy or Python ABI.
         r"invalid device function",
         r"no kernel image is available for execution",
         r"NVIDIA driver on your system is too old",
         r"CUDA Setup failed",  # bitsandbytes finding no usable CUDA libraries
+        r"module compiled against (API|ABI) version",
+        r"size changed, may indicate binary incompatibility",
+        r"numpy\.core\.multiarray failed to import",
+        r"binary incompatib",
+        r"mismatches the version that was used to compile",
+        r"Driver/library version mismatch",
+        r"(CUDA|cuDNN|NCCL|driver|ABI|jaxlib) version mismatch",
+        r"Loaded runtime \w+ library: .{0,80}? but source was compiled with",
+        r"Torch not compiled with CUDA enabled",
+        r"PTX was compiled with an unsupported toolchain",
+        r"Unsupported gpu architecture",
+        r"FlashAttention only supports",
+        r"\bVersionConflict\b",
+        r"DistributionNotFound",
+        r"Descriptors cannot be created directly",  # protobuf 4 against generated code of 3
+        r"Ninja is required to load C\+\+ extensions",
+        r"nvcc fatal",
+        r"Failed building wheel for",
+        r"Could not build wheels",
+        r"forward compatibility was attempted on non supported HW",
+        r"compiled with different CUDA (major )?versions",
+        r"module '[\w.]+' has no attribute",
+        r"Library installation failed",
+        r"Could not find a version that satisfies the requirement",
+        r"ResolutionImpossible",
+        r"seems to be not installed",
+        r"requires the following packages that were not found",
+        r"Found no NVIDIA driver",
+        r"couldn'?t communicate with the NVIDIA driver",
+        r"incompatible (jaxlib|version|versions|with (the )?installed)",
     ),
     _rule(
         "nan_divergence",
@@ -344,36 +563,114 @@ RULES: tuple[Rule, ...] = (
         r"\bloss is nan\b",
         r"Loss became infinite or NaN",
         r"NaN or Inf found in input tensor",
-        r"\bloss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",  # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`
+        # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`, a column glued to its name
+        # (`average_loss : nan`, `IDLoss=nan`).
+        r"loss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",
+        r"\b(outputs?|logits|gradients?|activations?|weights?|predictions?) "
+        r"(is|are|became|become|contains?) (a )?nan\b",
+        r"\bnan\b.{0,40}\bstop(ping)? (the )?training\b",
         r"non-finite loss",
+        r"\b(loss|training|model) (has )?diverged",
         r"found (NaN|Inf) in (local )?grad norm",  # Megatron's check
+        r"loss scale already at minimum",  # DeepSpeed's fp16 scaler giving up
+        r"Detected (NaN|inf) (loss|gradient)",
     ),
     _rule(
         "capacity_unavailable",
         ROOT,
+        # AWS, GCP, Azure, OCI, SageMaker, Vertex, Databricks, SkyPilot, Lambda: no capacity.
         r"INSUFFICIENT_CAPACITY",
         r"InsufficientInstanceCapacity",
+        r"insufficient[ _-]capacity",
         r"capacity unavailable",
-        r"no GPU capacity",
+        r"no (more )?(GPU )?capacity",
+        r"(not enough|out of|no available) (host |GPU |instance |compute )?capacity",
+        r"OutOfHostCapacity",
         r"do not have sufficient \S+ capacity",
         r"ZONE_RESOURCE_POOL_EXHAUSTED",
+        r"resource pool exhausted",
+        r"\bstockout\b",
         r"does not have enough resources available to fulfill the request",  # GCP's words for it
         r"ResourceLimitExceeded",  # SageMaker: the account's instance quota
+        r"CapacityError",
+        r"Unable to provision requested ML compute capacity",
+        r"ResourcesUnavailableError",
+        r"Failed to acquire resources",
+        r"(Zonal)?AllocationFailed",
+        r"OverconstrainedAllocationRequest",
+        r"SkuNotAvailable",
+        r"CLOUD_PROVIDER_LAUNCH_FAILURE",
+        r"cloud provider (launch failure|capacity)",
+        r"insufficient[ _-]instance[ _-]capacity",
+        r"insufficient[ _-]quota",
+        r"resources are insufficient",
+        r"than your current instance limit",
+        r"account-level service limit",
+        r"no (longer any )?instances available",
+        r"INSTANCE_POOL_MAX_CAPACITY",
+        # Quotas: each cloud's wording.
+        r"QUOTA_EXCEEDED",
+        r"QuotaExceeded",
+        r"VcpuLimitExceeded",
+        r"vCPU (capacity|limit)",
+        r"Quota '?[\w/.-]+'? exceeded",
+        r"quota (metrics? )?exceed",
+        r"exceed\w* (the |your )?(approved )?[\w/.' -]{0,40}?quota",
+        r"GPUS_ALL_REGIONS",
+        r"\bOutOfQuota\b",
+        r"(not enough|insufficient) [\w ]{0,30}?quota",
+        r"quota of \d+ and cannot",
+        r"Quota failure",
+        r"following quotas are exceeded",
+        r"exceeds the allowed maximum of \d+",
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
+        r"(?-i:\bFailedScheduling\b)",
         r"no nodes available to schedule",
         r"Cannot schedule pods",
+        # Slurm and PBS refusing the request outright.
+        r"Requested node configuration is not available",
+        r"(?-i:\b(QOSMax|AssocGrp|AssocMax)\w+)",
+        r"violates accounting/QOS policy",
+        r"exceeds queue resource limits",
+        r"would exceed (the )?(queue|complex|server)",
     ),
     _rule(
         "cancelled",
         ROOT,
-        r"cancel+ed by (the )?user",
+        r"KeyboardInterrupt",
+        in_warning=True,
+    ),
+    _rule(
+        "cancelled",
+        ROOT,
+        r"cancel+ed by (the )?(user|owner|admin\w*|operator)",
         r"\bRun was cancel+ed\b",
         r"\bwas cancel+ed\b",
         r"(?-i:\bCANCEL+ED\b)",
-        r"KeyboardInterrupt",
         r"SIGTERM.*\b(by user|user request|policy|preempt\w*)\b",
+        # Stopped by a person or a system, in each scheduler's and platform's words.
+        r"\bscancel\b",
+        r"\bqdel\b",
+        r"job deleted",
+        r"deleted by (the )?(user|owner|admin\w*|operator)",
+        r"\bTERM_(OWNER|ADMIN|PREEMPT|FORCE_OWNER|FORCE_ADMIN|REQUEUE_OWNER|REQUEUE_ADMIN)\b",
+        r"killed by (the )?(job )?(owner|user|admin\w*)",
+        r"(stopped|terminated|interrupted|killed|aborted) by (the )?(user|owner|operator|admin\w*)",
+        r"(?-i:\bPREEMPTED\b)",
+        r"\b(was|been|being) preempted\b",
+        r"\b(job|cluster|instance|node|vm|pod|task|worker)s? (is|are|got) preempted\b",
+        r"preemption (notice|signal)",
+        r"spot (instance )?(interruption|termination|reclaim)",
+        r"Spot Instance interruption",
+        r"StopTrainingJob",
+        r"Training job .{0,80}?(was )?stopped",
+        r"TaskCancelledError",
+        r"user requested (stop|cancel\w*|termination)",
+        r"Interrupted by user",
+        r"\b(job|run|task|trial) (has been |was )?cancel+ed\b",
+        r"^\W*\^C",
     ),
     # Symptoms: NCCL, distributed timeouts and signals are what a cascade looks like from the
     # other ranks (see the timeout taxonomy above).
@@ -387,24 +684,35 @@ RULES: tuple[Rule, ...] = (
         SYMPTOM,
         r"Received (1|2|15) death signal",
         r"SignalException: Process \d+ got signal: (1|2|15)\b",
+        # The agent passing on the SIGHUP or SIGINT it got (on a failure of its own it sends SIGTERM).
+        r"closing signal SIG(HUP|INT)\b",
+        # A process told to stop from outside (a scheduler, a person, a preemption).
+        r"(received|got|caught) (signal )?SIGTERM",
+        r"SIGTERM (signal )?received",
     ),
     _rule(
         "nccl_timeout",
         SYMPTOM,
-        r"Watchdog caught collective operation timeout",
+        r"Watchdog caught collective",
         r"\bNCCL timeout\b",
         r"Timeout at NCCL work",
         r"watchdog got stuck",
         r"WorkNCCL::checkTimeout",
         r"WorkNCCL\([^)]{0,300}\) ran for \d+ ?(ms|milliseconds)",
+        r"ran for \d+ milliseconds before timing out",
         r"NCCL watchdog timeout",
         r"gloo.{0,200}?(Timed out|timeout)",
         r"Timed out waiting \d+ ?ms for (recv|send)",
+        r"monitoredBarrier",
+        r"DistStoreError",
+        r"waiting for clients",
+        r"store based barrier",
         r"Socket Timeout",
         r"socket has timed out after",
         r"(TCPStore|Store)\b.{0,120}?timed out",
         r"Rendezvous(Timeout|Connection)Error",
         r"DEADLINE_EXCEEDED",
+        r"Deadline Exceeded",
         r"Barrier timed out",
         r"heartbeat timeout",
     ),
@@ -416,9 +724,16 @@ RULES: tuple[Rule, ...] = (
         r"ncclSystemError",
         r"ncclUnhandledCudaError",
         r"ncclInvalidUsage",
+        r"Test NCCL failure .{0,80}?'unhandled (cuda|system) error",
         r"ncclRemoteError",
         r"NCCL communicator was aborted",
         r"Failed to execute operation Connect from rank",
+        # NCCL's socket layer failing to reach a peer (it prints these at WARN, or bare).
+        r"socketStartConnect: Connect to \S+ failed",
+        r"NCCL WARN .{0,60}?Connect to \S+ failed",
+        r"\bNet ?: Call to (recv|send|connect) .{0,60}?failed",
+        r"NET/\w+ ?: Connection closed by remote peer",
+        r"NCCL operation \w+\(\) failed",
         IB_COMPLETION_ERROR,
     ),
     _rule(
@@ -426,17 +741,19 @@ RULES: tuple[Rule, ...] = (
         SYMPTOM,
         r"Segment\s*ation fault",  # terminals re-wrapping a line can split the word
         r"SIGSEGV",
-        r"(exit|return|status) ?code\s*[:=]?\s*(139|-11)\b",
+        r"(exit|return|status) ?code(\s+is|\s*[:=])?\s*(139|-11)\b",
+        r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
     _rule(
         "host_oom",
         SYMPTOM,
-        r"(exit|return|status) ?code\s*[:=]?\s*(137|-9)\b",
+        r"(exit|return|status) ?code(\s+is|\s*[:=])?\s*(137|-9)\b",
+        r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(137|-9)\b",
         r"Signal 9\b",
         r"\bSIGKILL\b",
-        r"^\W*Killed\W*$",  # the shell's report of a SIGKILL, maybe quoted or emphasised
-        r"killed by signal: Killed",
+        r"^\W*(Killed|已杀死|Getötet|Processus arrêté)\W*$",  # the shell's report of a SIGKILL, in its locale
+        r"killed by si\w*: Killed",
     ),
     _rule(
         "other",
@@ -456,19 +773,52 @@ RULES: tuple[Rule, ...] = (
         r"A worker died or was killed while executing",
         r"The actor died unexpectedly",
         r"(?-i:ERROR: Script failed with exit code \d+)",
+        # TensorFlow 1's way of naming an op's error ("AbortedError (see above for traceback): ...").
+        r"(?-i:\w+Error) \(see above for traceback\)",
+        r"Horovod has been shut down",
     ),
-    _rule("other", TRACEBACK, r"Traceback \(most recent call last\)", r"(?-i:^\s*ERROR\b)", r"(?-i:\bFAILED\b)"),
+    # An abnormal end with no named cause: a signal, a non-zero exit status, a scheduler's kill.
+    # Tier TRACEBACK: any named cause or symptom elsewhere in the log outranks them.
+    _rule(
+        "other",
+        TRACEBACK,
+        r"Traceback \(most recent call last\)",
+        r"(?-i:^\s*ERROR\b)",
+        r"(?-i:\bFAILED\b)",
+        r"core dumped",
+        r"(?-i:^\W*(Aborted|Terminated|Bus error|Illegal instruction|Floating point exception)\b)",
+        r"Signal \d+ \(SIG\w+\) received",
+        r"received signal SIG\w+",
+        r"exited on signal \d+",
+        r"\bSIG(ABRT|BUS|FPE|ILL)\b",
+        r"\bexit ?code\s*:\s*-?[1-9]\d*\b",
+        r"exit(ed)? (with )?(status|code|exit code)\s*[:=]?\s*-?[1-9]\d*\b",
+        r"non-?zero (exit )?(status|code)",
+        r"(Process|Program) finished with exit code [1-9]",
+        r"ChildFailedError",
+        r"\bpanic: ",
+        r"fatal error",
+        r"PBS: job killed",
+        r"\bjob killed\b",
+        r"\bTERM_\w+: job killed",
+        r"(?-i:\bBackoffLimitExceeded\b)",
+        r"srun: error: .{0,120}?(Exited|Killed|Terminated|task \d+|failed on node)",
+        r"_job_complete: JobId=\d+ WTERMSIG \d+",  # slurmctld: the job ended on a signal
+        r"(?-i:slurmstepd: error)",
+        r"OP_REQUIRES failed",
+    ),
 )
 
-# Lines that look alarming but are not failures; they are never evidence. Fatal NCCL lines
-# still count because the error itself is reported on a separate, non-WARN line, except
-# NCCL_FATAL_WARN's.
+# Lines that look alarming but are not failures: no rule reads them, except the causes a
+# warning can carry (`Rule.in_warning`: an OOM or a device assert inside an NCCL WARN line, a
+# full disk or a KeyboardInterrupt inside a UserWarning) and NCCL_FATAL_WARN's transport errors.
 HARMLESS = compile_linear(
-    r"NCCL INFO",
-    r"NCCL WARN",
+    # NCCL's own log levels, in capitals: "check NCCL warnings" in an error's text is not one.
+    r"(?-i:NCCL (INFO|WARN)\b)",
     # A warning class ("UserWarning: ..."), not a logger's WARNING level: torchrun logs the signal
-    # that stopped it at WARNING.
-    r"\w+Warning\b\s*:",
+    # that stopped it at WARNING. Warning classes are CamelCase: "CWARNING:" (a ^C glued to a
+    # logger's level) is not one.
+    r"(?-i:\w+Warning\b)\s*:",
     r"\[W (socket|ProcessGroup|Utils)\S*\.cpp",
     r"TensorFloat-32|\bTF32\b",
     r"Some weights of .* (not initialized|not used)",
@@ -480,7 +830,14 @@ HARMLESS = compile_linear(
 
 # NCCL WARN lines that are a failure's own report (HARMLESS does not hide them): an InfiniBand
 # completion with an error status, after which NCCL only logs the error code (`-> 6`) at INFO.
-NCCL_FATAL_WARN = compile_linear(IB_COMPLETION_ERROR)
+NCCL_FATAL_WARN = compile_linear(
+    IB_COMPLETION_ERROR,
+    r"Failed to execute operation Connect from rank",
+    r"Connect to \S+ failed",
+    r"\bNet ?: Call to (recv|send|connect) .{0,60}?failed",
+    r"NET/\w+ ?: Connection closed by remote peer",
+    r"unhandled (system|cuda) error",
+)
 
 # Boilerplate hints that frameworks append to an error: cut out of a line before the rules read
 # it, so the hint never becomes evidence ("...enable device-side assertions" is not a device
@@ -493,7 +850,26 @@ BOILERPLATE = compile_linear(
     # Ray lists every cause a dead worker could have had; naming SIGKILL or SIGSEGV there is not
     # evidence of either.
     r"There are some potential root causes\..*",
+    r"\(1\) The process is killed by SIGKILL by OOM killer due to high memory usage\.?",
 )
+
+# A Python traceback's frame line (`File "...", line N, in f`). Never evidence, and neither is
+# the source line it quotes (indented deeper, e.g. `raise RuntimeError(f"NCCL error: {error_str}")`).
+# A native backtrace's frames (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`) are
+# read: with the message cut, the function a frame names is all a log says.
+# A native backtrace's frame (`frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout`, glog's
+# `@ 0x7f...`, gdb's `#4 0x... in`): read, since with the message cut the function a frame names is
+# all a log says, but evidence only when no line of output says as much.
+NATIVE_FRAME = compile_linear(
+    anchored(r"^\s*frame #\d+:"), anchored(r"^\s*@\s+0x[0-9a-f]+"), anchored(r"^\s*#\d+\s+0x[0-9a-f]+ in ")
+)
+FRAME = compile_linear(anchored(r"^\s*File \"[^\"]*\", line \d+(, in \S+)?\s*$"))
+
+# IPython's traceback header: the exception's name, then its traceback, then its message.
+IPYTHON_HEADER = compile_linear(r"^\W*[\w.]+\s{2,}Traceback \(most recent call last\)")
+
+# An exception's name alone on its line ("ImportError:"): its message is on the next line.
+BARE_EXCEPTION = compile_linear(anchored(r"^\W*[\w.]*(?-i:Error|Exception)\s*:?\s*$"))
 
 # Training progress (an epoch, iteration or step counter, a loss, a progress bar's rate). A
 # non-ROOT error followed by RECOVERED_AFTER such lines and nothing worse did not end the run:
@@ -508,8 +884,23 @@ PROGRESS = compile_linear(
 RECOVERED_AFTER = 2
 
 # fp16 loss scaling: one skipped step is routine; a run of them means the scale is collapsing.
-OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping")
+# The same for a gradient norm logged as NaN step after step (HF Trainer's `'grad_norm': nan`).
+OVERFLOW = compile_linear(r"Gradient overflow", r"overflow, skipping", r"grad[_ ]norm['\"]?\s*[:=]\s*['\"]?nan\b")
 OVERFLOW_STREAK = 5
+
+# A cancel is often a scheduler's deletion whose reason follows ("job deleted" / "MOAB_INFO: job
+# exceeded wallclock limit"): these classes, KILL_REASON_LINES lines after it at most, replace it.
+KILL_REASONS = frozenset({"timeout", "capacity_unavailable", "host_oom", "disk_full", "gpu_hardware"})
+KILL_REASON_LINES = 20
+
+# Words that make a line the likeliest root-cause line of a run that failed with no rule
+# matching (the "unrecognised failure" verdict reads the log's tail for the first of them).
+WEAK_ERROR = compile_linear(
+    r"\b(error|errors|fail\w*|fatal|exception|abort\w*|kill\w*|terminat\w*|panic|denied|refused|cannot|"
+    r"can't|unable|crash\w*|die[ds]?|dead|exit\w*|interrupt\w*|timed? ?out)\b"
+)
+# Non-blank lines at the end of a log searched for that line.
+TAIL_LINES = 40
 
 # Exit codes that say something on their own when the log does not.
 EXIT_CODE_CLASSES: dict[int, str] = {137: "host_oom", -9: "host_oom", 139: "segfault", -11: "segfault"}
