@@ -102,11 +102,18 @@ MEMBER_ERROR = "failed (the error is shown to staff)"
 
 
 def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[CollectorState]:
-    """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise."""
+    """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise.
+
+    Refusals and skipped items likewise: their count and names are staff's only. Refusals count
+    rows naming another team's run, so a member who watched the count move could learn which
+    run ids exist in other teams (issue 33); skipped items are named by path and run id.
+    """
     out = list(states)
     for state in out:
         # Redacted again on the way out: errors stored before the redactor existed are covered too.
         state.shown_error = (redact(state.last_error) if is_staff else MEMBER_ERROR) if state.last_error else ""
+        state.shown_refused = state.refused_total if is_staff else None
+        state.shown_refusal = redact(state.last_refusal) if is_staff else ""
     return out
 
 
@@ -118,7 +125,7 @@ def collectors(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv":
         header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "refused_total",
                   "last_error_at", "last_error"]  # fmt: skip
-        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.refused_total,
+        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.shown_refused,
                  c.last_error_at, c.shown_error] for c in states)  # fmt: skip
         return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {

@@ -39,7 +39,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from dashboard.models import ApiKey
-from dashboard.schemas import aware
+from dashboard.schemas import aware, unstorable_json
 from runs import ingest
 from runs.choices import BatchKind, CollectorKind, RunEventKind, RunSource, TelemetrySource
 from runs.collectors.state import state_for
@@ -289,4 +289,8 @@ def _event(
     details = raw.get("details") if isinstance(raw.get("details"), dict) else {}
     if raw.get("gpu_uuid"):
         details = {**details, "gpu_uuid": str(raw["gpu_uuid"])[:100]}
-    return run, kind, ts, gpu, str(raw.get("message") or "")[:MAX_MESSAGE], details
+    message = str(raw.get("message") or "")[:MAX_MESSAGE]
+    # PostgreSQL refuses NaN in jsonb and NUL in text, and with them the whole payload's insert.
+    if why := unstorable_json(details) or unstorable_json(message):
+        return f"details or message {why}"
+    return run, kind, ts, gpu, message, details

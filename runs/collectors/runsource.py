@@ -716,8 +716,9 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
         if settings.AIRBOARD_CLUSTER_EVENTS_COMMAND.strip():
             # Their lifecycle events decide their uptime and worker count (runs.models.uptime).
+            timeout = settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             result.lines += collect_events(
-                clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
+                clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, timeout, skip=result.skip
             )
         records = client.list_runs(cursor.get("newest_start_time"))
         result.lines += [f"runs: {note}" for note in _take_notes(client)]
