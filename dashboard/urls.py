@@ -22,5 +22,7 @@ urlpatterns = [
     path("runs/", include("runs.urls")),
     path("costs/", include("billing.urls")),
     path("api/v1/", api.urls),
+    # The admin's login form under the same per-address limit as the site's (dashboard/views.py).
+    path("admin/login/", views.per_address_login_limit(admin.site.login)),
     path("admin/", admin.site.urls),
 ]

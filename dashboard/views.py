@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -136,6 +137,36 @@ def collectors(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/collectors.html", ctx)
 
 
+def per_address_login_limit(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """At most AIRBOARD_LOGIN_FAILURES_PER_IP failed logins from one address, any username.
+
+    One counter for every login form: the site's and the admin's (`admin/login/` had none, so
+    a spray moved there; issue 33). A POST whose form comes back (200) failed; a success redirects.
+    """
+
+    @functools.wraps(view)
+    def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method != "POST":
+            return view(request, *args, **kwargs)
+        ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
+        per_ip = ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
+        decision = ratelimit.peek("login-ip", ip, per_ip)
+        if not decision.allowed:
+            response = HttpResponse(
+                f"Too many failed logins; try again in {decision.retry_after} seconds.",
+                status=429,
+                content_type="text/plain; charset=utf-8",
+            )
+            response["Retry-After"] = str(decision.retry_after)
+            return response
+        response = view(request, *args, **kwargs)
+        if response.status_code == 200:
+            ratelimit.hit("login-ip", ip, per_ip)
+        return response
+
+    return limited
+
+
 class LoginView(auth_views.LoginView):
     """Django's login, plus the demo credentials while demo data exists on the embedded default.
 
@@ -149,22 +180,7 @@ class LoginView(auth_views.LoginView):
     """
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
-        per_ip = ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
-        decision = ratelimit.peek("login-ip", ip, per_ip)
-        if not decision.allowed:
-            response = HttpResponse(
-                f"Too many failed logins; try again in {decision.retry_after} seconds.",
-                status=429,
-                content_type="text/plain; charset=utf-8",
-            )
-            response["Retry-After"] = str(decision.retry_after)
-            return response
-        response = super().post(request, *args, **kwargs)
-        if response.status_code == 200:
-            # The form came back: the credentials were wrong (a success redirects).
-            ratelimit.hit("login-ip", ip, per_ip)
-        return response
+        return per_address_login_limit(super().post)(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
