@@ -259,32 +259,34 @@ def tail_directory(root: Path, state: Any, result: CollectResult) -> None:
             run = runs[external_id]
             if run is None:
                 continue
-            try:
-                with open_inside(root, relative) as handle:
-                    entry, chunks, lines = tail_file(
-                        handle, relative, files.get(relative) or {}, run, int(match["attempt"]), int(match["node"]),
-                        result,
-                    )  # fmt: skip
-            except RefusedPath as exc:
-                result.say(f"logs: refused {relative}: {exc}; only plain files inside the log directory are read")
-                continue
-            except IngestConflict as exc:
-                result.say(f"logs: skipped {relative}: {exc}")
-                continue
-            except FileNotFoundError:  # removed between the walk and the read: gone, not an error
-                continue
-            except OSError as exc:
-                # A socket (ENXIO), a file without read permission, an I/O error: that file is
-                # skipped and named, the rest of the shared directory (every team's) is read.
-                result.skip(relative, f"cannot read: {exc.strerror or type(exc).__name__}")
-                continue
-            totals.files += 1
-            totals.chunks += chunks
-            totals.lines += lines
-            files[relative] = entry
-            # Saved after each file's chunks are stored: a crash re-reads one file, and its
-            # chunks come again with the same seq and text, which append_log_chunk ignores.
-            save_cursor(state, {**cursor, "files": files})
+            # One file's odd data (an attempt number beyond any column) skips that file only.
+            with isolated(result, relative, savepoint=False):
+                try:
+                    with open_inside(root, relative) as handle:
+                        entry, chunks, lines = tail_file(
+                            handle, relative, files.get(relative) or {}, run, int(match["attempt"]), int(match["node"]),
+                            result,
+                        )  # fmt: skip
+                except RefusedPath as exc:
+                    result.say(f"logs: refused {relative}: {exc}; only plain files inside the log directory are read")
+                    continue
+                except IngestConflict as exc:
+                    result.say(f"logs: skipped {relative}: {exc}")
+                    continue
+                except FileNotFoundError:  # removed between the walk and the read: gone, not an error
+                    continue
+                except OSError as exc:
+                    # A socket (ENXIO), a file without read permission, an I/O error: that file is
+                    # skipped and named, the rest of the shared directory (every team's) is read.
+                    result.skip(relative, f"cannot read: {exc.strerror or type(exc).__name__}")
+                    continue
+                totals.files += 1
+                totals.chunks += chunks
+                totals.lines += lines
+                files[relative] = entry
+                # Saved after each file's chunks are stored: a crash re-reads one file, and its
+                # chunks come again with the same seq and text, which append_log_chunk ignores.
+                save_cursor(state, {**cursor, "files": files})
     # Forget files that are gone, so the cursor does not grow with every run ever seen.
     save_cursor(state, {**cursor, "files": {key: value for key, value in files.items() if key in seen}})
     result.items += totals.chunks

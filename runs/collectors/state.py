@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from django.db import DataError, transaction
@@ -44,14 +44,16 @@ class CollectResult:
 
 
 @contextmanager
-def isolated(result: CollectResult, what: str) -> Iterator[None]:
+def isolated(result: CollectResult, what: str, *, savepoint: bool = True) -> Iterator[None]:
     """Run one item of a pass in its own savepoint; a data error skips it (see ITEM_ERRORS).
 
     The savepoint matters on PostgreSQL: a failed statement inside the pass's transaction would
-    otherwise abort every statement after it, the other teams' items included.
+    otherwise abort every statement after it, the other teams' items included. `savepoint=False`
+    for an item whose writes commit as they go (a log file's chunks: one transaction around a
+    64 MB file would hold SQLite's write lock for the whole file).
     """
     try:
-        with transaction.atomic():
+        with transaction.atomic() if savepoint else nullcontext():
             yield
     except ITEM_ERRORS as exc:
         result.skip(what, f"{type(exc).__name__}: {exc}")

@@ -54,6 +54,8 @@ def test_a_socket_in_the_shared_log_directory_skips_that_file_only(world: World,
     try:
         listener.bind(str(root / "1001" / "1" / "0.log"))
         write(root / "2001" / "1" / "0.log", "step 1\n")
+        # An attempt number no column holds: its node cannot be stored (OverflowError, DataError).
+        write(root / "1001" / ("9" * 25) / "0.log", "x\n")
         collect()
     finally:
         listener.close()
@@ -63,14 +65,15 @@ def test_a_socket_in_the_shared_log_directory_skips_that_file_only(world: World,
     assert stored(mine) == "step 1\n" and stored(theirs) == ""
     state = CollectorState.objects.get(name="logs")
     assert state.last_error == "" and state.last_success_at is not None
-    assert state.refused_total == 1 and state.last_refusal.startswith("1 skipped: 1001/1/0.log: cannot read")
+    assert state.refused_total == 2 and state.last_refusal.startswith("2 skipped: ")
+    assert "1001/1/0.log: cannot read" in state.last_refusal and f"1001/{'9' * 25}/0.log: " in state.last_refusal
     staff = world.client_for(world.sam).get("/collectors/").content.decode()
     assert "1001/1/0.log" in staff
     # Members see neither the names (paths and run ids of every team) nor the count.
     member = world.client_for(world.charlie).get("/collectors/").content.decode()
     assert "1001/1/0.log" not in member
     assert collectors_csv(world, world.charlie)["logs"]["refused_total"] == ""
-    assert collectors_csv(world, world.sam)["logs"]["refused_total"] == "1"
+    assert collectors_csv(world, world.sam)["logs"]["refused_total"] == "2"
 
 
 @pytest.fixture
