@@ -121,6 +121,11 @@ def _collect(source: MlflowSource, state: CollectorState, result: CollectResult)
         records += source.runs_by_id(experiment_ids, sorted(recheck))
 
     links = _links((r.run_id, r.tags) for r in records)
+    for record in records:
+        odd = record.tags.get(ATTEMPT_TAG)
+        if odd is not None and attempt_from_tag(odd) is None:
+            why = f"tag {ATTEMPT_TAG}={str(odd)[:20]!r} is no attempt number; ignored"
+            result.skip(f"MLflow run {record.run_id}", why)
     linked = points = samples = 0
     for record in records:
         # One run's odd data (a value the database refuses) skips that run, named; the other
