@@ -332,7 +332,8 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
                     result.say(f"logs: {where}: {exc}")
                     continue
             # One node's odd log (a value the store refuses) is skipped; the other nodes go on.
-            with isolated(result, where):
+            # No savepoint: each chunk commits as it is stored, as for the directory's files.
+            with isolated(result, where, savepoint=False):
                 chunks, lines = _append_new_part(run, attempt, index, text, result)
                 totals.files += 1
                 totals.chunks += chunks

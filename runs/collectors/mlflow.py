@@ -130,12 +130,17 @@ def _collect(source: MlflowSource, state: CollectorState, result: CollectResult)
     for record in records:
         # One run's odd data (a value the database refuses) skips that run, named; the other
         # runs of the pass, every other team's, are still read.
-        with isolated(result, f"MLflow run {record.run_id}"):
+        what, mlflow_run = f"MLflow run {record.run_id}", None
+        with isolated(result, what):
             mlflow_run = _upsert(record, links.get(record.run_id), names)
-            if mlflow_run.run is None:
-                continue  # stored for the collectors page; metrics wait until it is linked
-            linked += 1
-            link = links.get(record.run_id) or Link(mlflow_run.run)
+        if mlflow_run is None or mlflow_run.run is None:
+            continue  # skipped, or stored for the collectors page (metrics wait until it is linked)
+        linked += 1
+        link = links.get(record.run_id) or Link(mlflow_run.run)
+        # No savepoint around the history reads: they are network calls, and SQLite's IMMEDIATE
+        # transaction would hold the write lock through them. The points are stored in their own
+        # transaction (`_collect_metrics`), which rolls back alone.
+        with isolated(result, what, savepoint=False):
             p, s = _collect_metrics(source, mlflow_run, record, link.attempt_number)
             points, samples = points + p, samples + s
 
