@@ -8,14 +8,46 @@ JSON error envelope), secrets redacted. Both apps' collectors read their sources
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 from dashboard.redaction import redact
 
 # Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
 STDERR_TAIL_CHARS = 2_000
+
+# The server's own configuration and secrets: no command or workload it starts needs them, and a
+# workload's code (or a compromised CLI plugin) could read them (issue 33: DJANGO_SECRET_KEY,
+# DATABASE_URL and AIRBOARD_METRICS_TOKEN reached user code). Every DJANGO_* and AIRBOARD_*
+# variable, the database and broker URLs, and PostgreSQL's password variables.
+SERVER_ENV_PREFIXES = ("DJANGO_", "AIRBOARD_", "CELERY_")
+SERVER_ENV_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "PGPASSWORD", "PGPASSFILE", "SENTRY_DSN"})
+# The workspace credentials the operator gives the Databricks CLI: kept for operator commands
+# (the CLI authenticates with them), removed for workloads, whose code is the team's.
+DATABRICKS_CREDENTIALS = frozenset(
+    {"DATABRICKS_TOKEN", "DATABRICKS_CLIENT_SECRET", "DATABRICKS_PASSWORD", "DATABRICKS_AZURE_CLIENT_SECRET"}
+)
+
+
+def scrubbed_env(base: Mapping[str, str] | None = None, *, for_workload: bool = False) -> dict[str, str]:
+    """`base` (the server's environment by default) without the server's secrets.
+
+    PATH, HOME, locale and proxy settings stay: commands need them to run at all.
+    """
+    env = dict(os.environ if base is None else base)
+    removed = [
+        name
+        for name in env
+        if name.startswith(SERVER_ENV_PREFIXES)
+        or name in SERVER_ENV_NAMES
+        or (for_workload and name in DATABRICKS_CREDENTIALS)
+    ]
+    for name in removed:
+        del env[name]
+    return env
 
 
 class CollectorError(Exception):
@@ -40,7 +72,7 @@ def shown(argv: list[str]) -> str:
 def run_command(argv: list[str], timeout: float) -> str:
     """Run argv (no shell) and return its stdout decoded as UTF-8 (bad bytes replaced)."""
     try:
-        completed = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+        completed = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, env=scrubbed_env())
     except subprocess.TimeoutExpired:
         raise CollectorError(f"`{shown(argv)}` timed out after {timeout:g}s") from None
     except OSError as exc:  # not found, not executable

@@ -6,6 +6,7 @@ margin everywhere so stacked charts line up. Each figure adds its own axes, lege
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 TRANSPARENT = "rgba(0,0,0,0)"
@@ -21,3 +22,29 @@ def base_layout(*, height: int, top: int = 36, right: int = 16, **extra: Any) ->
     }
     layout.update(extra)
     return layout
+
+
+# Keys whose strings are Plotly templates a builder wrote (`<extra>`, `<br>`): left as they are.
+# A builder that puts user text into one escapes it itself, with `plotly_text`.
+TEMPLATE_KEYS = frozenset({"hovertemplate", "texttemplate"})
+
+
+def plotly_text(text: str) -> str:
+    """`text` as Plotly shows it literally: Plotly reads trace names, labels and hover values as
+    pseudo-HTML (`<a href>`, `<b>`) and decodes `&lt;`, `&gt;` and `&amp;` back for display."""
+    return html.escape(text, quote=False)
+
+
+def escaped(figure: Any, key: str | None = None) -> Any:
+    """The figure with every string escaped by `plotly_text`, template keys aside (issue 33).
+
+    Metric keys, run and node names come from users: in a legend, `<a href=...>` became a link.
+    Every figure leaves through here (the `_figure.html` partial, the chart JSON endpoint).
+    """
+    if isinstance(figure, str):
+        return figure if key in TEMPLATE_KEYS else plotly_text(figure)
+    if isinstance(figure, dict):
+        return {name: escaped(value, name) for name, value in figure.items()}
+    if isinstance(figure, list | tuple):
+        return [escaped(value, key) for value in figure]
+    return figure

@@ -6,8 +6,8 @@ and the delivery error shown on the policy page would tell open ports from close
 
 1. Only http and https, with a host name that is not a metadata alias.
 2. The name is resolved and every address must be global (not private, loopback, link-local,
-   unspecified, multicast, reserved or shared address space); an IPv4-mapped IPv6 address is
-   judged as the IPv4 address it maps.
+   unspecified, multicast, reserved or shared address space); an IPv6 address that carries an
+   IPv4 one (mapped, NAT64, IPv4-compatible, 6to4) is judged as the IPv4 address it carries.
 3. At send time the name is resolved and vetted again, and the connection goes to the vetted
    address itself (the Host header and TLS name stay the URL's), so a DNS answer that changes
    between the check and the connect (rebinding) cannot redirect it.
@@ -56,11 +56,34 @@ class Unresolvable(DestinationRefused):
     """The host name does not resolve (now): refused at send time, accepted in a form."""
 
 
+# IPv6 forms that carry an IPv4 address the network may route to (issue 33): NAT64's
+# well-known prefix (RFC 6052: 64:ff9b::169.254.169.254 reaches the metadata service through a
+# NAT64 gateway), IPv4-compatible addresses (::127.0.0.1, deprecated by RFC 4291 but still
+# parsed) and 6to4 (2002::/16, `sixtofour`). Python calls them all global.
+NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# RFC 8215's local-use NAT64 prefix: translated inside the operator's own network, never public.
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+
+
 def _judged(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address a connection to `address` reaches: an IPv4 address carried in IPv6 is judged as itself."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in NAT64_WELL_KNOWN or ip in IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip
+
+
+def is_public(address: str) -> bool:
+    """Whether webhooks may connect to `address` (module docstring, step 2)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    return _judged(address).is_global and not (isinstance(ip, ipaddress.IPv6Address) and ip in NAT64_LOCAL_USE)
 
 
 def vet(url: str) -> tuple[str, int, str]:
@@ -84,7 +107,7 @@ def vet(url: str) -> tuple[str, int, str]:
     addresses = [str(info[4][0]) for info in infos]
     if not settings.AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS:
         for address in addresses:
-            if not _judged(address).is_global:
+            if not is_public(address):
                 raise DestinationRefused(
                     f"{host} resolves to a private, loopback, link-local or reserved address; "
                     "webhooks go to public hosts only"

@@ -12,7 +12,7 @@ import re
 # Longer text is cut before any pattern runs: an error worth showing is never this long.
 MAX_CHARS = 20_000
 
-_NAMES = r"(?:access[_-]?token|refresh[_-]?token|id[_-]?token|token|password|passwd|pwd|secret|client[_-]?secret|api[_-]?key|apikey|signature)"  # noqa: E501
+_NAMES = r"(?:access[_-]?key|private[_-]?key|access[_-]?token|refresh[_-]?token|id[_-]?token|token|password|passwd|pwd|secret|client[_-]?secret|api[_-]?key|apikey|signature)"  # noqa: E501
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # URL userinfo: scheme://user:password@host
     (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]{0,20}://)[^\s/@]{1,512}@"), r"\1***@"),
@@ -30,6 +30,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         r"\1***",
     ),
     (re.compile(r"(\bBearer\s+)[^\s\"',]+", re.IGNORECASE), r"\1***"),
+    # curl's user and password: --user name:password, -u name:password (the name stays).
+    (re.compile(r"((?:--user|--proxy-user|(?<![\w-])-u)(?:=|\s+)[\"']?[^\s:\"']{1,256}:)[^\s\"']+"), r"\1***"),
     # name=value and NAME=value: access_token=x, DATABRICKS_TOKEN=x, password: x
     (re.compile(r"(\b[A-Za-z_]{0,40}" + _NAMES + r"[\"']?\s*[=:]\s*[\"']?)[^\s&\"',;]+", re.IGNORECASE), r"\1***"),
     # Token shapes that need no name: Databricks PATs, our API keys, Hugging Face, GitHub, Slack, OpenAI.
@@ -40,6 +42,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         "***",
     ),
+    # AWS access key ids (AKIA long-term, ASIA temporary): 20 characters, no name needed.
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "***"),
+    # A bare JWT (an OAuth or Databricks OIDC token): header.payload.signature, base64url.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "***"),
 )
 
 

@@ -5,6 +5,7 @@ A bad field is named in a 422 before anything is written; these are the bounds e
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -53,6 +54,35 @@ def refuse_nul(value: Any) -> Any:
     if isinstance(value, str) and "\x00" in value:
         raise ValueError("contains a NUL (U+0000) character")
     return value
+
+
+# JSON kept in a JSONField: nesting beyond this is no real event's details.
+MAX_JSON_DEPTH = 32
+
+
+def unstorable_json(value: Any, depth: int = 0) -> str | None:
+    """Why PostgreSQL's jsonb would refuse `value` (NaN, Infinity, U+0000, too deep), else None.
+
+    Python's json reads NaN and Infinity and writes them back, so a collector's details pass
+    SQLite; PostgreSQL refuses the whole statement, and with it every other row of the insert.
+    """
+    if depth > MAX_JSON_DEPTH:
+        return "is nested too deeply"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "holds NaN or Infinity"
+    if isinstance(value, str):
+        return "holds a NUL (U+0000) character" if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            why = unstorable_json(key, depth + 1) or unstorable_json(item, depth + 1)
+            if why:
+                return why
+    elif isinstance(value, list | tuple):
+        for item in value:
+            why = unstorable_json(item, depth + 1)
+            if why:
+                return why
+    return None
 
 
 class ErrorItem(Schema):

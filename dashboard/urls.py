@@ -24,6 +24,8 @@ urlpatterns = [
     path("runs/", include("runs.urls")),
     path("costs/", include("billing.urls")),
     path("api/v1/", api.urls),
+    # The admin's login form under the same per-address limit as the site's (dashboard/views.py).
+    path("admin/login/", views.per_address_login_limit(admin.site.login)),
     path("admin/", admin.site.urls),
     # Browsers ask for /favicon.ico on their own (API docs, JSON, a bookmark): send them the site's icon.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True), name="favicon"),

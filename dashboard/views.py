@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -102,11 +103,18 @@ MEMBER_ERROR = "failed (the error is shown to staff)"
 
 
 def shown_errors(states: Iterable[CollectorState], is_staff: bool) -> list[CollectorState]:
-    """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise."""
+    """The states with `shown_error` set: the (already redacted) text for staff, a fixed line otherwise.
+
+    Refusals and skipped items likewise: their count and names are staff's only. Refusals count
+    rows naming another team's run, so a member who watched the count move could learn which
+    run ids exist in other teams (issue 33); skipped items are named by path and run id.
+    """
     out = list(states)
     for state in out:
         # Redacted again on the way out: errors stored before the redactor existed are covered too.
         state.shown_error = (redact(state.last_error) if is_staff else MEMBER_ERROR) if state.last_error else ""
+        state.shown_refused = state.refused_total if is_staff else None
+        state.shown_refusal = redact(state.last_refusal) if is_staff else ""
     return out
 
 
@@ -130,7 +138,7 @@ def collectors(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv":
         header = ["name", "kind", "stale", "last_success_at", "items_last_run", "items_total", "refused_total",
                   "last_error_at", "last_error"]  # fmt: skip
-        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.refused_total,
+        rows = ([c.name, c.kind, c.is_stale, c.last_success_at, c.items_last_run, c.items_total, c.shown_refused,
                  c.last_error_at, c.shown_error] for c in states)  # fmt: skip
         return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {
@@ -142,6 +150,36 @@ def collectors(request: HttpRequest) -> HttpResponse:
         "runs_without_region": runs_without_region(),
     }
     return render(request, "dashboard/collectors.html", ctx)
+
+
+def per_address_login_limit(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """At most AIRBOARD_LOGIN_FAILURES_PER_IP failed logins from one address, any username.
+
+    One counter for every login form: the site's and the admin's (`admin/login/` had none, so
+    a spray moved there; issue 33). A POST whose form comes back (200) failed; a success redirects.
+    """
+
+    @functools.wraps(view)
+    def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method != "POST":
+            return view(request, *args, **kwargs)
+        ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
+        per_ip = ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
+        decision = ratelimit.peek("login-ip", ip, per_ip)
+        if not decision.allowed:
+            response = HttpResponse(
+                f"Too many failed logins; try again in {decision.retry_after} seconds.",
+                status=429,
+                content_type="text/plain; charset=utf-8",
+            )
+            response["Retry-After"] = str(decision.retry_after)
+            return response
+        response = view(request, *args, **kwargs)
+        if response.status_code == 200:
+            ratelimit.hit("login-ip", ip, per_ip)
+        return response
+
+    return limited
 
 
 class LoginView(auth_views.LoginView):
@@ -157,22 +195,7 @@ class LoginView(auth_views.LoginView):
     """
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        ip = ratelimit.client_ip(request, settings.AIRBOARD_TRUSTED_PROXIES)
-        per_ip = ratelimit.Limit(settings.AIRBOARD_LOGIN_FAILURES_PER_IP, settings.AIRBOARD_LOGIN_WINDOW_SECONDS)
-        decision = ratelimit.peek("login-ip", ip, per_ip)
-        if not decision.allowed:
-            response = HttpResponse(
-                f"Too many failed logins; try again in {decision.retry_after} seconds.",
-                status=429,
-                content_type="text/plain; charset=utf-8",
-            )
-            response["Retry-After"] = str(decision.retry_after)
-            return response
-        response = super().post(request, *args, **kwargs)
-        if response.status_code == 200:
-            # The form came back: the credentials were wrong (a success redirects).
-            ratelimit.hit("login-ip", ip, per_ip)
-        return response
+        return per_address_login_limit(super().post)(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)

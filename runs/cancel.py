@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
+from dashboard.commands import scrubbed_env
 from dashboard.outbound import SIGNATURE_HEADER, send, sign
 from dashboard.redaction import redact
 from runs.choices import CancelOutcome, RunEventKind, RunOrigin, RunSource, RunStatus
@@ -101,8 +102,9 @@ def run_cancel_command(template: str, run_id: str) -> tuple[str, str]:
     args = [part.replace("{run_id}", run_id) for part in parts]
     try:
         done = subprocess.run(
-            args, capture_output=True, text=True, timeout=settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS, check=False
-        )
+            args, capture_output=True, text=True, timeout=settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS, check=False,
+            env=scrubbed_env(),
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
         return CancelOutcome.FAILED, f"timed out after {settings.AIRBOARD_CANCEL_TIMEOUT_SECONDS} s"
     except OSError as exc:

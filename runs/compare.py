@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import Avg
 
-from dashboard.figures import base_layout
+from dashboard.figures import base_layout, plotly_text
 from runs.models import GpuMinute, MetricPoint, Run
 from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure, plotly_time
 
@@ -28,14 +28,31 @@ class CompareError(ValueError):
     """The selection cannot be compared; the message says why (shown with a 400)."""
 
 
+# The largest id a database's bigint holds: a larger one made the query itself fail (a 500).
+MAX_DB_ID = 2**63 - 1
+
+
+def small_number(value: str, maximum: int) -> int | None:
+    """`value` as a whole number from 0 to `maximum`, written in ASCII digits; None otherwise.
+
+    `str.isdigit` alone lets `"²"` through, and `int()` then raises (a 500); beyond a bigint the
+    database query failed instead.
+    """
+    if not (value.isascii() and value.isdigit()) or len(value) > len(str(maximum)):
+        return None
+    number = int(value)
+    return number if number <= maximum else None
+
+
 def parse_ids(values: Sequence[str]) -> list[int]:
     """Distinct run ids in the order given (none: nothing picked yet); at most MAX_RUNS, each a positive integer."""
     ids: list[int] = []
     for value in values:
-        if not value.isdigit() or int(value) <= 0:
+        number = small_number(value, MAX_DB_ID)
+        if not number:
             raise CompareError(f"run={value[:40]!r} is not a run id; pick runs in the runs table")
-        if int(value) not in ids:
-            ids.append(int(value))
+        if number not in ids:
+            ids.append(number)
     if len(ids) > MAX_RUNS:
         raise CompareError(f"{len(ids)} runs picked; compare at most {MAX_RUNS} at a time")
     return ids
@@ -118,7 +135,7 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
                 "showlegend": row == 1 and not single, "x": [p[0] for p in points], "y": [p[1] for p in points],
                 "xaxis": "x", "yaxis": "y" if row == 1 else f"y{row}", "line": {"width": 1.5, "color": COLORS[index]},
                 "marker": {"size": 4},
-                "hovertemplate": f"{key} %{{y:.4g}}<extra>%{{fullData.name}}</extra>",
+                "hovertemplate": f"{plotly_text(key)} %{{y:.4g}}<extra>%{{fullData.name}}</extra>",
             })  # fmt: skip
     rows_count = len(by_key)
     axes = {

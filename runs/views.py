@@ -32,6 +32,7 @@ from dashboard.csv_export import (
     csv_streaming_response,
     sql_cell,
 )
+from dashboard.figures import escaped
 from dashboard.schemas import EARLIEST, LATEST
 from runs import cancel, compare, glance
 from runs.choices import CancelOutcome
@@ -322,6 +323,10 @@ def _selected_node(attempts: list[Attempt], attempt_number: str | None, node_ind
     return by_index.get(node_index or "") or (nodes[0] if nodes else None)
 
 
+# Node indexes a request may name; a real run has a few hundred nodes at most.
+MAX_NODE_INDEX = 1_000_000
+
+
 def _gpu_node(value: str | None, indexes: list[int]) -> tuple[int | None, str]:
     """The node index ?gpu_node= picks for the GPU panels, and why it was ignored ("" when it was not).
 
@@ -330,8 +335,9 @@ def _gpu_node(value: str | None, indexes: list[int]) -> tuple[int | None, str]:
     """
     if value in (None, "", "all"):
         return None, ""
-    if value.isdigit() and int(value) in indexes:
-        return int(value), ""
+    number = compare.small_number(value, MAX_NODE_INDEX)
+    if number is not None and number in indexes:
+        return number, ""
     return None, f"This run has no node {value[:20]!r}: showing all nodes."
 
 
@@ -473,16 +479,17 @@ def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
     names = charts.series_names(run)
     node_ids = None
     wanted = request.GET.get("gpu_node", "")
+    wanted_index = compare.small_number(wanted, MAX_NODE_INDEX)
     if wanted not in ("", "all"):
-        node_ids = charts.node_pks(names, int(wanted)) if wanted.isdigit() else []
+        node_ids = charts.node_pks(names, wanted_index) if wanted_index is not None else []
         if not node_ids:
             return JsonResponse({"error": "gpu_node must be one of this run's node indexes, or all"}, status=400)
     series = charts.gpu_series(run, field, start, end, node_ids=node_ids, names=names)
     tier = series[0].tier if series else None
     figure = charts.gpu_figure(field, series)
     if figure is not None and node_ids is not None:
-        figure["layout"]["meta"]["node"] = int(wanted)  # the next zoom asks for the same node
-    return JsonResponse({"field": field, "tier": tier, "figure": figure})
+        figure["layout"]["meta"]["node"] = wanted_index  # the next zoom asks for the same node
+    return JsonResponse({"field": field, "tier": tier, "figure": escaped(figure)})
 
 
 @login_required

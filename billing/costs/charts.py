@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dashboard.figures import base_layout
+from dashboard.figures import base_layout, plotly_text
 
 Figure = dict[str, Any]
 # More stacked series than this and the legend drowns the chart: the rest become "other".
@@ -41,7 +41,7 @@ def spend_over_time_figure(rows: Sequence[dict], group_label: str) -> Figure | N
             "name": name,
             "x": [day.isoformat() for day in days],
             "y": [round(series[name].get(day, 0.0), 2) for day in days],
-            "hovertemplate": "%{x}<br>" + name.replace("%", "%%") + ": $%{y:,.2f}<extra></extra>",
+            "hovertemplate": "%{x}<br>" + plotly_text(name).replace("%", "%%") + ": $%{y:,.2f}<extra></extra>",
         }
         for name in order
     ]

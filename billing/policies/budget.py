@@ -446,7 +446,9 @@ def admit(workload: Workload, team: Group, *, region: str | None = None, now: da
                 "usage_policy_name", f"Policy {name} does not cover team {team.name}; use one of your team's policies."
             )
         )
-        return _recorded(decision, policy, workload, team, now)
+        # Not recorded: the admission log is the policy's teams' page, and another team's dry
+        # runs would write rows into it (issue 33).
+        return decision
     decision.violations += constraint_violations(policy, workload, decision.region)
     if policy.budget_usd is not None:
         spend = cached_spend(policy, now)

@@ -56,6 +56,12 @@ USAGE_REQUIRED = ("usage_start_time", "usage_end_time", "sku_name", "usage_quant
 NETWORKING = "NETWORKING"
 PRICE_REQUIRED = ("sku_name", "price_start_time")
 CHUNK = 1000
+# Bounds of what a row may say, so that quantity x price always fits the exact columns
+# (numeric(38, 15): 23 digits before the point): a usage quantity of 10^18 (an exabyte in
+# bytes, a billion years in hours) and a list price of $10,000 a unit are far beyond real rows.
+MAX_USAGE_QUANTITY = Decimal(10) ** 18
+MAX_UNIT_PRICE = Decimal(10) ** 4
+DECIMAL_PLACES = 15
 
 
 @dataclass
@@ -89,13 +95,24 @@ def _when(text: str, name: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _decimal(text: str, name: str) -> Decimal:
+def _decimal(text: str, name: str, limit: Decimal) -> Decimal:
+    """A finite number of at most `limit` in size and DECIMAL_PLACES places, else a row error.
+
+    Beyond them the exact column (numeric(38, 15)) refused the value while storing, and the
+    import died with a traceback instead of naming the row (issue 33: a usage row of 1e30).
+    """
     try:
         value = Decimal(text.strip())
     except InvalidOperation:
         raise ValueError(f"{name} {text!r} is not a number") from None
     if not value.is_finite():
         raise ValueError(f"{name} {text!r} is not a finite number")
+    if abs(value) > limit:
+        raise ValueError(f"{name} {text[:40]!r} is out of range (at most {limit:,} in size)")
+    _sign, digits, exponent = value.as_tuple()
+    trailing_zeros = len(digits) - len("".join(map(str, digits)).rstrip("0"))
+    if value and int(exponent) + trailing_zeros < -DECIMAL_PLACES:
+        raise ValueError(f"{name} {text[:40]!r} has more than {DECIMAL_PLACES} decimal places")
     return value
 
 
@@ -160,7 +177,7 @@ def parse_list_prices(source: IO[str]) -> tuple[list[BillingListPrice], list[Row
                     price_end_time=_when(end_text, "price_end_time") if end_text else None,
                     currency_code=(row.get("currency_code") or "USD").strip(),
                     usage_unit=row.get("usage_unit", "").strip(),
-                    price_per_unit=_decimal(price_text, "pricing"),
+                    price_per_unit=_decimal(price_text, "pricing", MAX_UNIT_PRICE),
                 )
             )
         except ValueError as exc:
@@ -214,7 +231,7 @@ def parse_usage(source: IO[str]) -> tuple[list[BilledUsage], list[RowError]]:
                     usage_start_time=start,
                     usage_end_time=end,
                     usage_date=day,
-                    usage_quantity=_decimal(row["usage_quantity"], "usage_quantity"),
+                    usage_quantity=_decimal(row["usage_quantity"], "usage_quantity", MAX_USAGE_QUANTITY),
                     usage_unit=row.get("usage_unit", "").strip(),
                     usage_metadata=metadata,
                     custom_tags=_json_object(row, "custom_tags"),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from dashboard.commands import CollectorError
@@ -41,10 +42,28 @@ MAX_PAGES = 200
 CHUNK_FILE = re.compile(r"^logs-(\d+)\.chunk\.txt$")
 
 
+def whole_number(value: Any) -> int | None:
+    """An int, or a string of ASCII digits (JSON writes int64 as a string): else None.
+
+    `int()` raises on `"zz"` and on `"²"` (a digit to `str.isdigit`), which ended the pass.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isascii() and value.strip().isdigit() and len(value) <= 30:
+        return int(value)
+    return None
+
+
 def records_text(records: list[dict[str, Any]], node: int) -> str:
-    """Log records of one node in time order (stable for equal times), one body a line."""
-    mine = [r for r in records if isinstance(r, dict) and int(r.get("node_index") or 0) == node]
-    mine.sort(key=lambda r: int(r.get("time_unix_nano") or 0))
+    """Log records of one node in time order (stable for equal times), one body a line.
+
+    A record whose node or time is no whole number is not this node's (it is left out).
+    """
+    mine = [r for r in records if isinstance(r, dict) and whole_number(r.get("node_index") or 0) == node]
+    mine = [r for r in mine if whole_number(r.get("time_unix_nano") or 0) is not None]
+    mine.sort(key=lambda r: whole_number(r.get("time_unix_nano") or 0) or 0)
     return "".join(f"{str(r.get('body') or '').rstrip(chr(10))}\n" for r in mine)
 
 
@@ -58,9 +77,14 @@ def json_lines_text(output: str, node: int) -> str | None:
             item = json.loads(raw)
         except json.JSONDecodeError:
             return None
+        # A line that is not the CLI's shape (a node that is no number: `{"type": "LOG",
+        # "node": "zz"}` printed by the training script itself) means the output is plain text.
         if not isinstance(item, dict) or "type" not in item or "line" not in item:
             return None
-        if item["type"] == "LOG" and int(item.get("node") or 0) == node:
+        item_node = whole_number(item.get("node") or 0)
+        if item_node is None:
+            return None
+        if item["type"] == "LOG" and item_node == node:
             lines.append(f"{item['line']}\n")
     return "".join(lines)
 
@@ -85,8 +109,15 @@ def parse_page(output: str) -> tuple[list[dict[str, Any]] | None, str]:
     return records, str(payload.get("next_page_token") or "")
 
 
-def fetch_node_log(template: str, run_id: str, attempt: int, node: int, timeout: float) -> str:
-    """The node's whole log as text, whichever shape the command prints (see the module docstring)."""
+def fetch_node_log(
+    template: str, run_id: str, attempt: int, node: int, timeout: float, skip: Callable[[str], None] | None = None
+) -> str:
+    """The node's whole log as text, whichever shape the command prints (see the module docstring).
+
+    Paging stops at MAX_PAGES, and at a page token seen before (an endpoint that answers every
+    page with the same token would otherwise be read MAX_PAGES times, its lines stored again
+    each time); `skip` is told why.
+    """
     output = run_node_log_command(template, run_id, attempt, node, timeout)
     stripped = output.strip()
     if not stripped.startswith("{"):
@@ -95,12 +126,26 @@ def fetch_node_log(template: str, run_id: str, attempt: int, node: int, timeout:
     if records is None:
         lines = json_lines_text(stripped, node)
         return output if lines is None else lines
-    pages = 1
+    pages, seen, known = 1, set(), {_record_key(r) for r in records}
     while token and "{page_token}" in template and pages < MAX_PAGES:
+        if token in seen:
+            if skip is not None:
+                skip(f"the logs endpoint repeated page token {token[:40]!r}; paging stopped after {pages} page(s)")
+            break
+        seen.add(token)
         more, token = parse_page(run_node_log_command(template, run_id, attempt, node, timeout, token).strip())
-        records += more or []
+        # A page that repeats records already read (the same time, node and body) adds nothing.
+        fresh = [r for r in more or [] if _record_key(r) not in known]
+        known.update(_record_key(r) for r in fresh)
+        records += fresh
         pages += 1
     return records_text(records, node)
+
+
+def _record_key(record: Any) -> tuple[str, str, str]:
+    if not isinstance(record, dict):
+        return ("", "", repr(record))
+    return (str(record.get("time_unix_nano")), str(record.get("node_index")), str(record.get("body")))
 
 
 def mlflow_node_log(source: MlflowSource, mlflow_run_id: str, attempt: int, node: int) -> str | None:

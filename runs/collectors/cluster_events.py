@@ -14,19 +14,22 @@ stored. Storing is idempotent: an event is (cluster, timestamp, type), stored on
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from dashboard.commands import CollectorError, run_json, split_command
+from dashboard.schemas import unstorable_json
 from runs.models import Cluster, ClusterEvent
+from runs.models.uptime import MAX_CLUSTER_WORKERS, plausible_workers
 
 # Epoch milliseconds accepted: 2000-01-01 to 2100-01-01 (anything else is not a real event time).
 MIN_MS, MAX_MS = 946_684_800_000, 4_102_444_800_000
 MAX_EVENTS = 100_000
 # Pages of one cluster's events read at most (the API answers up to 500 events a page).
 MAX_PAGES = 200
+WORKER_FIELDS = ("current_num_workers", "target_num_workers")
 
 
 @dataclass
@@ -62,6 +65,14 @@ def parse_events(payload: Any, cluster_id: str) -> EventsRead:
             out.problems.append(f"event {n}: 'type' must be an event type such as RUNNING, got {str(kind)[:40]!r}")
         elif not isinstance(details, dict):
             out.problems.append(f"event {n}: 'details' must be an object")
+        elif why := unstorable_json(details):
+            # PostgreSQL refuses NaN in jsonb, and with it every event of the same insert.
+            out.problems.append(f"event {n}: 'details' {why}")
+        elif bad := [k for k in WORKER_FIELDS if k in details and plausible_workers(details[k]) is None]:
+            out.problems.append(
+                f"event {n}: {bad[0]!r} must be a worker count from 0 to {MAX_CLUSTER_WORKERS:,}, "
+                f"got {str(details[bad[0]])[:40]!r}"
+            )
         else:
             out.events.append((datetime.fromtimestamp(stamp / 1000, tz=UTC), kind.strip().upper(), details))
     return out
@@ -130,10 +141,15 @@ def read_events(cluster_id: str, template: str, timeout: float) -> EventsRead:
     return out
 
 
-def collect_events(clusters: Iterable[Cluster], template: str, timeout: float) -> list[str]:
+def collect_events(
+    clusters: Iterable[Cluster], template: str, timeout: float, skip: Callable[[str, str], None] | None = None
+) -> list[str]:
     """Run the operator's events command for each cluster (`{cluster_id}` filled per argument,
     no shell; every page, `read_events`) and store what it prints; returns the collector's
-    lines (one per problem)."""
+    lines (one per problem).
+
+    With `skip` (the pass's `CollectResult.skip`), each refused event is counted and named on
+    the collectors page instead of only becoming a line."""
     lines: list[str] = []
     stored = 0
     for cluster in clusters:
@@ -142,7 +158,11 @@ def collect_events(clusters: Iterable[Cluster], template: str, timeout: float) -
         except CollectorError as exc:
             lines.append(f"cluster events {cluster.cluster_id}: {exc}")
             continue
-        lines += [f"cluster events {cluster.cluster_id}: {problem}" for problem in read.problems]
+        for problem in read.problems:
+            if skip is None:
+                lines.append(f"cluster events {cluster.cluster_id}: {problem}")
+            else:
+                skip(f"cluster {cluster.cluster_id} events", problem)
         stored += store_events(cluster, read.events)
     lines.append(f"cluster events: {stored} new")
     return lines

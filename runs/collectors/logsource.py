@@ -35,7 +35,7 @@ from dashboard.commands import CollectorError
 from runs.choices import CollectorKind, RunEventKind, RunOrigin, RunStatus
 from runs.collectors.air_logs import fetch_node_log, mlflow_node_log
 from runs.collectors.mlflow_client import MlflowSource
-from runs.collectors.state import CollectResult, save_cursor, track
+from runs.collectors.state import CollectResult, isolated, save_cursor, track
 from runs.ingest import IngestConflict, append_log_chunk, clean_log_text, node_for
 from runs.models import Attempt, LogChunk, Node, Run, RunEvent
 
@@ -238,7 +238,12 @@ def tail_directory(root: Path, state: Any, result: CollectResult) -> None:
     totals = Totals()
     runs: dict[str, Run | None] = {}
     seen: set[str] = set()
-    for dirpath, _dirnames, filenames in os.walk(root):
+
+    def unreadable(exc: OSError) -> None:  # a directory os.walk cannot list
+        where = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "?"
+        result.skip(f"{where}/", f"cannot list: {exc.strerror or type(exc).__name__}")
+
+    for dirpath, _dirnames, filenames in os.walk(root, onerror=unreadable):
         for filename in sorted(filenames):
             path = Path(dirpath) / filename
             relative = path.relative_to(root).as_posix()
@@ -254,27 +259,34 @@ def tail_directory(root: Path, state: Any, result: CollectResult) -> None:
             run = runs[external_id]
             if run is None:
                 continue
-            try:
-                with open_inside(root, relative) as handle:
-                    entry, chunks, lines = tail_file(
-                        handle, relative, files.get(relative) or {}, run, int(match["attempt"]), int(match["node"]),
-                        result,
-                    )  # fmt: skip
-            except RefusedPath as exc:
-                result.say(f"logs: refused {relative}: {exc}; only plain files inside the log directory are read")
-                continue
-            except IngestConflict as exc:
-                result.say(f"logs: skipped {relative}: {exc}")
-                continue
-            except FileNotFoundError:  # removed between the walk and the read: gone, not an error
-                continue
-            totals.files += 1
-            totals.chunks += chunks
-            totals.lines += lines
-            files[relative] = entry
-            # Saved after each file's chunks are stored: a crash re-reads one file, and its
-            # chunks come again with the same seq and text, which append_log_chunk ignores.
-            save_cursor(state, {**cursor, "files": files})
+            # One file's odd data (an attempt number beyond any column) skips that file only.
+            with isolated(result, relative, savepoint=False):
+                try:
+                    with open_inside(root, relative) as handle:
+                        entry, chunks, lines = tail_file(
+                            handle, relative, files.get(relative) or {}, run, int(match["attempt"]), int(match["node"]),
+                            result,
+                        )  # fmt: skip
+                except RefusedPath as exc:
+                    result.say(f"logs: refused {relative}: {exc}; only plain files inside the log directory are read")
+                    continue
+                except IngestConflict as exc:
+                    result.say(f"logs: skipped {relative}: {exc}")
+                    continue
+                except FileNotFoundError:  # removed between the walk and the read: gone, not an error
+                    continue
+                except OSError as exc:
+                    # A socket (ENXIO), a file without read permission, an I/O error: that file is
+                    # skipped and named, the rest of the shared directory (every team's) is read.
+                    result.skip(relative, f"cannot read: {exc.strerror or type(exc).__name__}")
+                    continue
+                totals.files += 1
+                totals.chunks += chunks
+                totals.lines += lines
+                files[relative] = entry
+                # Saved after each file's chunks are stored: a crash re-reads one file, and its
+                # chunks come again with the same seq and text, which append_log_chunk ignores.
+                save_cursor(state, {**cursor, "files": files})
     # Forget files that are gone, so the cursor does not grow with every run ever seen.
     save_cursor(state, {**cursor, "files": {key: value for key, value in files.items() if key in seen}})
     result.items += totals.chunks
@@ -306,21 +318,26 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
     for attempt in attempts.order_by("run_id", "number"):
         run = attempt.run
         for index in [node.index for node in attempt.nodes.all()] or [0]:
+            where = f"{run.external_id} attempt {attempt.number} node {index}"
             try:
                 # Plain text, or the AI Runtime logs endpoint / `air logs -o json` (air_logs).
                 text = fetch_node_log(
-                    template, run.external_id, attempt.number, index, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
-                )
+                    template, run.external_id, attempt.number, index, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS,
+                    skip=lambda why, where=where: result.skip(where, why),
+                )  # fmt: skip
             except CollectorError as exc:
                 text = _mlflow_fallback(attempt, index, exc, result)
                 if text is None:
                     failures.append(str(exc))
-                    result.say(f"logs: {run.external_id} attempt {attempt.number} node {index}: {exc}")
+                    result.say(f"logs: {where}: {exc}")
                     continue
-            chunks, lines = _append_new_part(run, attempt, index, text, result)
-            totals.files += 1
-            totals.chunks += chunks
-            totals.lines += lines
+            # One node's odd log (a value the store refuses) is skipped; the other nodes go on.
+            # No savepoint: each chunk commits as it is stored, as for the directory's files.
+            with isolated(result, where, savepoint=False):
+                chunks, lines = _append_new_part(run, attempt, index, text, result)
+                totals.files += 1
+                totals.chunks += chunks
+                totals.lines += lines
     if failures and not totals.files:
         raise CollectorError(f"every log fetch failed ({len(failures)}); first: {failures[0]}")
     result.items += totals.chunks

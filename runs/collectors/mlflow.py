@@ -35,7 +35,7 @@ from django.db.models import Q
 
 from runs.choices import CollectorKind, RunOrigin, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
-from runs.collectors.state import CollectResult, save_cursor, track
+from runs.collectors.state import CollectResult, isolated, save_cursor, track
 from runs.ingest import derive_egress_later, node_for
 from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Node, Run
 from runs.telemetry import blocks
@@ -47,6 +47,9 @@ LIVE_STATUSES = ("RUNNING", "SCHEDULED")
 # The tag a training script sets to name its Airboard run (Run.external_id), and optionally its try.
 RUN_TAG = "airboard.run_id"
 ATTEMPT_TAG = "airboard.attempt"
+ATTEMPT_DIGITS = re.compile(r"[0-9]{1,6}")
+# Far above any retry count (the CLI's max_retries is a small number); a larger tag is ignored.
+MAX_ATTEMPT_TAG = 10_000
 # MLflow's own system tag: who created the run (an email on Databricks).
 USER_TAG = "mlflow.user"
 # Ids per IN (...) query: under every database's bound-parameter limit.
@@ -118,15 +121,28 @@ def _collect(source: MlflowSource, state: CollectorState, result: CollectResult)
         records += source.runs_by_id(experiment_ids, sorted(recheck))
 
     links = _links((r.run_id, r.tags) for r in records)
+    for record in records:
+        odd = record.tags.get(ATTEMPT_TAG)
+        if odd is not None and attempt_from_tag(odd) is None:
+            why = f"tag {ATTEMPT_TAG}={str(odd)[:20]!r} is no attempt number; ignored"
+            result.skip(f"MLflow run {record.run_id}", why)
     linked = points = samples = 0
     for record in records:
-        mlflow_run = _upsert(record, links.get(record.run_id), names)
-        if mlflow_run.run is None:
-            continue  # stored for the collectors page; metrics wait until it is linked
+        # One run's odd data (a value the database refuses) skips that run, named; the other
+        # runs of the pass, every other team's, are still read.
+        what, mlflow_run = f"MLflow run {record.run_id}", None
+        with isolated(result, what):
+            mlflow_run = _upsert(record, links.get(record.run_id), names)
+        if mlflow_run is None or mlflow_run.run is None:
+            continue  # skipped, or stored for the collectors page (metrics wait until it is linked)
         linked += 1
         link = links.get(record.run_id) or Link(mlflow_run.run)
-        p, s = _collect_metrics(source, mlflow_run, record, link.attempt_number)
-        points, samples = points + p, samples + s
+        # No savepoint around the history reads: they are network calls, and SQLite's IMMEDIATE
+        # transaction would hold the write lock through them. The points are stored in their own
+        # transaction (`_collect_metrics`), which rolls back alone.
+        with isolated(result, what, savepoint=False):
+            p, s = _collect_metrics(source, mlflow_run, record, link.attempt_number)
+            points, samples = points + p, samples + s
 
     starts = [r.start_time_ms for r in records if r.start_time_ms is not None]
     if starts and (since is None or max(starts) > since):
@@ -201,9 +217,20 @@ def _links(runs: Iterable[tuple[str, dict[str, str]]]) -> dict[str, Link]:
     for run_id, external_id in by_tag.items():
         matches = [run for run in candidates.get(external_id, []) if claims(run, tags_by_id[run_id], by_tag=True)]
         if len(matches) == 1:
-            attempt = tags_by_id[run_id].get(ATTEMPT_TAG, "")
-            links[run_id] = Link(matches[0], int(attempt) if attempt.isdigit() and int(attempt) > 0 else None)
+            links[run_id] = Link(matches[0], attempt_from_tag(tags_by_id[run_id].get(ATTEMPT_TAG)))
     return links
+
+
+def attempt_from_tag(value: object) -> int | None:
+    """The attempt an `airboard.attempt` tag names: 1 to MAX_ATTEMPT_TAG in ASCII digits, else None.
+
+    Anyone can set the tag: `"²"` passes `str.isdigit` and made `int()` raise, which ended the
+    pass for every team; a 40-digit number overflowed the attempt column.
+    """
+    if not isinstance(value, str) or not ATTEMPT_DIGITS.fullmatch(value):
+        return None
+    number = int(value)
+    return number if 0 < number <= MAX_ATTEMPT_TAG else None
 
 
 def _upsert(record: RunRecord, link: Link | None, experiment_names: dict[str, str]) -> MlflowRun:

@@ -791,8 +791,9 @@ def collect_once(client: RunSourceClient | None = None) -> CollectResult:
         clusters = upsert_clusters(cluster_records, teams, result) if cluster_records is not None else {}
         if settings.AIRBOARD_CLUSTER_EVENTS_COMMAND.strip():
             # Their lifecycle events decide their uptime and worker count (runs.models.uptime).
+            timeout = settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
             result.lines += collect_events(
-                clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS
+                clusters.values(), settings.AIRBOARD_CLUSTER_EVENTS_COMMAND, timeout, skip=result.skip
             )
         region = settings.AIRBOARD_DATABRICKS_REGION
         if region and cursor.get("workspace_region") != region:

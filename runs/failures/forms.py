@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.models import Group, User
+from django.core.validators import MaxLengthValidator
 
 from dashboard import access
 from dashboard.schemas import DATE_BOUNDS
@@ -19,6 +20,7 @@ class PostMortemForm(forms.ModelForm):
 
     action_items_text = forms.CharField(
         required=False,
+        max_length=postmortem.ACTION_ITEMS_MAX_CHARS,
         label="Action items",
         widget=forms.Textarea({"rows": 5, "placeholder": "- [ ] Lower the per-GPU batch size @alice"}),
         help_text="One per line: - [ ] what @owner; [x] when done.",
@@ -37,6 +39,11 @@ class PostMortemForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         # Owners come from the run's team only.
         self.fields["owner"].queryset = User.objects.filter(groups=team).order_by("username")
+        # Markdown fields are rendered on every view of the page: bounded here, where they are written.
+        for name in ("summary", "root_cause", "body"):
+            self.fields[name].max_length = postmortem.MARKDOWN_MAX_CHARS
+            self.fields[name].validators.append(MaxLengthValidator(postmortem.MARKDOWN_MAX_CHARS))
+            self.fields[name].widget.attrs["maxlength"] = str(postmortem.MARKDOWN_MAX_CHARS)
         if self.instance.pk and not self.is_bound:
             self.initial["action_items_text"] = postmortem.format_action_items(self.instance.action_items)
 

@@ -21,12 +21,15 @@ How the first causal error is chosen across logs (`_pick`):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import nh3
 from django.utils import timezone
+from markdown_it import MarkdownIt
 
 from runs.choices import RunEventKind, RunStatus
 from runs.failures.classify import Classification, classify_lines, match_rule, scan_text
@@ -509,18 +512,36 @@ MARKDOWN_TAGS = {
     "ol", "p", "pre", "strong", "table", "tbody", "td", "th", "thead", "tr", "ul",
 }  # fmt: skip
 MARKDOWN_URL_SCHEMES = {"http", "https", "mailto"}
-ACTION_ITEM = re.compile(r"^\s*[-*]?\s*\[(?P<done>[ xX])\]\s*(?P<text>.*?)(?:\s+@(?P<owner>[\w.@+-]+))?\s*$")
+# Characters of a post-mortem field the form accepts, and of a stored one the page renders.
+# The renderer is linear, but at ~15 µs a character on a loaded worker: 20,000 characters of
+# the worst input ("![" repeated) stay near a third of a second. A drafted body is ~8,000.
+MARKDOWN_MAX_CHARS = 20_000
+ACTION_ITEMS_MAX_CHARS = 10_000
+_OWNER = re.compile(r"[\w.@+-]+")
+
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    # CommonMark (markdown-it-py) rather than Python-Markdown: the latter's inline patterns
+    # rescan the rest of the text from every `[` or `<a `, so 20,000 `[` took minutes and nested
+    # lists raised RecursionError. markdown-it is built to stay linear on pathological input.
+    md = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    # Every link is parsed as one and nh3 drops the href of any scheme outside
+    # MARKDOWN_URL_SCHEMES, so `[x](javascript:...)` renders as plain "x", not as source text.
+    md.validateLink = lambda url: True
+    return md
 
 
 def render_markdown(text: str) -> str:
     """Markdown to HTML that is safe to mark safe: nh3 keeps only MARKDOWN_TAGS and http(s)/mailto links.
 
     Raw HTML in the source (a `<script>`, an `onerror=`) and `javascript:` URLs do not survive.
+    Text past MARKDOWN_MAX_CHARS (only rows stored before the form's limit) is cut, and says so.
     """
-    import markdown
-    import nh3
-
-    html = markdown.markdown(text, extensions=["fenced_code", "tables", "sane_lists"])
+    cut = len(text) - MARKDOWN_MAX_CHARS
+    if cut > 0:
+        text = f"{text[:MARKDOWN_MAX_CHARS]}\n\n*({cut:,} more characters not shown)*\n"
+    html = _markdown().render(text)
     return nh3.clean(
         html,
         tags=MARKDOWN_TAGS,
@@ -530,18 +551,28 @@ def render_markdown(text: str) -> str:
     )
 
 
+def parse_action_item(line: str) -> dict[str, object]:
+    """One `- [ ] text @owner` line ([x] when done; the bullet is optional, the owner is the last word).
+
+    String operations, not a pattern: the old `\\s*[-*]?\\s*\\[...\\](.*?)(\\s+@...)?\\s*$` backtracked
+    over every split of a run of spaces (a line of 40,000 spaces took 32 s to save).
+    """
+    stripped = line.strip()
+    rest = stripped[1:].lstrip() if stripped.startswith(("-", "*")) else stripped
+    if rest[:3] not in ("[ ]", "[x]", "[X]"):
+        return {"text": stripped.lstrip("-* ").strip(), "owner": "", "done": False}
+    done, tail = rest[1] in "xX", rest[3:].rstrip()
+    words = tail.rsplit(None, 1)
+    last = words[-1] if words else ""
+    # The owner is a last word of its own (whitespace before it) that is `@` and a name.
+    if last != tail and last.startswith("@") and _OWNER.fullmatch(last[1:]):
+        return {"text": tail[: -len(last)].strip(), "owner": last[1:], "done": done}
+    return {"text": tail.strip(), "owner": "", "done": done}
+
+
 def parse_action_items(text: str) -> list[dict[str, object]]:
     """Action items from lines like `- [ ] Lower the batch size @alice` ([x] when done)."""
-    items: list[dict[str, object]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        match = ACTION_ITEM.match(line)
-        if match is None:
-            items.append({"text": line.strip().lstrip("-* ").strip(), "owner": "", "done": False})
-        else:
-            items.append({"text": match["text"], "owner": match["owner"] or "", "done": match["done"].lower() == "x"})
-    return items
+    return [parse_action_item(line) for line in text.splitlines() if line.strip()]
 
 
 def format_action_items(items: Iterable[dict]) -> str:

@@ -50,6 +50,7 @@ from typing import IO, Any
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
+from dashboard.commands import scrubbed_env
 from runs.choices import RunEventKind, RunOrigin, RunSource, RunStatus
 from runs.ingest import append_log_chunk, node_for, upsert_run
 from runs.models import Run, RunEvent
@@ -119,8 +120,9 @@ def child_env(
     tracking_uri: str = "",
     mlflow_run_id: str = "",
 ) -> dict[str, str]:
-    """The child's environment: ours, the workload's env_variables, then the Airboard variables."""
-    env = dict(base)
+    """The child's environment: ours without the server's secrets, the workload's env_variables,
+    then the Airboard variables."""
+    env = scrubbed_env(base, for_workload=True)
     # Python block-buffers stdout into a pipe: without this a training script's prints would
     # reach the log minutes late, defeating the live log. The workload may still override it.
     env.setdefault("PYTHONUNBUFFERED", "1")

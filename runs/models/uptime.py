@@ -36,6 +36,9 @@ from runs.models import Cluster, ClusterEvent
 
 UP_KINDS = frozenset({"CREATING", "STARTING", "RESTARTING", "RUNNING", "RESIZING", "UPSIZE_COMPLETED"})
 DOWN_KINDS = frozenset({"TERMINATING", "TERMINATED"})
+# Workers an event may report. No cluster comes near it; 10^30 (an event the collector once
+# stored) made the cost engine's exact arithmetic overflow and stopped every team's rollup.
+MAX_CLUSTER_WORKERS = 100_000
 # Fields of a cluster record that are not an instant the cluster came up.
 NOT_A_START = frozenset({"start_time"})
 
@@ -55,12 +58,16 @@ class UptimePiece:
     from_attempts: bool = False
 
 
-def _reported_workers(event: ClusterEvent) -> int | None:
-    details = event.details if isinstance(event.details, dict) else {}
-    value = details.get("current_num_workers")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def plausible_workers(value: object) -> int | None:
+    """A worker count an event may report: an int from 0 to MAX_CLUSTER_WORKERS, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CLUSTER_WORKERS:
         return None
     return value
+
+
+def _reported_workers(event: ClusterEvent) -> int | None:
+    details = event.details if isinstance(event.details, dict) else {}
+    return plausible_workers(details.get("current_num_workers"))
 
 
 def default_workers(cluster: Cluster) -> tuple[int, bool]:

@@ -68,7 +68,9 @@ _SHAPES = (
     _Shape("a Slack token", re.compile(r"(?<![A-Za-z0-9])xox[baprs]-[A-Za-z0-9-]{10,}")),
     _Shape(
         "a URL with an embedded password",
-        re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
+        # Matched from the start of a run of scheme characters only: without the look-behind
+        # every letter of a long word began an attempt that scanned to the word's end (quadratic).
+        re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z0-9+.-]+://[^/\s:@]+:[^/\s@]+@"),
         _password_is_literal,
     ),
 )
@@ -90,9 +92,18 @@ _PLACEHOLDERS = frozenset(
 )
 # Values that are clearly not the credential itself: run-time references, paths, URLs, and
 # upper-case names of other variables (API_KEY_ENV: OPENAI_API_KEY).
+# A `{{...}}` template is found with str.find in `_is_template`: as a pattern (`\{\{.*\}\}`)
+# each `{{` of a long value began a scan to its end (quadratic).
 _NOT_LITERAL = re.compile(
-    r"\{\{.*\}\}|^\$|^%\(|^<.*>$|^[./~]|^[a-z][a-z0-9+.-]*:/|^[A-Z][A-Z0-9_]*$|^(.)\1*$",
+    r"^\$|^%\(|^<.*>$|^[./~]|^[a-z][a-z0-9+.-]*:/|^[A-Z][A-Z0-9_]*$|^(.)\1*$",
 )
+
+
+def _is_template(value: str) -> bool:
+    opening = value.find("{{")
+    return opening >= 0 and value.find("}}", opening + 2) >= 0
+
+
 MIN_LITERAL_LENGTH = 12
 # Bits per character: random keys score 4+, English-ish names and repeated patterns score lower.
 MIN_ENTROPY = 3.0
@@ -118,7 +129,7 @@ def looks_like_literal_secret(value: str) -> bool:
     value = value.strip()
     if len(value) < MIN_LITERAL_LENGTH or any(c.isspace() for c in value):
         return False
-    if value.lower() in _PLACEHOLDERS or _NOT_LITERAL.search(value):
+    if value.lower() in _PLACEHOLDERS or _is_template(value) or _NOT_LITERAL.search(value):
         return False
     letters = any(c.isalpha() for c in value)
     digits = any(c.isdigit() for c in value)

@@ -229,9 +229,12 @@ class _Loaded:
 
     def __init__(self, text: str) -> None:
         self.problems: list[Problem] = []
+        self._reported: set[Problem] = set()
         self.lines: dict[Path, int] = {}
         self.root: dict[str, Any] | None = None
         self._budget = MAX_NODES
+        self._merge_allowance = MAX_NODES
+        self._expansions: dict[int, list[tuple[Node, Node, bool]]] = {}
         loader: yaml.SafeLoader | None = None
         try:
             loader = yaml.SafeLoader(text)  # checks every character up front: may raise ReaderError
@@ -257,16 +260,19 @@ class _Loaded:
             self._add((), node.start_mark.line + 1, f"the top level must be a mapping of keys, got {_describe(value)}")
 
     def _add(self, path: Path, line: int | None, message: str) -> None:
-        self.problems.append(Problem(dotted(path), line, message))
+        problem = Problem(dotted(path), line, message)
+        if problem not in self._reported:  # one node reached through many aliases is one mistake
+            self._reported.add(problem)
+            self.problems.append(problem)
 
     def _build(self, node: Node, loader: yaml.SafeLoader, path: Path, active: set[int]) -> Any:
         # Problems point at the key (or list item) holding the value: an alias's own node
         # starts where its anchor was defined, which is not where the mistake is.
         line = self.lines.get(path, node.start_mark.line + 1)
-        self._budget -= 1
-        if self._budget < 0 or len(path) > MAX_DEPTH:
-            if self._budget == -1 or len(path) > MAX_DEPTH:
-                self._add(path, line, "too large or too deeply nested for a workload file")
+        if not self._spend(path, line):
+            return _BROKEN
+        if len(path) > MAX_DEPTH:
+            self._add(path, line, "too large or too deeply nested for a workload file")
             return _BROKEN
         if isinstance(node, ScalarNode):
             try:
@@ -294,6 +300,10 @@ class _Loaded:
         seen: dict[str, int] = {}
         for key_node, value_node, explicit in self._pairs(node, active):
             key_line = key_node.start_mark.line + 1
+            # Every key is charged, read or refused: a merged mapping of unreadable keys built
+            # through many aliases once cost minutes and a problem per key per alias.
+            if not self._spend(path, key_line):
+                return _BROKEN
             key = self._key(key_node, loader, path, key_line)
             if key is None:
                 continue
@@ -306,8 +316,23 @@ class _Loaded:
             result[key] = self._build(value_node, loader, (*path, key), active)
         return result
 
+    def _spend(self, path: Path, line: int | None) -> bool:
+        """Take one unit of the node budget; False (and one problem, the first time) once it is spent."""
+        self._budget -= 1
+        if self._budget == -1:
+            self._add(path, line, "too large or too deeply nested for a workload file")
+        return self._budget >= 0
+
     def _pairs(self, node: MappingNode, active: set[int]) -> list[tuple[Node, Node, bool]]:
-        """The mapping's pairs with `<<` merges expanded first, so explicit keys win (YAML 1.1)."""
+        """The mapping's pairs with `<<` merges expanded first, so explicit keys win (YAML 1.1).
+
+        Linear in the file, whatever its aliases: 1. each mapping's expansion is computed once
+        and reused (nested merges of merges repeat the same sources), 2. every pair an expansion
+        copies is counted before it is copied, against one MAX_NODES allowance for the file.
+        """
+        known = self._expansions.get(id(node))
+        if known is not None:
+            return known
         merged: list[tuple[Node, Node, bool]] = []
         explicit: list[tuple[Node, Node, bool]] = []
         for key_node, value_node in node.value:
@@ -320,10 +345,13 @@ class _Loaded:
                     raise yaml.constructor.ConstructorError(
                         None, None, "a `<<` merge needs a mapping (or a list of them)", source.start_mark
                     )
-                merged.extend((k, v, False) for k, v, _ in self._pairs(source, active | {id(source)}))
-                if len(merged) > MAX_NODES:
+                pairs = self._pairs(source, active | {id(source)})
+                self._merge_allowance -= len(pairs)
+                if self._merge_allowance < 0:
                     raise yaml.constructor.ConstructorError(None, None, "merges expand too far", source.start_mark)
-        return merged + explicit
+                merged.extend((k, v, False) for k, v, _ in pairs)
+        self._expansions[id(node)] = merged + explicit
+        return self._expansions[id(node)]
 
     def _key(self, key_node: Node, loader: yaml.SafeLoader, path: Path, line: int) -> str | None:
         key: Any = _BROKEN

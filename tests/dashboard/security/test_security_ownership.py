@@ -363,7 +363,7 @@ def test_agent_batches_need_a_team_key_and_never_reach_another_teams_run(world: 
     assert state.refused_total == 2
     assert state.last_refusal.startswith("2 refused: team nlp: samples[0].run: no run '1001'")
     rows = list(csv.DictReader(io.StringIO(
-        world.client_for(world.alice).get("/collectors/", {"format": "csv"}).content.decode()
+        world.client_for(world.sam).get("/collectors/", {"format": "csv"}).content.decode()
     )))  # fmt: skip
     assert [(r["name"], r["refused_total"]) for r in rows] == [("agent", "2")]
 
