@@ -24,7 +24,6 @@ from django.core.management.base import CommandError
 from billing.costs.run_costs import cluster_uptime
 from billing.models import BilledUsage
 from runs.choices import RunStatus
-from runs.collectors.agent import ingest_agent_payload
 from runs.collectors.cluster_events import collect_events
 from runs.models import Cluster, ClusterEvent, CollectorState, RunEvent
 from runs.models.uptime import MAX_CLUSTER_WORKERS
@@ -163,21 +162,26 @@ def test_a_stored_absurd_worker_count_never_stops_the_cost_engine(world: World) 
 
 
 def test_an_agent_event_with_nan_details_loses_only_itself(world: World) -> None:
+    """The agent's door (?bad_rows=drop): an event the database cannot hold is dropped and named alone."""
     run = make_run(world.vision, "1001", status=RunStatus.RUNNING, ended_at=None)
     ts = (T0 + timedelta(minutes=5)).isoformat()
-    payload = {
-        "version": 1, "key": world.key(world.vision), "host": "gpu-node-9", "node": 0, "attempt": None,
-        "samples": [{"run": "1001", "run_source": "serverless", "gpu": 0, "ts": ts, "utilization_gpu": 99.0}],
+    body = {
+        "source": "nvml", "samples": [{"run": "1001", "run_source": "serverless", "gpu": 0, "ts": ts,
+                                        "utilization_gpu": 99.0, "host": "gpu-node-9"}],
         "events": [
             {"kind": "xid", "run": "1001", "gpu": 0, "ts": ts, "message": "Xid 79", "details": {"xid": math.nan}},
             {"kind": "gpu_lost", "run": "1001", "gpu": 1, "ts": ts, "message": "fell off the bus\x00"},
             {"kind": "xid", "run": "1001", "gpu": 2, "ts": ts, "message": "Xid 48", "details": {"xid": 48}},
         ],
     }  # fmt: skip
-    result = ingest_agent_payload(payload)
+    response = world.api(world.vision).post(
+        "/api/v1/gpu-samples?bad_rows=drop", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 202, response.content
+    out = response.json()
     assert list(RunEvent.objects.filter(run=run).values_list("gpu_index", flat=True)) == [2]
-    assert result.dropped_events == 2 and result.rows == 1
-    assert "events[0]: details or message holds NaN or Infinity" in result.problems
+    assert (out["dropped_events"], out["rows"]) == (2, 1)
+    assert any(p.startswith("events[0]") for p in out["problems"]), out["problems"]
 
 
 # --- billed usage ------------------------------------------------------------------------------------
