@@ -1,8 +1,9 @@
 """The collectors page's refusal count is staff's (issue 33).
 
-The agent counts rows that name another team's run as refused, and drops rows of runs nobody has
-without counting them. On 4ab1749 every member saw the count: pushing a row naming a guessed run
-id and watching the count move told whether another team had a run with that id.
+On 4ab1749 the agent counted rows naming another team's run as refused and dropped rows of runs
+nobody has without counting them, and every member saw the count: pushing a row naming a guessed
+run id and watching the count move told whether another team had a run with that id. The agent's
+HTTP door (?bad_rows=drop) now answers both alike, and the count and its reasons are staff's.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import io
 import pytest
 
 from runs.choices import RunStatus
-from runs.collectors.agent import ingest_agent_payload
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db
 
 
-def push(world: World, run_id: str) -> None:
+def push(world: World, run_id: str) -> dict:
     sample = {"run": run_id, "run_source": "serverless", "gpu": 0, "ts": T0.isoformat(), "utilization_gpu": 1.0}
-    ingest_agent_payload({"version": 1, "key": world.key(world.nlp), "host": "h", "node": 0, "attempt": None,
-                          "samples": [sample], "events": []})  # fmt: skip
+    response = world.api(world.nlp).post(
+        "/api/v1/gpu-samples?bad_rows=drop", {"samples": [sample]}, content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    return response.json()
 
 
 def refused_cell(world: World, user: object) -> str:
@@ -32,10 +35,11 @@ def refused_cell(world: World, user: object) -> str:
 
 def test_a_member_cannot_watch_the_refusal_count(world: World) -> None:
     make_run(world.vision, "1001", status=RunStatus.RUNNING, ended_at=None)
-    push(world, "no-such-run")  # dropped, not counted: creates the agent's state
-    push(world, "1001")  # vision's run: refused and counted
-    assert refused_cell(world, world.sam) == "1"
+    unknown, theirs = push(world, "no-such-run"), push(world, "1001")  # nobody's; vision's
+    # The answer to the pusher is the same whether another team holds the id or nobody does.
+    assert unknown["problems"][0].replace("no-such-run", "X") == theirs["problems"][0].replace("1001", "X")
+    assert refused_cell(world, world.sam) == "2"
     assert refused_cell(world, world.charlie) == ""
     page = world.client_for(world.charlie).get("/collectors/").content.decode()
-    assert "outside team nlp" not in page
-    assert "outside team nlp" in world.client_for(world.sam).get("/collectors/").content.decode()
+    assert "in your team" not in page
+    assert "in your team" in world.client_for(world.sam).get("/collectors/").content.decode()
