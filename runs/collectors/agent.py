@@ -185,7 +185,9 @@ def _validated_samples(
             continue
         try:
             # The envelope's node, attempt and host win over anything in the row.
-            valid.append(GpuSampleIn.model_validate({**raw, "node": node, "attempt": attempt, "host": host}))
+            # A row naming no run source names a serverless run, as the agent's --run-source default.
+            row = {"run_source": RunSource.SERVERLESS, **raw, "node": node, "attempt": attempt, "host": host}
+            valid.append(GpuSampleIn.model_validate(row))
         except ValidationError as exc:
             result.dropped_rows += 1
             first = exc.errors()[0]
