@@ -39,7 +39,7 @@ PRICES = (
 )
 
 
-def _usage(record_id: str, job_run_id: str, quantity: str, start: datetime = T0) -> str:
+def usage_line(record_id: str, job_run_id: str, quantity: str, start: datetime = T0) -> str:
     metadata = json.dumps({"job_run_id": job_run_id, "cluster_id": None}).replace('"', '""')
     end = start + timedelta(hours=1)
     return (
@@ -54,6 +54,12 @@ def _same_instants(cost: dict) -> dict:
     return cost | {"as_of": datetime.fromisoformat(cost["as_of"]), "billed": billed}
 
 
+def import_records(*lines: str) -> reconcile.ImportResult:
+    """Usage records (and the list price) imported as `manage.py import_usage` would."""
+    usage = io.StringIO("\n".join([USAGE_HEADER, *lines]) + "\n", newline="")
+    return reconcile.import_usage(usage, io.StringIO(PRICES, newline=""))
+
+
 @pytest.fixture
 def billed(world: World, settings) -> UsagePolicy:
     settings.AIRBOARD_METRICS_TOKEN = METRICS_TOKEN
@@ -64,9 +70,7 @@ def billed(world: World, settings) -> UsagePolicy:
     policy.teams.set([world.vision])
     make_run(world.vision, "123", usage_policy_name="vision-train")
     make_run(world.nlp, "456")  # estimated, never billed
-    result = reconcile.import_usage(
-        io.StringIO(f"{USAGE_HEADER}\n{_usage('u1', '123', '10')}\n", newline=""), io.StringIO(PRICES, newline="")
-    )
+    result = import_records(usage_line("u1", "123", "10"))
     assert result.ok and result.linked == 1
     with time_machine.travel(NOW, tick=False):
         rollups.refresh_changed()
