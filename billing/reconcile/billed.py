@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import Count, Max, Min, QuerySet, Sum
 
 from billing.costs.reports import CostFilters
 from billing.models import BilledUsage
-from billing.prices.money import BILLED, Figure, exact_sum, utc
+from billing.prices.money import BILLED, ZERO, Figure, exact_sum, utc
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,37 @@ def _spend(rows: Iterable[tuple[date, Decimal | None]], as_of: datetime) -> Bill
     return BilledSpend(exact_sum(amounts), len(days), unpriced, min(days), max(days), utc(as_of, "as_of"))
 
 
-def billed_spend(usage: QuerySet[BilledUsage], as_of: datetime) -> BilledSpend | None:
-    """The records of `usage` summed exactly; None when there are none (nothing imported covers it).
+# PostgreSQL sums NUMERIC exactly, so a month of records is one grouped query and a few rows;
+# SQLite keeps the decimals as text (`billing.fields`), so there the rows are added here.
+SUMS = {
+    "usd": Sum("billed_usd"),
+    "records": Count("pk"),
+    "priced": Count("billed_usd"),
+    "first_day": Min("usage_date"),
+    "last_day": Max("usage_date"),
+}
 
-    Summed here rather than in SQL: SQLite keeps the exact decimals as text (`billing.fields`).
-    """
+
+def _from_sums(row: dict, as_of: datetime) -> BilledSpend | None:
+    if not row["records"]:
+        return None
+    usd = row["usd"] if row["usd"] is not None else ZERO
+    unpriced = row["records"] - row["priced"]
+    return BilledSpend(usd, row["records"], unpriced, row["first_day"], row["last_day"], utc(as_of, "as_of"))
+
+
+def billed_spend(usage: QuerySet[BilledUsage], as_of: datetime) -> BilledSpend | None:
+    """The records of `usage` summed exactly; None when there are none (nothing imported covers it)."""
+    if connection.vendor == "postgresql":
+        return _from_sums(usage.aggregate(**SUMS), as_of)
     return _spend(usage.values_list("usage_date", "billed_usd").iterator(chunk_size=5000), as_of)
 
 
 def billed_by(usage: QuerySet[BilledUsage], fields: tuple[str, ...], as_of: datetime) -> dict[tuple, BilledSpend]:
     """`billed_spend` per value tuple of `fields` (ORM paths such as "run__team_id"); one query."""
+    if connection.vendor == "postgresql":
+        grouped = usage.values(*fields).annotate(**SUMS).order_by()
+        return {tuple(row[f] for f in fields): _from_sums(row, as_of) for row in grouped}
     rows: dict[tuple, list[tuple[date, Decimal | None]]] = defaultdict(list)
     width = len(fields)
     for values in usage.values_list(*fields, "usage_date", "billed_usd").iterator(chunk_size=5000):
