@@ -112,6 +112,8 @@ def test_the_policy_page_shows_billed_and_enforces_the_estimate(world: World, bi
     html = response.content.decode()
     assert 'class="policy-billed"' in html and "billed <strong>$7.00</strong>" in html
     assert 'Enforced on</dt><dd class="policy-enforced-on">the estimate' in html
+    # The costliest runs of the period, with the run's own bill beside its estimate.
+    assert 'title="billed, as of 2026-11-03 09:00 UTC">billed $7.00' in html
     rows = world.client_for(world.alice).get(reverse("policy_list") + "?format=csv").content.decode().splitlines()
     assert rows[0].endswith("billed_usd,billed_figure,enforced_on") and rows[1].endswith("estimate")
 
@@ -139,6 +141,9 @@ def test_the_runs_api_carries_the_run_pages_cost(world: World, billed: UsagePoli
     assert Decimal(one["billed"]["usd"]) == 7 and one["billed"]["records"] == 1
     (listed,) = api.get("/api/v1/runs").json()["results"]
     assert listed["cost"] == one
+    # The run list shows both too (runs.glance reads the same engine).
+    run_list = world.client_for(world.alice).get(reverse("run_list")).content.decode()
+    assert "billed $7.00" in run_list
     # The run page shows the same two figures.
     html = world.client_for(world.alice).get(reverse("run_detail", args=[listed["id"]])).content.decode()
     assert "$20.00" in html and "$7.00" in html
