@@ -77,8 +77,8 @@ class CostFilters:
 class MonthToDate:
     """Spend this period (the UTC month, or a policy's period) so far, and a forecast to its end.
 
-    The forecast is linear once MIN_FORECAST_DAYS days have costs; before that it is
-    `provisional`, from the trailing run rate across the period's start.
+    The forecast is `period_forecast`'s, the policy pages' own: linear once MIN_FORECAST_DAYS
+    days of the period are in; before that `provisional`, from the trailing run rate.
     """
 
     month: date
@@ -102,6 +102,28 @@ class MonthToDate:
             return None
         kind = PROVISIONAL_FORECAST if self.provisional else FORECAST
         return Figure(self.forecast, kind, self.as_of or utc_midnight(self.month))
+
+
+def period_forecast(by_day: dict[date, Decimal], first: date, end: date, now: datetime) -> tuple[Decimal | None, bool]:
+    """The one forecast of a period's spend, (amount, provisional): `/costs/` and the policies.
+
+    `by_day`: spend per UTC day from the trailing window's first day (`trailing_window`) or the
+    period's first day, whichever is earlier, to today.
+    1. From MIN_FORECAST_DAYS days into [first, end): linear, spend / elapsed x the period.
+    2. Before that: provisional, spend + the trailing run rate x what is left of the period,
+       the trailing window reaching back across the period's start. None with no spend at all
+       in the window or the period (nothing to extrapolate).
+    """
+    spend = exact_sum(usd for day, usd in by_day.items() if first <= day < end)
+    elapsed = int((now - utc_midnight(first)).total_seconds())
+    length = int((utc_midnight(end) - utc_midnight(first)).total_seconds())
+    if elapsed >= MIN_FORECAST_DAYS * 86_400:
+        return linear_forecast(spend, elapsed, length), False
+    trailing_first, trailing_seconds = trailing_window(now)
+    if not by_day:
+        return None, False
+    trailing = exact_sum(usd for day, usd in by_day.items() if day >= trailing_first)
+    return run_rate_forecast(spend, trailing, trailing_seconds, length - elapsed), True
 
 
 def trailing_window(now: datetime) -> tuple[date, int]:
@@ -251,14 +273,14 @@ def month_to_date(
        and day without a dimension filter) plus the accrual rows they would hold, from the
        trailing window's first day (`trailing_window`) or the period's, whichever is earlier.
     3. Elapsed time is exact: from 00:00 UTC on the first day to `now`, in days.
-    4. With MIN_FORECAST_DAYS days that have costs: spend / elapsed x the period (linear),
-       to the cent. Before that, provisional: spend + the trailing run rate x what is left.
+    4. The forecast: `period_forecast` (linear from MIN_FORECAST_DAYS days in, provisional
+       before), the policy pages' own rule.
     """
     now = utc(now)
     first, end = period or (month_start(now).date(), _next_month(month_start(now).date()))
     dims = filters or CostFilters(first, now.date())
     team_ids = list(team_ids)
-    trailing_first, trailing_seconds = trailing_window(now)
+    trailing_first, _ = trailing_window(now)
     scope = CostFilters(min(first, trailing_first), now.date(), dims.team_id, dims.accelerator_type, dims.region,
                         dims.usage_policy_name)  # fmt: skip
     by_day = {
@@ -269,13 +291,7 @@ def month_to_date(
     spend = exact_sum(in_period)
     days = len(in_period)
     elapsed_seconds = int((now - utc_midnight(first)).total_seconds())
-    length = int((utc_midnight(end) - utc_midnight(first)).total_seconds())
-    forecast, provisional = None, False
-    if days >= MIN_FORECAST_DAYS:
-        forecast = linear_forecast(spend, elapsed_seconds, length)
-    elif by_day:
-        trailing = exact_sum(usd for day, usd in by_day.items() if day >= trailing_first)
-        forecast, provisional = run_rate_forecast(spend, trailing, trailing_seconds, length - elapsed_seconds), True
+    forecast, provisional = period_forecast(by_day, first, end, now)
     elapsed = (Decimal(elapsed_seconds) / 86_400).quantize(CENT)
     return MonthToDate(first, spend, days, elapsed, (end - first).days, forecast, now, provisional, end)
 

@@ -42,9 +42,7 @@ from billing.prices.money import (
     estimate,
     exact_sum,
     format_usd,
-    linear_forecast,
     price_in_force,
-    run_rate_forecast,
     to_cents,
     utc,
     utc_midnight,
@@ -221,25 +219,20 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     """
     now = utc(now or timezone.now())
     start, end = period_bounds(policy, now.date())
-    trailing_first, trailing_seconds = reports.trailing_window(now)
+    trailing_first, _ = reports.trailing_window(now)
     first = min(start, trailing_first)
     rows = policy_rows(policy, first, now.date())
     extra = [row for row in policy_accrual(policy, now) if first <= row["day"] < end]
     by_day = {row["day"]: row["total_usd"] for row in reports.sum_by(rows, ["day"], extra)}
     daily = tuple(sorted((day, usd) for day, usd in by_day.items() if day >= start))
     spend = exact_sum(v for _, v in daily) if daily else ZERO
-    elapsed = int((now - utc_midnight(start)).total_seconds())
-    length = int((utc_midnight(end) - utc_midnight(start)).total_seconds())
-    forecast = provisional = None
-    if elapsed >= MIN_FORECAST_DAYS * 86_400:
-        forecast = linear_forecast(spend, elapsed, length)
-    elif by_day:
-        trailing = exact_sum(usd for day, usd in by_day.items() if day >= trailing_first)
-        provisional = run_rate_forecast(spend, trailing, trailing_seconds, length - elapsed)
+    # The one rule `/costs/` follows too: linear from 3 days in, provisional before (never alerted on).
+    found, provisional = reports.period_forecast(by_day, start, end, now)
+    forecast, provisional_forecast = (None, found) if provisional else (found, None)
     period_rows = rows.filter(day__gte=start)
     unpriced = tuple(reports.unpriced_reasons(period_rows, [row for row in extra if row["day"] >= start]))
     billed = policy_billed(policy.name, covered_team_ids(policy), start, now.date(), now)
-    return PolicyStatus(policy, start, end, spend, forecast, daily, now, unpriced, provisional, billed)
+    return PolicyStatus(policy, start, end, spend, forecast, daily, now, unpriced, provisional_forecast, billed)
 
 
 def _plot_time(moment: datetime) -> str:

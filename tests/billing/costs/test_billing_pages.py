@@ -78,15 +78,15 @@ def test_staff_sees_every_team_and_month_forecast(costs: World) -> None:
     assert 'id="spend-figure"' in body and "data-figure" in body
 
 
-@time_machine.travel(NOW, tick=False)
+@time_machine.travel(datetime(2026, 11, 2, 12, tzinfo=UTC), tick=False)
 def test_forecast_provisional_under_three_days(world: World) -> None:
     _day(world.vision, date(2026, 11, 1), "10")
     _day(world.vision, date(2026, 11, 2), "10")
     response = world.client_for(world.alice).get("/costs/")
     mtd = response.context["mtd"]
-    # Two days with costs: no linear forecast; the last 3 days (Nov 7-10) spent nothing, so the
-    # trailing run rate adds nothing to the $20 spent.
-    assert mtd.provisional and mtd.forecast == Decimal("20.00")
+    # 1.5 days in: no linear forecast. The trailing window (Oct 30 00:00 to now, 3.5 days) spent
+    # $20: $20 + $20 / 3.5 x 28.5 days left = $182.86, provisional.
+    assert mtd.provisional and mtd.forecast == Decimal("182.86")
     assert "provisional forecast" in response.content.decode()
     empty = world.client_for(world.charlie).get("/costs/")
     assert empty.context["mtd"].forecast is None

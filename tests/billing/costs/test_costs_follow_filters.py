@@ -58,6 +58,8 @@ def test_month_to_date_honours_the_policy_filter_and_the_policys_period(world: W
     mtd = costs.context["mtd"]
     assert (mtd.month, mtd.end, mtd.spend) == (date(2026, 11, 15), date(2026, 12, 15), Decimal("140"))
     assert costs.context["total"]["total_usd"] == Decimal("140")  # the range is the period too
+    # One forecast rule: 5.5 days into a 30-day period, $140 / 5.5 x 30, on both pages.
+    assert mtd.forecast == detail.context["status"].forecast == Decimal("763.64") and not mtd.provisional
     assert "Period to date" in costs.content.decode() and "$140.00" in costs.content.decode()
     # Other filters narrow it further: a region the rows are not in leaves nothing.
     assert alice.get(url + "&region=us-east-1").context["mtd"].spend == 0
