@@ -2,18 +2,25 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
+# Running needs requirements.txt alone; the test and lint tools (pytest, Playwright, MLflow's
+# server, schemathesis, ruff) come with requirements-dev.txt, installed only for test and lint.
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: run test e2e lint fmt migrate seed clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(RUN_STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null || { echo "Airboard needs $(PYTHON) on PATH (or: make PYTHON=/path/to/python3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(PY) manage.py runall
 
 # The whole suite, the browser tests (tests/e2e, skipped without Chromium) included.
@@ -34,10 +41,10 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-migrate: $(STAMP)
+migrate: $(RUN_STAMP)
 	$(PY) manage.py migrate
 
-seed: $(STAMP)
+seed: $(RUN_STAMP)
 	$(PY) manage.py seed_demo
 
 clean:

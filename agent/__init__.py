@@ -1,8 +1,9 @@
-"""Airboard GPU node agent: samples NVML every second and ships batches to the Celery broker.
+"""Airboard GPU node agent: samples NVML every second and posts batches to the site's HTTP API.
 
-Runs on a GPU node with only `nvidia-ml-py` and `celery[redis]` installed (see
-`requirements-agent.txt`); it never imports Django. `python -m agent --help` lists the options.
+Runs on a GPU node with only `nvidia-ml-py` installed (see `requirements-agent.txt`); it never
+imports Django, Celery or kombu, and holds no broker credentials: its configuration is the
+site's URL (AIRBOARD_URL) and its team's ingest key (AIRBOARD_AGENT_KEY).
+`python -m agent --help` lists the options.
 """
 
 PAYLOAD_VERSION = 1
-TASK_NAME = "runs.ingest_agent_batch"

@@ -1,8 +1,8 @@
-"""A bounded on-disk buffer of batches the broker could not take, drained in order when it is back.
+"""A bounded on-disk buffer of batches the site could not take, drained in order when it is back.
 
 One JSON file per batch, named `<seq>-<samples>.json` so that the order and the sample count
 are known without reading it. Over AIRBOARD_AGENT_BUFFER_MAX_BYTES the oldest files go first:
-during a long broker outage the most recent telemetry is the most useful, and a full disk on a
+during a long outage of the site the most recent telemetry is the most useful, and a full disk on a
 GPU node would hurt the training job itself. Dropped samples are counted (in a small file, so
 a restart does not forget them) and reported with the next batch shipped.
 """

@@ -1,6 +1,7 @@
 """The agent loop: sample every interval, ship once 500 samples wait (or a minute passed), flush on SIGINT/SIGTERM.
 
-    python -m agent --run-id RUN [--node N] [--host H] [--interval S] [--mapping FILE]
+    AIRBOARD_URL=https://airboard.example.com AIRBOARD_AGENT_KEY=ab_... \\
+        python -m agent --run-id RUN [--node N] [--host H] [--interval S] [--mapping FILE]
 
 Without an NVIDIA driver or GPU it prints one line and exits with code 2, so a launcher that
 starts it on every node can tell "nothing to sample here" from a crash.
@@ -22,26 +23,25 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from celery import Celery
-
 from agent import PAYLOAD_VERSION
 from agent.attribution import RUN_SOURCES, Attributor
 from agent.buffer import DEFAULT_MAX_BYTES, DiskBuffer
 from agent.nvml import NvmlSampler, NvmlUnavailable
-from agent.shipper import Shipper, celery_app_from_env
+from agent.shipper import HttpSender, Shipper, site_url
 
 logger = logging.getLogger("agent")
 
 EXIT_OK = 0
 EXIT_NO_GPU = 2
 EXIT_NO_KEY = 3
-# Each ship becomes one ingest task and one bulk insert; below a few hundred rows the task's
-# fixed cost (broker round trip, transaction, rollup refresh) outweighs the insert. An 8-GPU
+EXIT_NO_SITE = 4
+# Each ship becomes one request, one ingest task and one bulk insert; below a few hundred rows the
+# fixed cost (the request, the task, the transaction, the rollup refresh) outweighs the insert. An 8-GPU
 # node at 1 Hz fills 500 in about a minute; a smaller node ships at the minute anyway, so its
 # charts are never more than a minute behind.
 SHIP_MIN_SAMPLES = 500
 SHIP_MAX_SECONDS = 60.0
-# The most samples one payload carries (a long broker outage drains in chunks of this size).
+# The most samples one payload carries (a long outage of the site drains in chunks of this size).
 SHIP_MAX_SAMPLES = 5000
 
 
@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ticks", type=int, default=None, help="Stop after this many ticks (tests, smoke checks).")
     parser.add_argument("--once", action="store_true", help="One tick, ship, exit (same as --ticks 1).")
     parser.add_argument(
+        "--url",
+        default=os.environ.get("AIRBOARD_URL", ""),
+        help="The Airboard site's base URL, e.g. https://airboard.example.com (default AIRBOARD_URL).",
+    )
+    parser.add_argument(
         "--key-file", type=Path, default=None, help="File holding the node's ingest API key (else AIRBOARD_AGENT_KEY)."
     )
     parser.add_argument("--mapping", type=Path, default=None, help='JSON file {"<gpu uuid or index>": "<run id>"}.')
@@ -89,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--buffer-dir",
         type=Path,
         default=Path(os.environ.get("AIRBOARD_AGENT_BUFFER_DIR") or Path.home() / ".cache" / "airboard-agent"),
-        help="Where batches wait while the broker is unreachable.",
+        help="Where batches wait while the site is unreachable.",
     )
     parser.add_argument("--ship-seconds", type=float, default=SHIP_MAX_SECONDS, help=argparse.SUPPRESS)
     parser.add_argument("--ship-min-samples", type=int, default=SHIP_MIN_SAMPLES, help=argparse.SUPPRESS)
@@ -133,27 +138,29 @@ class Agent:
         self.samples, self.events = [], []
 
     def payload(self, samples: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
-        """The body of `runs.ingest_agent_batch` (documented in runs/collectors/agent.py)."""
+        """The body of `POST /api/v1/gpu-samples?bad_rows=drop` (documented in runs/collectors/agent.py).
+
+        Each sample and event names this node (attempt, index, host), as the API's rows do.
+        """
+        where = {"attempt": self.args.attempt, "node": self.args.node, "host": self.args.host}
         return {
             "version": PAYLOAD_VERSION,
+            "source": "nvml",
             "host": self.args.host,
-            "node": self.args.node,
-            "attempt": self.args.attempt,
             "sent_at": datetime.now(UTC).isoformat(),
             "dropped_samples": 0,
-            "samples": samples,
-            "events": events,
+            "samples": [{**sample, **where} for sample in samples],
+            "events": [{**event, **where} for event in events],
         }
 
 
 def main(
     argv: Sequence[str] | None = None,
     *,
-    celery_app: Celery | None = None,
     nvml: ModuleType | None = None,
     stop: threading.Event | None = None,
 ) -> int:
-    """Run the agent; returns the process exit code. `celery_app` and `nvml` default to env and pynvml."""
+    """Run the agent; returns the process exit code. `nvml` defaults to pynvml."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="airboard agent: %(levelname)s %(message)s")
     interval = args.interval or _env_float("AIRBOARD_AGENT_INTERVAL_SECONDS", 1.0)
@@ -177,14 +184,21 @@ def main(
         sampler.close()
         print(
             "airboard agent: no key: set AIRBOARD_AGENT_KEY (or --key-file) to an ingest API key of the node's "
-            "team (manage.py create_api_key --team T --role ingest); the server refuses batches without one",
+            "team (manage.py create_api_key --team T --role ingest); the site refuses batches without one",
             file=sys.stderr,
         )
         return EXIT_NO_KEY
 
+    try:
+        url = site_url(args.url)
+    except ValueError as exc:
+        sampler.close()
+        print(f"airboard agent: {exc}: set AIRBOARD_URL (or --url) to the site's base URL", file=sys.stderr)
+        return EXIT_NO_SITE
+
     stop = stop or threading.Event()
     restore = _install_signal_handlers(stop)
-    shipper = Shipper(celery_app or celery_app_from_env(), DiskBuffer(args.buffer_dir, max_bytes), key=key)
+    shipper = Shipper(HttpSender(url, key), DiskBuffer(args.buffer_dir, max_bytes))
     agent = Agent(args, sampler, shipper, attributor)
     logger.info("sampling %d GPU(s) every %.3g s on %s node %d", len(sampler.gpus), interval, args.host, args.node)
     try:

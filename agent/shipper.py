@@ -1,116 +1,165 @@
-"""Ship batches to the server as the Celery task `runs.ingest_agent_batch`, by name.
+"""Ship batches to the site's HTTP API with the node's key: `POST /api/v1/gpu-samples?bad_rows=drop`.
 
-The agent never imports Django or the project's tasks: a minimal Celery app knows only the
-broker, and `send_task` names the task the server's workers run. When the broker cannot take
-a batch, it goes to the on-disk buffer; buffered batches are sent first, in order, the next
-time, so the server sees a node's batches in the order they were taken. A batch sent twice
-(a broker that took it but failed to say so) is harmless: the server stores its rows once.
+A GPU node needs two things: the site's URL (AIRBOARD_URL) and its team's ingest key
+(AIRBOARD_AGENT_KEY). No broker credentials: the node can push its team's samples and events
+and nothing else. The standard library speaks HTTP here (urllib), so the agent installs
+nothing but the NVML bindings.
+
+`bad_rows=drop` (runs/collectors/agent.py) is the API's option for a sender that cannot fix its
+rows: a bad row is dropped and counted by the site instead of failing the whole batch.
+
+What a send can meet, and what the shipper does:
+
+- 2xx: sent.
+- No connection, a timeout, a 5xx, 429 (rate limit), 408, 401/403 (a key being rotated),
+  404/405 or a redirect (a wrong AIRBOARD_URL; a redirect is never followed: urllib would resend
+  the POST as a GET without its body): the
+  site may take it later. The batch goes to the on-disk buffer, and batches go straight to disk
+  for a backoff that doubles from BACKOFF_FIRST_SECONDS to BACKOFF_MAX_SECONDS; buffered
+  batches are sent first, in order, the next time, so the site sees a node's batches in the
+  order they were taken.
+- Any other 4xx (a 413, a 422 for a malformed body): the site will never take this batch.
+  It is dropped, counted in `refused`, and logged with the site's reason; retrying it would
+  only block the batches behind it.
+
+A batch sent twice (the site took it but the answer was lost) is harmless: the site stores its
+rows once.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
-import os
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-from celery import Celery
-from kombu.exceptions import ChannelError, OperationalError
-
-from agent import TASK_NAME
 from agent.buffer import DiskBuffer
 
 logger = logging.getLogger(__name__)
 
-QUEUE = "ingest"
-# After a failed send, batches go straight to disk for a while: each failed connect costs
-# seconds (redis-py retries with backoff), time the sampling loop should not lose every ship.
+PUSH_PATH = "/api/v1/gpu-samples?bad_rows=drop"
+TIMEOUT_SECONDS = 10.0
+# After a failed send, batches go straight to disk for a while: each failed connect can cost
+# the timeout, time the sampling loop should not lose at every ship.
 BACKOFF_FIRST_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 300.0
-# What an unreachable or broken broker raises: kombu wraps socket errors as OperationalError;
-# the filesystem transport raises ChannelError for a folder it cannot write.
-BROKER_ERRORS: tuple[type[BaseException], ...] = (
-    OperationalError,
-    ChannelError,
-    ConnectionError,
-    TimeoutError,
-    OSError,
-)
+# Statuses that say "not now" rather than "never": a key being rotated (401, 403), a wrong
+# AIRBOARD_URL (404, 405: kept until the operator fixes it), a timeout, the rate limit.
+RETRY_STATUSES = frozenset({401, 403, 404, 405, 408, 429})
+MAX_REASON = 300
+MAX_ERROR_BODY = 64 * 1024
 
 
-def make_celery_app(broker_url: str, transport_options: Mapping[str, Any] | None = None) -> Celery:
-    """A Celery app that can only send: JSON, no result backend, short connection timeouts."""
-    app = Celery("airboard-agent", broker=broker_url, set_as_current=False)
-    app.conf.update(
-        task_serializer="json",
-        accept_content=["json"],
-        result_backend=None,
-        task_ignore_result=True,
-        broker_transport_options=dict(transport_options or {}),
-        # Fail fast to the disk buffer rather than block sampling while the broker is away.
-        broker_connection_timeout=3,
-        broker_connection_retry_on_startup=False,
-    )
-    return app
+class SiteUnavailable(Exception):
+    """The site did not take the batch now; it may later."""
 
 
-def celery_app_from_env(env: Mapping[str, str] | None = None) -> Celery:
-    """The broker the server uses: REDIS_URL, else kombu's filesystem transport in AIRBOARD_BROKER_DIR.
+class BatchRefused(Exception):
+    """The site will never take this batch (a 4xx about the batch itself)."""
 
-    These are the same variables (and defaults) as the server's settings; the filesystem
-    broker only works where the node shares that folder with the server.
-    """
-    env = os.environ if env is None else env
-    redis_url = env.get("REDIS_URL", "").strip()
-    if redis_url:
-        if not redis_url.startswith(("redis://", "rediss://")):
-            raise ValueError("REDIS_URL must start with redis:// or rediss://")
-        return make_celery_app(redis_url, {"visibility_timeout": 3600})
-    folder = Path(env.get("AIRBOARD_BROKER_DIR") or "var/broker")
-    (folder / "queue").mkdir(parents=True, exist_ok=True)
-    return make_celery_app(
-        "filesystem://",
-        {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "control_folder": str(folder / "control"),
-            "store_processed": False,
-        },
-    )
+
+def site_url(raw: str) -> str:
+    """The site's base URL, checked: http(s) with a host. ValueError names what is wrong."""
+    url = raw.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"AIRBOARD_URL={raw!r} is not an http(s) URL of the Airboard site")
+    if parts.username or parts.password:
+        raise ValueError("AIRBOARD_URL must not carry a user or password; the key authenticates the node")
+    return url
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is answered as it is: urllib would turn the POST into a GET without its body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class HttpSender:
+    """POSTs one payload to the site's push URL with the node's key."""
+
+    def __init__(self, url: str, key: str, timeout: float = TIMEOUT_SECONDS) -> None:
+        self.url = site_url(url) + PUSH_PATH
+        self._headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        self.timeout = timeout
+        self._opener = urllib.request.build_opener(_NoRedirects)
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        # site_url() let http(s) through only.
+        request = urllib.request.Request(self.url, data=body, headers=self._headers, method="POST")  # noqa: S310
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return _json(response.read())
+        except urllib.error.HTTPError as exc:
+            reason = _reason(exc)
+            if 300 <= exc.code < 400:  # kept, not dropped: the operator fixes AIRBOARD_URL
+                raise SiteUnavailable(f"HTTP {exc.code}: the site redirects; set AIRBOARD_URL to its target") from None
+            if exc.code in RETRY_STATUSES or exc.code >= 500:
+                raise SiteUnavailable(f"HTTP {exc.code}: {reason}") from None
+            raise BatchRefused(f"HTTP {exc.code}: {reason}") from None
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            raise SiteUnavailable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    try:
+        answer = _json(exc.read(MAX_ERROR_BODY))
+    except OSError:
+        answer = {}
+    return str(answer.get("detail") or exc.reason)[:MAX_REASON]
 
 
 class Shipper:
-    """Sends batches through `app`, buffering on broker errors."""
+    """Sends batches through `send`, buffering while the site is away."""
 
     def __init__(
         self,
-        app: Celery,
+        send: Callable[[dict[str, Any]], dict[str, Any]],
         buffer: DiskBuffer,
-        queue: str = QUEUE,
         clock: Callable[[], float] = time.monotonic,
-        key: str = "",
     ) -> None:
-        self.app = app
+        self._send = send
         self.buffer = buffer
-        # The node's ingest key, added at send time only: buffered batches on disk never hold it.
-        self.key = key
-        self.queue = queue
         self.sent = 0
+        # Batches the site refused for good, and the rows it dropped from batches it took.
+        self.refused = 0
+        self.dropped_by_site = 0
         self._clock = clock
         self._backoff = 0.0
         self._retry_at = 0.0
 
     def send(self, payload: dict[str, Any]) -> None:
-        """One send; raises a BROKER_ERRORS member when the broker does not take it."""
-        # retry=False: kombu's default retry policy would block the sampling loop for seconds.
-        self.app.send_task(TASK_NAME, args=[{**payload, "key": self.key}], queue=self.queue, retry=False)
+        """One send; SiteUnavailable when the site does not take it now. A refused batch is dropped here."""
+        try:
+            answer = self._send(payload)
+        except BatchRefused as exc:
+            self.refused += 1
+            logger.error("the site refused a batch of %d sample(s) for good; dropped: %s",
+                         len(payload.get("samples") or []), exc)  # fmt: skip
+            return
         self.sent += 1
+        dropped = int(answer.get("dropped_rows") or 0) + int(answer.get("dropped_events") or 0)
+        if dropped:
+            self.dropped_by_site += dropped
+            problems = "; ".join(str(p) for p in (answer.get("problems") or [])[:3])
+            logger.warning("the site dropped %d row(s) or event(s): %s", dropped, problems)
 
     def ship(self, payload: dict[str, Any], force: bool = False) -> bool:
-        """Send the buffered batches, then this one; on a broker error buffer what is left.
+        """Send the buffered batches, then this one; while the site is away, buffer what is left.
 
         While backing off after a failure the batch goes to disk without a try, unless `force`
         (the final flush). Returns True when `payload` itself was sent.
@@ -123,7 +172,7 @@ class Shipper:
         payload["dropped_samples"] = payload.get("dropped_samples", 0) + dropped
         try:
             self.send(payload)
-        except BROKER_ERRORS as exc:
+        except SiteUnavailable as exc:
             payload["dropped_samples"] -= dropped
             self.buffer.add_dropped(dropped)
             self._failed(exc)
@@ -133,28 +182,25 @@ class Shipper:
         return True
 
     def drain(self, force: bool = False) -> bool:
-        """Send what the buffer holds, oldest first; False when the broker is (still) away."""
+        """Send what the buffer holds, oldest first; False when the site is (still) away."""
         if not force and self._clock() < self._retry_at:
             return False
         if not self.buffer.files():
             return True
         try:
             sent = self.buffer.drain(self.send)
-        except BROKER_ERRORS as exc:
+        except SiteUnavailable as exc:
             self._failed(exc)
             return False
         self._backoff = 0.0
         if sent:
-            logger.info("broker is back: sent %d buffered batch(es)", sent)
+            logger.info("the site is back: sent %d buffered batch(es)", sent)
         return True
 
     def _failed(self, exc: BaseException) -> None:
         self._backoff = min(max(self._backoff * 2, BACKOFF_FIRST_SECONDS), BACKOFF_MAX_SECONDS)
         self._retry_at = self._clock() + self._backoff
-        logger.warning("broker unreachable (%s: %s); buffering on disk, next try in %.0f s",
-                       type(exc).__name__, exc, self._backoff)  # fmt: skip
+        logger.warning("site unavailable (%s); buffering on disk, next try in %.0f s", exc, self._backoff)
 
     def close(self) -> None:
-        """Release the broker connections (the app's producer pool)."""
-        with contextlib.suppress(BROKER_ERRORS):
-            self.app.close()
+        """Nothing held open: each send is its own request."""

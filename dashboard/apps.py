@@ -8,7 +8,10 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
 
-        from dashboard import lookups  # noqa: F401  (registers field__any)
+        from dashboard import (
+            lookups,  # noqa: F401  (registers field__any)
+            taskstate,  # noqa: F401  (records every Celery task's pass, in workers)
+        )
         from dashboard.pg import session_settings
 
         connection_created.connect(session_settings, dispatch_uid="airboard-session-settings")

@@ -79,3 +79,29 @@ class ApiKey(models.Model):
     @property
     def can_write(self) -> bool:
         return self.role == ApiKeyRole.INGEST
+
+
+class TaskState(models.Model):
+    """One Celery task's last pass and its totals, written by the worker (dashboard/taskstate.py)."""
+
+    task = models.CharField(max_length=100, help_text="The task's name, e.g. 'runs.collect_mlflow'.")
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_state = models.CharField(max_length=16, blank=True, help_text="Celery's state: SUCCESS, FAILURE, RETRY.")
+    last_result = models.CharField(max_length=300, blank=True, help_text="What the pass brought in, in words.")
+    last_duration_ms = models.PositiveIntegerField(default=0)
+    runs_total = models.BigIntegerField(default=0)
+    failures_total = models.BigIntegerField(default=0)
+    # Staff only (the collectors page): an exception's text may name hosts or paths; redacted first.
+    last_error = models.CharField(max_length=500, blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task"]
+        constraints = [
+            # The worker's update-or-create finds a task's row by its name.
+            models.UniqueConstraint(fields=["task"], name="taskstate_task_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.task

@@ -33,6 +33,12 @@ BEAT_SCHEDULE = {
         "task": "runs.collect_logs",
         "schedule": crontab(minute="*"),
     },
+    # dcgm-exporter series of active and recently ended runs' nodes from the Prometheus-compatible
+    # server at AIRBOARD_PROMETHEUS_URL (runs/collectors/prometheus.py); incremental by cursor.
+    "collect-prometheus": {
+        "task": "runs.collect_prometheus",
+        "schedule": crontab(minute="*"),
+    },
     # Daily cost rollups (CostDaily) for the days touched by runs changed since the last
     # pass, and running runs (they accrue to now); the cost pages and API read these rows.
     "roll-up-costs": {

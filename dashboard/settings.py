@@ -318,6 +318,20 @@ AIRBOARD_LOG_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_LOG_SOURCE_INTERVAL_SEC
 # usage arrives only by `manage.py import_usage FILE`.
 AIRBOARD_BILLING_USAGE_COMMAND = env_str("AIRBOARD_BILLING_USAGE_COMMAND", "")
 AIRBOARD_BILLING_PRICES_COMMAND = env_str("AIRBOARD_BILLING_PRICES_COMMAND", "")
+# Prometheus-compatible source (Prometheus, VictoriaMetrics, Mimir, Thanos): the dcgm-exporter series
+# of each active or recently ended run's nodes, read with query_range (runs/collectors/prometheus.py).
+# Empty: the collector returns at once. Credentials (bearer token, or basic auth) come from the
+# environment only and are never logged or shown.
+AIRBOARD_PROMETHEUS_URL = env_url("AIRBOARD_PROMETHEUS_URL", {"http", "https"})
+AIRBOARD_PROMETHEUS_BEARER_TOKEN = env_str("AIRBOARD_PROMETHEUS_BEARER_TOKEN", "")
+AIRBOARD_PROMETHEUS_USERNAME = env_str("AIRBOARD_PROMETHEUS_USERNAME", "")
+AIRBOARD_PROMETHEUS_PASSWORD = env_str("AIRBOARD_PROMETHEUS_PASSWORD", "")
+# Resolution of what is read: one point per GPU per step. At least the scrape interval, or every
+# other step is empty and shows as a gap.
+AIRBOARD_PROMETHEUS_STEP_SECONDS = env_int("AIRBOARD_PROMETHEUS_STEP_SECONDS", 30, minimum=1)
+# Kubernetes: a node host matched by the `pod` label only within this namespace (empty: any).
+AIRBOARD_PROMETHEUS_NAMESPACE = env_str("AIRBOARD_PROMETHEUS_NAMESPACE", "")
+AIRBOARD_PROMETHEUS_TIMEOUT_SECONDS = env_float("AIRBOARD_PROMETHEUS_TIMEOUT_SECONDS", 30.0, minimum=1)
 # Longest a collector's external command may run before it is killed.
 AIRBOARD_COLLECTOR_TIMEOUT_SECONDS = env_int("AIRBOARD_COLLECTOR_TIMEOUT_SECONDS", 120, minimum=1)
 

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from billing.api import router as billing_router
 from dashboard import metrics_views, views
@@ -23,4 +25,6 @@ urlpatterns = [
     path("costs/", include("billing.urls")),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico on their own (API docs, JSON, a bookmark): send them the site's icon.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True), name="favicon"),
 ]

@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.engine import TeamSpend, team_months
-from dashboard import access, ratelimit
+from dashboard import access, ratelimit, taskstate
 from dashboard.csv_export import csv_response
 from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
 from dashboard.redaction import redact
@@ -125,6 +125,8 @@ def collectors(request: HttpRequest) -> HttpResponse:
         return csv_response(f"collectors-{timezone.now():%Y-%m-%d}.csv", header, rows)
     ctx = {
         "collectors": states,
+        "tasks": taskstate.task_rows(),
+        "is_staff": is_staff,
         "unlinked": MlflowRun.objects.filter(run__isnull=True).order_by("-start_time")[:200] if is_staff else None,
         "unlinked_count": MlflowRun.objects.filter(run__isnull=True).count() if is_staff else 0,
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from operator import itemgetter
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -33,12 +34,14 @@ from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
 from dashboard.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
+from runs.collectors import agent as agent_door
 from runs.launch.admission import admit_yaml
-from runs.models import MAX_RUNTIME, Attempt, IngestBatch, Node, Run
+from runs.models import MAX_RUNTIME, Attempt, FailureAnalysis, IngestBatch, MetricPoint, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
     BatchOut,
     GpuSampleBatchIn,
+    GpuSamplesDroppedOut,
     LogChunkIn,
     LogChunkOut,
     MetricBatchIn,
@@ -329,7 +332,7 @@ def _validated_samples(body: bytes) -> dict[str, Any]:
 
 @router.post(
     "/gpu-samples",
-    response={200: BatchOut, 202: BatchOut, **ERRORS},
+    response={200: BatchOut | GpuSamplesDroppedOut, 202: BatchOut | GpuSamplesDroppedOut, **ERRORS},
     auth=bearer,
     summary="Push a batch of GPU samples",
     openapi_extra={
@@ -339,16 +342,21 @@ def _validated_samples(body: bytes) -> dict[str, Any]:
         }
     },
 )
-def push_gpu_samples(request: HttpRequest) -> Status:
+def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] = "refuse") -> Status:
     """Accept up to AIRBOARD_MAX_SAMPLES_PER_BATCH samples; a worker writes them (202).
 
     The same batch sent again answers 200 with `duplicate: true` and is stored once. Every
     bad row is named in a 422, and then nothing of the batch is stored.
 
+    `?bad_rows=drop` (the node agent's door, runs/collectors/agent.py): bad rows are dropped,
+    counted and named instead, the rest stored; the body may carry `events` (gpu_lost, xid).
+
     The body (GpuSampleBatchIn) is parsed and checked in one pass by pydantic-core into plain
     dicts (`GPU_SAMPLE_BATCH`), rather than by ninja's json.loads and then 10,000 model
     instances: the accept path's cost per sample, measured by bench/accept.py.
     """
+    if bad_rows == "drop":
+        return agent_door.push_dropping(request)
     Access(request).require_write()
     body = request.body
     with _gc_paused():
@@ -488,3 +496,125 @@ def admission(request: HttpRequest, payload: AdmissionIn) -> dict:
     if team is None:
         raise HttpError(404, f"No team named {payload.team!r} that you belong to.")
     return admit_yaml(payload.workload_yaml, team, region=payload.region or None).as_dict()
+
+
+# --- Reads of what a run page shows besides the run: its MLflow metrics, its failure analysis ---
+# Scoped as the pages are (_get_run). A metric with more points than asked for comes back as each
+# bucket's first, lowest, highest and last point, so a loss spike survives the thinning.
+
+# The most points of one metric an answer carries, and the default.
+MAX_POINTS = 10_000
+DEFAULT_POINTS = 1_000
+# The most metric keys one answer carries (a run logging thousands of keys asks by key).
+MAX_KEYS = 200
+
+
+class MetricsQuery(Schema):
+    key: list[str] = Field(default_factory=list, description="Metric keys to read (repeat); all when empty.")
+    max_points: int = Field(DEFAULT_POINTS, ge=4, le=MAX_POINTS, description="Most points per metric.")
+    source: RunSource | None = None
+
+
+class MetricPointOut(Schema):
+    step: int
+    ts: datetime
+    value: float | None
+
+
+class MetricSeriesOut(Schema):
+    key: str
+    points_stored: int
+    points: list[MetricPointOut]
+
+
+class MetricsOut(Schema):
+    run: str
+    metrics: list[MetricSeriesOut]
+
+
+def thin(points: list[tuple[int, datetime, float | None]], most: int) -> list[tuple[int, datetime, float | None]]:
+    """At most `most` points in step order: per bucket its first, lowest, highest and last point.
+
+    Linear in the points; a spike (the bucket's min or max) is always kept, NaN-logged values
+    (None) only where they are a bucket's first or last.
+    """
+    if len(points) <= most:
+        return points
+    buckets = max(1, most // 4)
+    size = -(-len(points) // buckets)
+    kept: list[tuple[int, datetime, float | None]] = []
+    for start in range(0, len(points), size):
+        chunk = points[start : start + size]
+        valued = [i for i, p in enumerate(chunk) if p[2] is not None]
+        picks = {0, len(chunk) - 1}
+        if valued:
+            picks.add(min(valued, key=lambda i: chunk[i][2]))  # type: ignore[arg-type,return-value]
+            picks.add(max(valued, key=lambda i: chunk[i][2]))  # type: ignore[arg-type,return-value]
+        kept.extend(chunk[i] for i in sorted(picks))
+    return kept[:most]
+
+
+@router.get(
+    "/runs/{external_id}/metrics",
+    response={200: MetricsOut, **ERRORS},
+    auth=read_auth,
+    summary="A run's MLflow metrics, thinned to max_points per metric",
+)
+def run_metrics(request: HttpRequest, external_id: str, query: Query[MetricsQuery]) -> dict[str, Any]:
+    run = _get_run(request, external_id, query.source)
+    keys = query.key or list(
+        MetricPoint.objects.filter(run=run).order_by("key").values_list("key", flat=True).distinct()[: MAX_KEYS + 1]
+    )
+    if len(keys) > MAX_KEYS:
+        raise HttpError(422, f"The run logs more than {MAX_KEYS} metric keys; name the ones to read with ?key=.")
+    series = []
+    for key in keys:
+        points = list(
+            MetricPoint.objects.filter(run=run, key=key).order_by("step", "ts").values_list("step", "ts", "value")
+        )
+        if not points:
+            continue
+        shown = thin(points, query.max_points)
+        series.append(
+            {"key": key, "points_stored": len(points),
+             "points": [{"step": s, "ts": ts, "value": v} for s, ts, v in shown]}
+        )  # fmt: skip
+    return {"run": run.external_id, "metrics": series}
+
+
+class FailureOut(Schema):
+    run: str
+    class_id: str
+    title: str
+    attempt_number: int | None
+    node_index: int | None
+    line: int | None
+    evidence: str
+    signature: str
+    remedy: str
+    note: str
+    failed_at: datetime | None
+    confidence: float | None
+    earlier_attempts: list[dict[str, Any]]
+    telemetry: dict[str, Any]
+    classified_at: datetime
+    url: str
+
+
+@router.get(
+    "/runs/{external_id}/failure",
+    response={200: FailureOut, **ERRORS},
+    auth=read_auth,
+    summary="A failed run's failure analysis: class, root-cause line, remedy",
+)
+def run_failure(request: HttpRequest, external_id: str, source: RunSource | None = None) -> dict[str, Any]:
+    run = _get_run(request, external_id, source)
+    analysis = FailureAnalysis.objects.filter(run=run).first()
+    if analysis is None:
+        raise HttpError(
+            404, f"Run {external_id!r} has no failure analysis (it has not failed, or is not classified yet)."
+        )
+    fields = ("class_id", "title", "attempt_number", "node_index", "line", "evidence", "signature", "remedy",
+              "note", "failed_at", "confidence", "earlier_attempts", "telemetry", "classified_at")  # fmt: skip
+    out = {name: getattr(analysis, name) for name in fields}
+    return {"run": run.external_id, "url": reverse("failure_detail", args=[run.pk]), **out}

@@ -89,6 +89,7 @@ class TelemetrySource(models.TextChoices):
     MLFLOW = "mlflow", "MLflow system metrics"
     NVIDIA_SMI = "nvidia-smi", "nvidia-smi import"
     DCGM = "dcgm", "DCGM exporter import"
+    PROMETHEUS = "prometheus", "Prometheus (dcgm-exporter)"
     API = "api", "API"
     DEMO = "demo", "Demo data"
 
@@ -128,6 +129,7 @@ class CollectorKind(models.TextChoices):
     RUNS = "runs", "Run source"
     LOGS = "logs", "Log source"
     AGENT = "agent", "GPU node agent"
+    PROMETHEUS = "prometheus", "Prometheus source"
 
 
 class PostMortemStatus(models.TextChoices):

@@ -10,6 +10,7 @@ written. Units follow NVML: percent, bytes, watts, Celsius, MHz.
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 from typing import Annotated, Any, Literal, NotRequired
@@ -341,6 +342,55 @@ class BatchOut(Schema):
     duplicates: int | None
     received_at: datetime
     processed_at: datetime | None
+
+
+# The most JSON text an event's details may hold: an XID number and a few words, not a dump.
+MAX_EVENT_DETAILS_CHARS = 4000
+
+
+class RunEventIn(BaseModel):
+    """A GPU event the node agent saw (`events` of a push): a GPU that fell off the bus, or an Xid."""
+
+    _no_nul = field_validator("run", "host", "gpu_uuid", "message", mode="before")(refuse_nul)
+    kind: Literal["gpu_lost", "xid"]
+    run: ExternalId
+    run_source: RunSource | None = Field(
+        default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
+    )
+    attempt: int | None = Field(default=None, ge=1, le=1000)
+    node: int = Field(default=0, ge=0, le=4096)
+    host: str = Field(default="", max_length=255)
+    gpu: int | None = Field(default=None, ge=0, le=255)
+    gpu_uuid: str = Field(default="", max_length=100)
+    ts: Timestamp
+    message: str = Field(default="", max_length=2000)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("details")
+    @classmethod
+    def _storable(cls, details: dict[str, Any]) -> dict[str, Any]:
+        # A JSON column holds neither NaN, a NUL nor a lone surrogate; and details stay small.
+        try:
+            text = json.dumps(details, allow_nan=False, ensure_ascii=False)
+            text.encode("utf-8")
+        except (ValueError, UnicodeEncodeError):
+            raise ValueError("must be JSON without NaN, infinities or lone surrogates") from None
+        if "\\u0000" in text:
+            raise ValueError("contains a NUL (U+0000) character")
+        if len(text) > MAX_EVENT_DETAILS_CHARS:
+            raise ValueError(f"is longer than {MAX_EVENT_DETAILS_CHARS} characters of JSON")
+        return details
+
+
+class GpuSamplesDroppedOut(Schema):
+    """The answer to a push with `bad_rows=drop`: the batch of the usable rows, and what was dropped."""
+
+    batch: BatchOut | None = Field(description="None when no row was usable.")
+    rows: int
+    dropped_rows: int
+    events: int
+    dropped_events: int
+    problems: list[str] = Field(description="The first problems, one per dropped row or event.")
 
 
 class TelemetryFileIn(Schema):

@@ -34,14 +34,6 @@ def ingest_metrics(batch_id: int) -> None:
     ingest.process_batch(batch_id)
 
 
-@shared_task(name="runs.ingest_agent_batch", **BATCH_TASK_OPTIONS)
-def ingest_agent_batch(payload: dict) -> None:
-    """A GPU node agent's batch (it has broker access but no API key): recorded, then written."""
-    from runs.collectors import agent as agent_ingest
-
-    agent_ingest.ingest_agent_batch(payload)
-
-
 @shared_task(name="runs.requeue_pending_batches", soft_time_limit=60, time_limit=90)
 def requeue_pending_batches(older_than_seconds: int = 120) -> int:
     """Queue again the batches still pending after a while (a broker that lost them, a queue that was down)."""
@@ -81,6 +73,13 @@ def collect_logs() -> int:
     from runs.collectors import logsource
 
     return logsource.collect_once().items
+
+
+@shared_task(name="runs.collect_prometheus", **COLLECT_OPTIONS)
+def collect_prometheus() -> int:
+    from runs.collectors import prometheus
+
+    return prometheus.collect_once().items
 
 
 # Retention: idempotent (deletes only what is past the cutoff), so a lost worker re-runs it.

@@ -69,6 +69,7 @@ class UsagePolicy(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name_plural = "usage policies"
         permissions = [("manage_policies", "Can create, edit and roll back usage policies")]
         constraints = [
             # Admission and the spend query find a policy by the workload's usage_policy_name.

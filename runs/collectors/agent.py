@@ -1,294 +1,180 @@
-"""Server side of the GPU node agent: one `runs.ingest_agent_batch` payload in, GpuSamples and RunEvents out.
+"""The GPU node agent's door: `POST /api/v1/gpu-samples?bad_rows=drop`, the API's drop-and-count option.
 
-The payload (built by `agent.main.Agent.payload`, JSON through the broker):
+The node agent posts its batches to the HTTP API with its node's ingest key, like any pusher;
+it holds no broker credentials. What it needs that the plain push lacks is this option:
 
-    {"version": 1, "key": "ab_…", "host": "gpu-node-17", "node": 0, "attempt": null,
-     "sent_at": "2026-11-02T09:00:10+00:00", "dropped_samples": 0,
-     "samples": [{"run": "run-1", "run_source": "serverless", "gpu": 0, "gpu_uuid": "GPU-…",
-                  "ts": "2026-11-02T09:00:01+00:00", "utilization_gpu": 97.0, …every
-                  ingest.SAMPLE_VALUE_COLUMNS name…, "processes": [{"pid": 4242,
-                  "used_memory_bytes": 123, "run": "run-1"}]}],
-     "events": [{"kind": "gpu_lost" | "xid", "run": "run-1", "run_source": "serverless",
-                 "gpu": 3, "gpu_uuid": "GPU-…", "ts": "…", "message": "…", "details": {"xid": 79}}]}
+- **Drop and count** (`bad_rows=drop`): a plain push is refused whole (422) when one row is
+  bad, which suits a client that can fix its rows. An agent cannot, and a retry would fail
+  again, so with this option each row is checked on its own with the API's own schema
+  (`GpuSampleIn`) and the API's own resolver (`resolve_runs`, the key's team only): a bad row,
+  a row naming a run the key's team does not have, or one too far in the future is dropped,
+  counted, and named in `problems`; the good rows are recorded and queued as one batch (202,
+  or 200 for a batch seen before), exactly as a plain push's.
+- **Events** (`events`, with either mode): `gpu_lost` and `xid` events
+  (`RunEventIn`), stored at once; a re-sent event is skipped (`runevent_natural_key`).
+- `dropped_samples`: what the agent's disk buffer had to drop during an outage, logged.
 
-The broker is not a credential: anything that reaches it (a compromised node, a shared Redis)
-could name any run. `key` is the node's API key (ingest role, `create_api_key --team T --role
-ingest --name gpu-node-17`, given to the agent as AIRBOARD_AGENT_KEY): a payload without a
-valid one is refused whole, and rows or events naming a run outside the key's team are
-refused one by one. Both are counted on the collectors page (CollectorState "agent",
-`refused_total`) and logged without the key.
-
-Rows are checked with the API's own schema (`GpuSampleIn`: ranges, finite numbers, a known
-run). A bad row is dropped and counted, never a crash: the agent cannot fix it, and a retry
-would only fail again. The batch goes through the same `record_batch` as the API, so a batch
-the agent re-sends from its disk buffer hashes the same and is a no-op.
+The body is otherwise GpuSampleBatchIn's: `{"source": "nvml", "samples": [...], "events":
+[...], "dropped_samples": 0}`. The answer is `GpuSamplesDroppedOut`: the batch (None when no
+row was usable), counts, and the first problems. A body that is not that object at all is a
+422; more than AIRBOARD_MAX_SAMPLES_PER_BATCH samples (or MAX_EVENTS events) a 413. Drops are
+also counted on the collectors page (CollectorState "agent", `refused_total`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import transaction
-from django.db.models import F
+from django.http import HttpRequest
 from django.utils import timezone
+from ninja import Status
+from ninja.errors import HttpError
 from pydantic import ValidationError
 
-from dashboard.models import ApiKey
-from dashboard.schemas import aware
+from dashboard.api import Access, InvalidRows, check_count, own_source, resolve_runs
 from runs import ingest
-from runs.choices import BatchKind, CollectorKind, RunEventKind, RunSource, TelemetrySource
-from runs.collectors.state import state_for
-from runs.models import CollectorState, IngestBatch, Node, Run, RunEvent
-from runs.schemas import GpuSampleIn
+from runs.choices import BatchKind, CollectorKind, TelemetrySource
+from runs.collectors.state import count_refusals, state_for
+from runs.models import IngestBatch, Node, Run, RunEvent
+from runs.schemas import GpuSampleIn, RunEventIn
 
 logger = logging.getLogger(__name__)
 
-PAYLOAD_VERSION = 1
-EVENT_KINDS = {RunEventKind.GPU_LOST, RunEventKind.XID}
-MAX_MESSAGE = 2000
+# Events one request may carry: an agent sends a handful (a GPU lost, an XID), never thousands.
+MAX_EVENTS = 1000
+# Problems named in one answer; the rest are only counted.
+MAX_PROBLEMS = 50
+BAD_ROWS = ("refuse", "drop")
 
 
-@dataclass
-class AgentIngestResult:
-    """What one payload became."""
-
-    batches: list[IngestBatch] = field(default_factory=list)
-    duplicates: int = 0
-    rows: int = 0
-    dropped_rows: int = 0
-    events: int = 0
-    dropped_events: int = 0
-    # Rows and events naming another team's run, or the whole payload without a valid key.
-    refused: int = 0
-    problems: list[str] = field(default_factory=list)
-
-
-def ingest_agent_batch(payload: dict[str, Any]) -> IngestBatch | None:
-    """Store one agent payload; returns its (first) recorded batch, or None when no row was usable."""
-    result = ingest_agent_payload(payload)
-    return result.batches[0] if result.batches else None
-
-
-def ingest_agent_payload(payload: Any) -> AgentIngestResult:
-    """Validate, resolve runs, record one batch per team, write it, and store events.
-
-    1. Check the envelope (version, node, attempt, host); a bad envelope drops everything.
-    2. Validate each sample with the API's schema; drop bad rows and rows of unknown runs.
-    3. Group rows by the run's team, `record_batch` each group (content-hash dedupe) and
-       `process_batch` it here: this already runs in a worker.
-    4. Store gpu_lost / xid events, skipping ones already stored (`runevent_natural_key`).
-    """
-    result = AgentIngestResult()
-    envelope = _envelope(payload, result)
-    if envelope is None:
-        logger.warning("agent batch rejected: %s", "; ".join(result.problems))
-        return result
-    key = ApiKey.authenticate(payload["key"]) if isinstance(payload.get("key"), str) else None
-    if key is None or not key.can_write:
-        samples, events = payload.get("samples"), payload.get("events")
-        refused = sum(len(part) for part in (samples, events) if isinstance(part, list))
-        _count_refusals(refused, "a payload without a valid ingest key")
-        result.refused = refused
-        result.problems.append("no valid ingest key: payload refused")
-        logger.warning("agent batch from %s refused: no valid ingest key", str(payload.get("host"))[:255])
-        return result
-    node_index, attempt, host = envelope
-    samples = payload.get("samples") or []
-    events = payload.get("events") or []
-    if not isinstance(samples, list) or not isinstance(events, list):
-        result.problems.append("samples and events must be lists")
-        return result
-
-    valid = _validated_samples(samples, node_index, attempt, host, result)
-    refs = {(s.run_source, s.run) for s in valid} | _event_refs(events)
-    runs = _runs(key.team, refs)
-    # Another team's run is refused (and counted); a run nobody has yet is only dropped, as before.
-    refused_refs = refs - runs.keys() - _unknown(refs)
+def push_dropping(request: HttpRequest) -> Status:
+    """Record the usable rows of a push as one batch and store its events; count and name the rest."""
+    team = Access(request).require_write()
+    body = _body(request.body)
+    samples, events = body.get("samples") or [], body.get("events") or []
+    check_count(samples, "samples")
+    if len(events) > MAX_EVENTS:
+        raise HttpError(413, f"{len(events)} events in one request; the limit is {MAX_EVENTS}.")
+    problems: list[str] = []
+    valid = _valid_rows(samples, GpuSampleIn, "samples", problems)
+    good_events = _valid_rows(events, RunEventIn, "events", problems)
+    # A row naming no run source names a run of the key's own source, as the API's other pushes.
+    named = [row for _, row in [*valid, *good_events]]
+    own_source(request, named, [(row.run_source, row.run, row.ts) for row in named])
+    runs = resolve_runs(request, {(row.run_source, row.run) for row in named})
     horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
-    nodes: dict[int, Node] = {}
-    by_team: dict[int, tuple[Group, list[list[Any]]]] = {}
+    nodes: dict[tuple[int, int | None, int], Node] = {}
+    rows: list[list[Any]] = []
+    batch: IngestBatch | None = None
+    duplicate = False
     with transaction.atomic():
-        for s in valid:
-            run = runs.get((s.run_source, s.run))
-            if (s.run_source, s.run) in refused_refs:
-                result.refused += 1
-                result.problems.append(f"sample of {s.run!r}: not a run of the key's team")
-                continue
-            if run is None or s.ts > horizon:
-                result.dropped_rows += 1
-                result.problems.append(
-                    f"sample of {s.run!r}: " + ("unknown run" if run is None else "ts in the future")
-                )
-                continue
-            node = _node(nodes, run, attempt, node_index, host)
-            values = s.model_dump(include=set(ingest.SAMPLE_VALUE_COLUMNS))
-            row = [run.pk, node.pk, s.gpu, s.ts.isoformat(), *map(values.get, ingest.SAMPLE_VALUE_COLUMNS)]
-            by_team.setdefault(run.team_id, (run.team, []))[1].append(row)
-        for team, rows in by_team.values():
-            batch, duplicate = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows, TelemetrySource.NVML)
-            result.batches.append(batch)
-            result.rows += len(rows)
-            result.duplicates += int(duplicate)
-        _store_events(events, runs, nodes, attempt, node_index, host, horizon, result, refused_refs)
-        if result.refused:
-            _count_refusals(result.refused, f"run(s) outside team {key.team.name}")
-    # After the commit: a worker that dies here leaves the batch pending for the sweeper.
-    for batch in result.batches:
-        ingest.process_batch(batch.pk)
-
-    reported = payload.get("dropped_samples")
-    if isinstance(reported, int) and reported > 0:
-        logger.warning("agent %s node %s dropped %d sample(s) while the broker was away", host, node_index, reported)
-    if result.dropped_rows or result.dropped_events:
-        logger.warning("agent batch from %s: %d row(s), %d event(s) dropped; first problems: %s", host,
-                       result.dropped_rows, result.dropped_events, "; ".join(result.problems[:5]))  # fmt: skip
-    return result
+        for i, s in valid:
+            run = _checked_run(runs, s, horizon, f"samples[{i}]", problems)
+            if run is not None:
+                node = _node(nodes, run, s.attempt, s.node, s.host)
+                values = s.model_dump(include=set(ingest.SAMPLE_VALUE_COLUMNS))
+                rows.append([run.pk, node.pk, s.gpu, s.ts.isoformat(), *map(values.get, ingest.SAMPLE_VALUE_COLUMNS)])
+        if rows:
+            batch, duplicate = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows, body.get("source") or "")
+            if not duplicate:
+                ingest.enqueue_batch(batch)
+        stored_events = []
+        for i, e in good_events:
+            run = _checked_run(runs, e, horizon, f"events[{i}]", problems)
+            if run is not None:
+                node = _node(nodes, run, e.attempt, e.node, e.host)
+                details = {**e.details, "gpu_uuid": e.gpu_uuid} if e.gpu_uuid else e.details
+                stored_events.append(RunEvent(run=run, node=node, gpu_index=e.gpu, ts=e.ts, kind=e.kind,
+                                              message=e.message, details=details))  # fmt: skip
+        # A re-sent event conflicts on (run, kind, ts, gpu_index) and is skipped.
+        RunEvent.objects.bulk_create(stored_events, ignore_conflicts=True)
+    dropped_rows, dropped_events = len(samples) - len(rows), len(events) - len(stored_events)
+    _report(team, body, dropped_rows + dropped_events, problems)
+    out = {
+        "batch": _batch_out(batch, duplicate) if batch is not None else None, "rows": len(rows),
+        "dropped_rows": dropped_rows, "events": len(stored_events), "dropped_events": dropped_events,
+        "problems": problems[:MAX_PROBLEMS],
+    }  # fmt: skip
+    return Status(202 if batch is not None and not duplicate else 200, out)
 
 
-def _envelope(payload: Any, result: AgentIngestResult) -> tuple[int, int | None, str] | None:
-    if not isinstance(payload, dict):
-        result.problems.append("payload is not an object")
-        return None
-    if payload.get("version") != PAYLOAD_VERSION:
-        result.problems.append(f"unknown payload version {payload.get('version')!r}")
-        return None
-    node, attempt, host = payload.get("node", 0), payload.get("attempt"), payload.get("host") or ""
-    if not _int_in(node, 0, 4096):
-        result.problems.append(f"bad node {node!r}")
-        return None
-    if attempt is not None and not _int_in(attempt, 1, 1000):
-        result.problems.append(f"bad attempt {attempt!r}")
-        return None
-    if not isinstance(host, str) or len(host) > 255:
-        result.problems.append("bad host")
-        return None
-    return node, attempt, host
+def _body(raw: bytes) -> dict[str, Any]:
+    """The push's envelope, or a 422 naming what is wrong with it (the rows are checked one by one later)."""
+    try:
+        # Python's reader, not orjson: a NaN or Infinity is then one row's problem, not the body's.
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRows([{"field": "body", "message": f"not JSON: {str(exc)[:200]}"}]) from None
+    if not isinstance(body, dict):
+        raise InvalidRows([{"field": "body", "message": "must be an object with `samples` and/or `events`"}])
+    errors = [
+        {"field": name, "message": "must be a list"}
+        for name in ("samples", "events")
+        if body.get(name) is not None and not isinstance(body[name], list)
+    ]
+    source = body.get("source")
+    if source is not None and source not in TelemetrySource.values:
+        errors.append({"field": "source", "message": f"must be one of {', '.join(TelemetrySource.values)}"})
+    if not body.get("samples") and not body.get("events"):
+        errors.append({"field": "samples", "message": "no samples and no events: nothing to store"})
+    if errors:
+        raise InvalidRows(errors)
+    return body
 
 
-def _int_in(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _validated_samples(
-    samples: list[Any], node: int, attempt: int | None, host: str, result: AgentIngestResult
-) -> list[GpuSampleIn]:
+def _valid_rows(raw: list[Any], schema: Any, what: str, problems: list[str]) -> list[tuple[int, Any]]:
+    """(index, model) of each row the schema accepts; a problem named for each it refuses."""
     valid = []
-    for i, raw in enumerate(samples):
-        if not isinstance(raw, dict):
-            result.dropped_rows += 1
-            result.problems.append(f"samples[{i}] is not an object")
-            continue
+    for i, item in enumerate(raw):
         try:
-            # The envelope's node, attempt and host win over anything in the row.
-            # A row naming no run source names a serverless run, as the agent's --run-source default.
-            row = {"run_source": RunSource.SERVERLESS, **raw, "node": node, "attempt": attempt, "host": host}
-            valid.append(GpuSampleIn.model_validate(row))
+            valid.append((i, schema.model_validate(item)))
         except ValidationError as exc:
-            result.dropped_rows += 1
-            first = exc.errors()[0]
+            first = exc.errors(include_url=False)[0]
             where = ".".join(str(part) for part in first["loc"])
-            result.problems.append(f"samples[{i}].{where}: {first['msg']}")
+            problems.append(f"{what}[{i}]{'.' + where if where else ''}: {first['msg']}")
     return valid
 
 
-def _event_refs(events: list[Any]) -> set[tuple[str, str]]:
-    return {
-        (str(e.get("run_source") or RunSource.SERVERLESS), str(e.get("run")))
-        for e in events
-        if isinstance(e, dict) and e.get("run")
-    }
-
-
-def _runs(team: Group, refs: set[tuple[str, str]]) -> dict[tuple[str, str], Run]:
-    """The key's team's runs among `refs`, by (source, external id): unique within a team."""
-    external_ids = {ext for _, ext in refs}
-    found = Run.objects.filter(team=team, external_id__in=external_ids).select_related("team")
-    return {(r.source, r.external_id): r for r in found if (r.source, r.external_id) in refs}
-
-
-def _unknown(refs: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Refs that name no run of any team (an agent may report before the run source sees the run)."""
-    external_ids = {ext for _, ext in refs}
-    known = set(Run.objects.filter(external_id__in=external_ids).values_list("source", "external_id"))
-    return {ref for ref in refs if ref not in known}
-
-
-def _count_refusals(count: int, why: str) -> None:
-    """Add `count` to the agent's refusals on the collectors page, with the latest reason."""
-    if count <= 0:
-        return
-    state = state_for("agent", CollectorKind.AGENT)
-    CollectorState.objects.filter(pk=state.pk).update(
-        refused_total=F("refused_total") + count, last_refusal=f"{count} refused: {why}"[:500],
-        last_refusal_at=timezone.now(),
-    )  # fmt: skip
-
-
-def _node(nodes: dict[int, Node], run: Run, attempt: int | None, node_index: int, host: str) -> Node:
-    if run.pk not in nodes:
-        nodes[run.pk] = ingest.node_for(run, attempt, node_index, host)
-    return nodes[run.pk]
-
-
-def _store_events(
-    events: list[Any],
-    runs: dict[tuple[str, str], Run],
-    nodes: dict[int, Node],
-    attempt: int | None,
-    node_index: int,
-    host: str,
-    horizon: datetime,
-    result: AgentIngestResult,
-    refused_refs: set[tuple[str, str]],
-) -> None:
-    objects = []
-    for i, raw in enumerate(events):
-        if isinstance(raw, dict) and (str(raw.get("run_source") or RunSource.SERVERLESS), str(raw.get("run"))) in (
-            refused_refs
-        ):
-            result.refused += 1
-            result.problems.append(f"events[{i}]: not a run of the key's team")
-            continue
-        event = _event(raw, runs, horizon)
-        if isinstance(event, str):
-            result.dropped_events += 1
-            result.problems.append(f"events[{i}]: {event}")
-            continue
-        run, kind, ts, gpu, message, details = event
-        node = _node(nodes, run, attempt, node_index, host)
-        objects.append(RunEvent(run=run, node=node, gpu_index=gpu, ts=ts, kind=kind, message=message, details=details))
-    # A re-sent event conflicts on (run, kind, ts, gpu_index) and is skipped.
-    RunEvent.objects.bulk_create(objects, ignore_conflicts=True)
-    result.events += len(objects)
-
-
-def _event(
-    raw: Any, runs: dict[tuple[str, str], Run], horizon: datetime
-) -> tuple[Run, str, datetime, int | None, str, dict[str, Any]] | str:
-    """A checked event, or the reason it is dropped."""
-    if not isinstance(raw, dict):
-        return "not an object"
-    kind = raw.get("kind")
-    if kind not in EVENT_KINDS:
-        return f"unknown kind {kind!r}"
-    run = runs.get((str(raw.get("run_source") or RunSource.SERVERLESS), str(raw.get("run"))))
+def _checked_run(
+    runs: dict[tuple[str, str], Run], row: Any, horizon: datetime, where: str, problems: list[str]
+) -> Run | None:
+    """The row's run, or None with a problem named: not the key's team's (or no such run), or too far ahead."""
+    run = runs.get((row.run_source, row.run))
     if run is None:
-        return f"unknown run {raw.get('run')!r}"
-    try:
-        ts = aware(datetime.fromisoformat(str(raw.get("ts"))))
-    except ValueError:
-        return f"bad ts {raw.get('ts')!r}"
-    if ts > horizon:
-        return "ts in the future"
-    gpu = raw.get("gpu")
-    if gpu is not None and not _int_in(gpu, 0, 255):
-        return f"bad gpu {gpu!r}"
-    details = raw.get("details") if isinstance(raw.get("details"), dict) else {}
-    if raw.get("gpu_uuid"):
-        details = {**details, "gpu_uuid": str(raw["gpu_uuid"])[:100]}
-    return run, kind, ts, gpu, str(raw.get("message") or "")[:MAX_MESSAGE], details
+        problems.append(f"{where}.run: no run {row.run!r} ({row.run_source}) in your team")
+    elif row.ts > horizon:
+        problems.append(f"{where}.ts: is more than the allowed skew in the future")
+        return None
+    return run
+
+
+def _node(nodes: dict[tuple[int, int | None, int], Node], run: Run, attempt: int | None, index: int, host: str) -> Node:
+    key = (run.pk, attempt, index)
+    if key not in nodes:
+        nodes[key] = ingest.node_for(run, attempt, index, host)
+    return nodes[key]
+
+
+def _batch_out(batch: IngestBatch, duplicate: bool) -> dict[str, Any]:
+    return {
+        "id": batch.pk, "kind": batch.kind, "status": batch.status, "rows": batch.row_count, "duplicate": duplicate,
+        "inserted": batch.inserted, "duplicates": batch.duplicates, "received_at": batch.received_at,
+        "processed_at": batch.processed_at,
+    }  # fmt: skip
+
+
+def _report(team: Group, body: dict[str, Any], dropped: int, problems: list[str]) -> None:
+    """Drops on the collectors page and in the log; the agent's own buffer drops in the log."""
+    buffered_away = body.get("dropped_samples")
+    if isinstance(buffered_away, int) and buffered_away > 0:
+        logger.warning("an agent of team %s dropped %d sample(s) while the site was away", team.name, buffered_away)
+    if dropped:
+        count_refusals(state_for("agent", CollectorKind.AGENT), dropped, f"team {team.name}: {'; '.join(problems[:3])}")
+        logger.warning("agent push of team %s: %d row(s) or event(s) dropped; first: %s", team.name, dropped,
+                       "; ".join(problems[:5]))  # fmt: skip

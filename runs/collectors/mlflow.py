@@ -234,8 +234,9 @@ def _collect_metrics(
     run = mlflow_run.run
     assert run is not None
     cursors = dict(mlflow_run.metric_cursors or {})
-    # NVML samples (the node agent) are finer and richer; MLflow's are the fallback only.
-    has_nvml = blocks.has_samples(run=run, source=TelemetrySource.NVML)
+    # NVML samples (the node agent) and dcgm-exporter's (the Prometheus source) are finer and
+    # richer; MLflow's are the fallback only.
+    has_nvml = blocks.has_samples(run=run, source__in=(TelemetrySource.NVML, TelemetrySource.PROMETHEUS))
     points: list[MetricPoint] = []
     gpu_fields: dict[tuple[str, int, int], dict[str, float | None]] = {}
     new_cursors: dict[str, dict] = {}

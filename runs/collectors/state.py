@@ -60,3 +60,14 @@ def save_cursor(state: CollectorState, cursor: dict) -> None:
     """Persist where the next pass starts (only after the items before it are stored)."""
     CollectorState.objects.filter(pk=state.pk).update(cursor=cursor)
     state.cursor = cursor
+
+
+def count_refusals(state: CollectorState, count: int, why: str) -> None:
+    """Add `count` to a collector's refusals on the collectors page, with the latest reason."""
+    if count <= 0:
+        return
+    CollectorState.objects.filter(pk=state.pk).update(
+        refused_total=F("refused_total") + count,
+        last_refusal=redact(f"{count} refused: {why}")[:500],
+        last_refusal_at=timezone.now(),
+    )

@@ -24,7 +24,7 @@ from django.utils.text import slugify
 from billing.prices.money import format_usd
 from dashboard import access
 from runs.choices import PostMortemStatus
-from runs.failures import postmortem
+from runs.failures import logtime, postmortem
 from runs.failures import stats as failure_stats
 from runs.failures.forms import FailureFilterForm, PostMortemForm
 from runs.forms import MAX_QUERY_LENGTH
@@ -49,35 +49,69 @@ def _analysis(run: Run) -> FailureAnalysis | None:
     return FailureAnalysis.objects.filter(run=run).first()
 
 
-def _mark_failure(figure: dict | None, at: datetime | None) -> dict | None:
-    """Add a dashed vertical line at the failure time to a time-axis figure."""
-    if figure is None or at is None:
+def _on_failure_axis(
+    figure: dict | None, start: datetime, end: datetime, marks: list[tuple[datetime, str]]
+) -> dict | None:
+    """One time axis for every panel of the page, [start, end], with dashed lines at `marks`.
+
+    Marks are the failure and, when its line states a time, the log's evidence line; the same
+    range on every panel puts them under each other. The window is fixed: zooming must not
+    re-query the whole run (charts.js does on telemetry_field), so the figure's meta goes.
+    """
+    if figure is None:
         return figure
-    x = charts.plotly_time(at)
-    figure["layout"]["shapes"] = [
-        {"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
-         "line": {"color": charts.STATUS_COLORS["failed"], "width": 2, "dash": "dash"}},
+    layout = figure["layout"]
+    layout.setdefault("xaxis", {})["range"] = [charts.plotly_time(start), charts.plotly_time(end)]
+    layout["shapes"] = [
+        {"type": "line", "xref": "x", "yref": "paper", "x0": charts.plotly_time(at), "x1": charts.plotly_time(at),
+         "y0": 0, "y1": 1, "line": {"color": charts.STATUS_COLORS["failed"], "width": 2, "dash": "dash"}}
+        for at, _ in marks
     ]  # fmt: skip
-    figure["layout"]["annotations"] = [
-        {"x": x, "xref": "x", "y": 1, "yref": "paper", "text": "failure", "showarrow": False, "yanchor": "bottom"}
-    ]
-    # The window is fixed: zooming must not re-query the whole run (charts.js does on telemetry_field).
-    figure["layout"].pop("meta", None)
+    layout["annotations"] = [
+        {"x": charts.plotly_time(at), "xref": "x", "y": 1, "yref": "paper", "text": text, "showarrow": False,
+         "yanchor": "bottom"}
+        for at, text in marks
+    ]  # fmt: skip
+    layout.pop("meta", None)
     return figure
 
 
-def _metrics_by_time(run: Run, start: datetime, end: datetime) -> dict | None:
-    """MLflow metrics (system ones too) against wall-clock time in [start, end], one line per key."""
+# The failure page's metric panels: training signals first, then the rest, then system metrics.
+METRIC_ORDER = ("loss", "lr", "learning_rate", "grad_norm", "throughput", "samples_per_sec", "tokens_per_sec")
+MAX_METRIC_PANELS = 8
+
+
+def _metric_rank(key: str) -> tuple[int, int, str]:
+    name = key.lower()
+    system = name.startswith("system/")
+    known = next((i for i, word in enumerate(METRIC_ORDER) if word in name), len(METRIC_ORDER))
+    return (int(system), known, name)
+
+
+def metric_figures(run: Run, start: datetime, end: datetime) -> tuple[list[dict[str, Any]], int]:
+    """MLflow metrics in [start, end], one panel per key on its own y axis; and how many keys were left out.
+
+    One axis for loss, learning rate, grad norm and samples/s drew three flat lines: each
+    metric gets its panel, titled with its key, the most telling ones first.
+    """
     points = MetricPoint.objects.filter(run=run, ts__gte=start, ts__lte=end).order_by("key", "ts")
-    traces: dict[str, dict[str, Any]] = {}
+    series: dict[str, tuple[list[str], list[float | None]]] = {}
     for key, ts, value in points.values_list("key", "ts", "value")[:20_000]:
-        trace = traces.setdefault(key, {"type": "scatter", "mode": "lines", "name": key, "x": [], "y": []})
-        trace["x"].append(charts.plotly_time(ts))
-        trace["y"].append(value)
-    if not traces:
-        return None
-    layout = charts.time_layout("", "value", series_count=len(traces))
-    return {"data": list(traces.values()), "layout": layout}
+        xs, ys = series.setdefault(key, ([], []))
+        xs.append(charts.plotly_time(ts))
+        ys.append(value)
+    keys = sorted(series, key=_metric_rank)
+    panels = []
+    for i, key in enumerate(keys[:MAX_METRIC_PANELS]):
+        xs, ys = series[key]
+        figure = {
+            "data": [{"type": "scatter", "mode": "lines+markers" if len(xs) < 30 else "lines", "name": key,
+                      "x": xs, "y": ys}],
+            "layout": charts.time_layout(key, "", series_count=1, height=220, showlegend=False),
+        }  # fmt: skip
+        figure["layout"]["yaxis"]["rangemode"] = "normal"
+        panels.append({"id": f"fig-pm-metric-{i}", "key": key, "figure": figure})
+    return panels, max(0, len(keys) - MAX_METRIC_PANELS)
 
 
 @login_required
@@ -96,13 +130,23 @@ def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ).first()
         if evidence_node is not None:
             context_lines = postmortem.log_context(evidence_node, analysis.line)
-    figures = {}
+    # Each shown line with the time it states, for the log's gutter and the charts' marker.
+    timed_lines = [(line, logtime.line_time(line.text)) for line in context_lines]
+    evidence_at = next((at for line, at in timed_lines if line.is_evidence), None)
+    figures: dict[str, dict | None] = {}
+    metric_panels: list[dict[str, Any]] = []
+    metrics_left_out = 0
     if failed_at is not None:
-        start = failed_at - TELEMETRY_WINDOW
+        start, end = failed_at - TELEMETRY_WINDOW, failed_at + timedelta(minutes=1)
+        marks = [(failed_at, "failure")]
+        if evidence_at is not None and start <= evidence_at <= end and evidence_at != failed_at:
+            marks.append((evidence_at, f"log line {analysis.line}"))  # type: ignore[union-attr]
         for field in ("utilization_gpu", "memory_used_bytes", "power_watts"):
-            series = charts.gpu_series(run, field, start, failed_at + timedelta(minutes=1))
-            figures[field] = _mark_failure(charts.gpu_figure(field, series), failed_at)
-        figures["metrics"] = _mark_failure(_metrics_by_time(run, start, failed_at + timedelta(minutes=1)), failed_at)
+            series = charts.gpu_series(run, field, start, end)
+            figures[field] = _on_failure_axis(charts.gpu_figure(field, series), start, end, marks)
+        metric_panels, metrics_left_out = metric_figures(run, start, end)
+        for panel in metric_panels:
+            _on_failure_axis(panel["figure"], start, end, marks)
     failed_cost = failure_stats.failed_attempts_cost([run.pk], now=now).get(run.pk)
     similar = []
     if analysis and analysis.class_id != "none":
@@ -121,13 +165,16 @@ def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "failed_attempts": [a for a in attempts if a.status in postmortem.FAILED_STATUSES],
         "timeline": charts.timeline_figure(attempts, now=now),
         "context_lines": context_lines,
+        "timed_lines": timed_lines,
         "evidence_node": evidence_node,
         "failed_at": failed_at,
         "window_minutes": int(TELEMETRY_WINDOW.total_seconds() // 60),
         "utilization": figures.get("utilization_gpu"),
         "memory": figures.get("memory_used_bytes"),
         "power": figures.get("power_watts"),
-        "metrics": figures.get("metrics"),
+        "metric_panels": metric_panels,
+        "metrics_left_out": metrics_left_out,
+        "evidence_at": evidence_at,
         "failed_cost": failed_cost,
         "similar": similar,
         "postmortems": run.postmortems.select_related("owner").order_by("-created_at"),

@@ -807,6 +807,14 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
     return out.result
 
 
+def dcgm_sample_values(read: dict[str, float | None]) -> dict[str, float | int | None]:
+    """DCGM fields read under their DCGM_FIELDS targets as GpuSample values: folded, then typed.
+
+    What the exporter-page importer does per (GPU, time), for the Prometheus source's series.
+    """
+    return _typed(_fold_dcgm(read))
+
+
 def _fold_dcgm(read: dict[str, float | None]) -> dict[str, float | None]:
     """DCGM fields as VALUE_FIELDS: total = FB_TOTAL, else used + free (+ reserved); DCP activities stand in."""
     values = {name: read.get(name) for name in VALUE_FIELDS}

@@ -12,6 +12,8 @@
   var now = new Date();
   var short = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
   var withYear = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+  // A log line's time (data-format="clock"): the time of day to the second, as logs state it.
+  var clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
   var zone = (Intl.DateTimeFormat().resolvedOptions().timeZone || "").replace(/_/g, " ");
 
   function pad(n) {
@@ -31,7 +33,7 @@
       if (isNaN(date.getTime()) || el.getAttribute("datetime").length <= 10) {
         return; // a bare date ("2026-11-02") has no time of day to convert
       }
-      var format = date.getFullYear() === now.getFullYear() ? short : withYear;
+      var format = el.dataset.format === "clock" ? clock : date.getFullYear() === now.getFullYear() ? short : withYear;
       el.textContent = format.format(date);
       el.title = utc(date) + (zone ? " · shown in " + zone : "");
       el.dataset.local = "1";

@@ -29,14 +29,15 @@ from billing.models import AcceleratorPrice, AlertChannel, UsagePolicy
 from billing.policies.budget import record_version
 from dashboard.models import ApiKeyRole
 from runs.choices import AcceleratorType, BatchKind
-from runs.models import Cluster, IngestBatch, PostMortem, Run
+from runs.models import Cluster, FailureAnalysis, IngestBatch, PostMortem, Run
 from tests.conftest import T0, World, make_run
 
 # Public by design, or not pages of ours: the admin has its own staff checks, the API is
 # checked operation by operation below, login/logout are where anonymous users go.
 SKIP_PREFIXES = ("admin/", "api/", "static/", "media/", "__debug__/")
 # /metrics is for Prometheus: a bearer token, not a login (tests/dashboard/test_metrics.py checks it).
-SKIP_NAMES = {"login", "logout", "metrics"}
+# /favicon.ico redirects every visitor to the static icon (tests/dashboard/test_wording_and_frame.py).
+SKIP_NAMES = {"login", "logout", "metrics", "favicon"}
 
 # Distinctive strings that only vision's data carries: none may show on another team's pages.
 VISION_RUN_ID = "vision-private-run-7f3a"
@@ -172,6 +173,8 @@ def seeded(world: World) -> Seeded:
     )  # fmt: skip
     seeded = Seeded(world, run, batch, price, policy, channel, cluster)
     seeded.postmortem = PostMortem.objects.create(run=run, title="vision post-mortem", owner=world.alice)
+    # The failure read API (GET /api/v1/runs/{external_id}/failure) answers for a classified run.
+    FailureAnalysis.objects.create(run=run, class_id="cuda_oom", title="CUDA out of memory", evidence=VISION_EXPERIMENT)
     return seeded
 
 

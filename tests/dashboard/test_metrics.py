@@ -70,9 +70,23 @@ def test_missing_or_wrong_token_is_401(settings: Settings) -> None:
     assert basic.status_code == 401
 
 
-def test_a_logged_in_user_without_the_token_gets_nothing(settings: Settings, world: World) -> None:
+def test_a_team_member_without_the_token_gets_nothing(settings: Settings, world: World) -> None:
     settings.AIRBOARD_METRICS_TOKEN = TOKEN
-    assert world.client_for(world.sam).get("/metrics").status_code == 401
+    assert world.client_for(world.alice).get("/metrics").status_code == 401
+    settings.AIRBOARD_METRICS_TOKEN = ""
+    assert world.client_for(world.alice).get("/metrics").status_code == 404
+
+
+@pytest.mark.parametrize("token", [TOKEN, ""])
+def test_signed_in_staff_read_the_figures_in_the_browser_token_or_not(
+    settings: Settings, world: World, token: str
+) -> None:
+    # Staff see every team on the pages already; the demo's admin tries /metrics without a restart.
+    settings.AIRBOARD_METRICS_TOKEN = token
+    response = world.client_for(world.sam).get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE airboard_" in response.content.decode()
 
 
 def test_label_escaping() -> None:

@@ -143,11 +143,9 @@ def dark_browsing(browser: object, live_server: object) -> Iterator[Browsing]:
 
 
 def _console(problems: Problems, message: object) -> None:
-    url = message.location.get("url", "")
-    # Chromium asks every site for /favicon.ico on its own; Airboard ships no icon, and that
-    # 404 is the browser's request, not a page's. Every other failed load counts.
-    if message.type == "error" and not url.endswith("/favicon.ico"):
-        problems.console.append(f"{message.text} ({url})")
+    # Every failed load counts, /favicon.ico too (the site redirects it to its icon).
+    if message.type == "error":
+        problems.console.append(f"{message.text} ({message.location.get('url', '')})")
 
 
 def _browsing(browser: object, base: str, **options: object) -> Iterator[Browsing]:

@@ -10,18 +10,40 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
-from dashboard.demo.constants import is_embedded_default
+from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
 from dashboard.env import env_int, env_str
 
 QUEUES = "ingest,collect,billing,alerts"
 # Experiments of dashboard/demo/workloads/*.yaml: their runs show the demo was launched already.
 DEMO_WORKLOAD_EXPERIMENT_PREFIX = "/Workspace/Users/demo/launcher-"
+
+
+def wait_until_serving(url: str, timeout: float, poll: float = 0.25, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether `url` answers an HTTP response (any status) within `timeout` seconds.
+
+    The banner is printed once the web server answers, so the URL and the login are the last lines
+    a newcomer sees, below the servers' own start-up banners, and only when the page is there.
+    Gives up early once `alive()` is false (the web server exited).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (our own loopback server)
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except (urllib.error.URLError, OSError):
+            time.sleep(poll)
+    return False
 
 
 def seeds_demo(demo_flag: bool, no_seed: bool) -> bool:
@@ -80,6 +102,12 @@ class Command(BaseCommand):
         processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in specs.items()}
         if demo:
             self._launch_demo_workloads(python)
+        self.stdout.write("Starting the web server, the worker and beat…")
+        probe_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        if not wait_until_serving(
+            f"http://{probe_host}:{port}/login/", timeout=120, alive=lambda: processes["web"].poll() is None
+        ):
+            self.stderr.write("The web server did not answer within 120 s; its output above says why.")
         self._banner(host, port)
         stopping = False
 
@@ -133,11 +161,11 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Airboard is running at http://{shown_host}:{port}/"))
         if is_embedded_default() and Run.objects.filter(is_demo=True).exists():
-            self.stdout.write(
-                "Demo login: alice (staff: admin), with the password seed_demo printed (var/demo_password)"
-            )
+            # The newcomer's own machine and terminal: the password seed_demo printed, now in reach.
+            self.stdout.write(f"Log in as {DEMO_USERNAME} (or admin, staff) with password '{demo_password()}'")
         self.stdout.write("Press Ctrl-C to stop the web server, the worker and beat.")
         self.stdout.write("")
+        self.stdout.flush()
 
     def _stop_all(self, processes: dict[str, subprocess.Popen]) -> None:
         for process in processes.values():

@@ -1,4 +1,4 @@
-"""`manage.py collect mlflow|runs|logs --once`: run one collector pass by hand and print what it ingested."""
+"""`manage.py collect mlflow|runs|logs|prometheus --once`: run one collector pass by hand and print what it ingested."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.collectors import logsource, mlflow, runsource
+from runs.collectors import logsource, mlflow, prometheus, runsource
 
 # Collector name -> module with `collect_once() -> CollectResult` (imported, not named by
 # string, so the import graph the contracts read sees these edges).
-COLLECTORS: dict[str, ModuleType] = {"mlflow": mlflow, "runs": runsource, "logs": logsource}
+COLLECTORS: dict[str, ModuleType] = {
+    "mlflow": mlflow, "runs": runsource, "logs": logsource, "prometheus": prometheus,
+}  # fmt: skip
 
 
 class Command(BaseCommand):

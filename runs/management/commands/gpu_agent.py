@@ -1,4 +1,4 @@
-"""`manage.py gpu_agent`: run the GPU node agent with the project's Celery app and broker settings."""
+"""`manage.py gpu_agent`: run the GPU node agent (it posts to the site at AIRBOARD_URL, or --url)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from agent.main import EXIT_OK, main
 
 
 class Command(BaseCommand):
-    help = "Sample this node's GPUs through NVML and ship them to the ingest queue (the node agent)."
+    help = "Sample this node's GPUs through NVML and post them to the site's HTTP API (the node agent)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--run-id")
@@ -22,15 +22,14 @@ class Command(BaseCommand):
         parser.add_argument("--ticks", type=int)
         parser.add_argument("--mapping")
         parser.add_argument("--buffer-dir")
+        parser.add_argument("--url")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from dashboard.celery import app
-
         argv = ["--run-source", options["run_source"], "--node", str(options["node"])]
-        for name in ("run_id", "attempt", "host", "interval", "ticks", "mapping", "buffer_dir"):
+        for name in ("run_id", "attempt", "host", "interval", "ticks", "mapping", "buffer_dir", "url"):
             if options[name] is not None:
                 argv += [f"--{name.replace('_', '-')}", str(options[name])]
-        code = main(argv, celery_app=app)
+        code = main(argv)
         if code != EXIT_OK:
             # main() already printed its one line; a traceback would add nothing.
             raise CommandError("the GPU agent stopped", returncode=code)

@@ -75,7 +75,9 @@ class Command(BaseCommand):
             workload_text=text,
             workdir=Path(filename).resolve().parent,
             team=team,
-            creator=user.username if user else getpass.getuser(),
+            # The creator as the run source records one (an email), so a person's launched runs and
+            # their workspace runs are one creator in every table, not "alice" beside her address.
+            creator=(user.email or user.username) if user else getpass.getuser(),
             external_id=external_id,
             timeout_seconds=options["timeout_seconds"],
             tracking_uri=settings.AIRBOARD_MLFLOW_TRACKING_URI,

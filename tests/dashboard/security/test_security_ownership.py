@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 import time_machine
@@ -26,7 +27,7 @@ from django.db import IntegrityError
 from django.test import Client
 
 from agent.buffer import DiskBuffer
-from agent.shipper import Shipper, make_celery_app
+from agent.shipper import HttpSender, Shipper
 from billing.choices import SpentAction
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, BilledUsage, PolicyAction, UsagePolicy
@@ -35,11 +36,11 @@ from billing.reconcile import matching as reconcile
 from dashboard.models import ApiKey, ApiKeyRole
 from runs import ingest
 from runs.choices import RunOrigin, RunSource, RunStatus
-from runs.collectors.agent import ingest_agent_payload
 from runs.collectors.logsource import RefusedPath, open_inside
 from runs.collectors.mlflow import claims
-from runs.models import CollectorState, GpuSample, LogChunk, Run, RunEvent
+from runs.models import CollectorState, GpuSample, IngestBatch, LogChunk, Run, RunEvent
 from tests.conftest import T0, TESTS, World, make_run
+from tests.mlflow_server import free_port
 
 BIN = TESTS / "bin"
 FAKE_CANCEL = BIN / "fake-cancel"
@@ -325,43 +326,53 @@ def test_a_directory_swapped_for_a_link_after_the_walk_is_not_followed(logs: Pat
         open_inside(logs, "1001/1/0.log")
 
 
-# The agent path: batches through the broker carry a node key bound to a team ----------------
+# The agent path: the node posts to the HTTP API with a node key bound to a team --------------
 
 
-def _agent_payload(key: str | None, *runs: str) -> dict:
-    samples = [{"run": run, "run_source": "serverless", "gpu": gpu, "ts": T0.isoformat(), "utilization_gpu": 99.0}
-               for gpu, run in enumerate(runs)]  # fmt: skip
+def _agent_payload(*runs: str) -> dict:
+    samples = [{"run": run, "run_source": "serverless", "gpu": gpu, "ts": T0.isoformat(), "utilization_gpu": 99.0,
+                "host": "gpu-node-9"} for gpu, run in enumerate(runs)]  # fmt: skip
     events = [{"kind": "xid", "run": runs[0], "gpu": 0, "ts": T0.isoformat(), "message": "Xid 79"}]
-    payload = {"version": 1, "host": "gpu-node-9", "node": 0, "attempt": None, "samples": samples, "events": events}
-    return payload if key is None else {**payload, "key": key}
+    return {"source": "nvml", "samples": samples, "events": events}
 
 
 def test_agent_batches_need_a_team_key_and_never_reach_another_teams_run(world: World) -> None:
     theirs = make_run(world.vision, "1001", status=RunStatus.RUNNING, ended_at=None)
     mine = make_run(world.nlp, "2001", status=RunStatus.RUNNING, ended_at=None)
+    url = "/api/v1/gpu-samples?bad_rows=drop"
 
-    no_key = ingest_agent_payload(_agent_payload(None, "1001"))
-    bad_key = ingest_agent_payload(_agent_payload("ab_" + "x" * 43, "1001"))
-    read_key = ingest_agent_payload(_agent_payload(world.key(world.nlp, ApiKeyRole.READ), "2001"))
-    nlp = ingest_agent_payload(_agent_payload(world.key(world.nlp), "1001", "2001"))
+    def push(client: Client, *runs: str) -> Any:
+        return client.post(url, json.dumps(_agent_payload(*runs)), content_type="application/json")
 
-    assert (no_key.refused, bad_key.refused, read_key.refused) == (2, 2, 2)
-    assert (nlp.rows, nlp.refused) == (1, 2)  # vision's sample and its event refused, nlp's sample kept
+    no_key = push(Client(), "1001")
+    bad_key = push(Client(headers={"authorization": "Bearer ab_" + "x" * 43}), "1001")
+    read_key = push(world.api(world.nlp, ApiKeyRole.READ), "2001")
+    nlp = push(world.api(world.nlp), "1001", "2001")
+
+    assert (no_key.status_code, bad_key.status_code, read_key.status_code) == (401, 401, 403)
+    assert nlp.status_code == 202
+    out = nlp.json()
+    # vision's sample and its event are dropped and named; nlp's sample is kept.
+    assert (out["rows"], out["dropped_rows"], out["events"], out["dropped_events"]) == (1, 1, 0, 1)
+    assert "samples[0].run: no run '1001' (serverless) in your team" in out["problems"]
+    assert IngestBatch.objects.get(pk=out["batch"]["id"]).team == world.nlp
+    ingest.process_batch(out["batch"]["id"])
     assert not GpuSample.objects.filter(run=theirs).exists() and not RunEvent.objects.filter(run=theirs).exists()
     assert GpuSample.objects.filter(run=mine).count() == 1
     state = CollectorState.objects.get(name="agent")
-    assert state.refused_total == 8
-    assert state.last_refusal == "2 refused: run(s) outside team nlp"
+    assert state.refused_total == 2
+    assert state.last_refusal.startswith("2 refused: team nlp: samples[0].run: no run '1001'")
     rows = list(csv.DictReader(io.StringIO(
         world.client_for(world.alice).get("/collectors/", {"format": "csv"}).content.decode()
     )))  # fmt: skip
-    assert [(r["name"], r["refused_total"]) for r in rows] == [("agent", "8")]
+    assert [(r["name"], r["refused_total"]) for r in rows] == [("agent", "2")]
 
 
 def test_the_agent_keeps_its_key_out_of_the_disk_buffer(tmp_path: Path) -> None:
     buffer = DiskBuffer(tmp_path / "buffer")
-    down = Shipper(make_celery_app("redis://127.0.0.1:1/0"), buffer, key="ab_secret-node-key")
-    assert down.ship(_agent_payload(None, "1001")) is False
+    down = Shipper(HttpSender(f"http://127.0.0.1:{free_port()}", "ab_secret-node-key"), buffer)
+    assert down.ship(_agent_payload("1001")) is False
+    assert len(buffer) == 1
     assert "ab_secret-node-key" not in "".join(p.read_text() for p in (tmp_path / "buffer").rglob("*") if p.is_file())
 
 

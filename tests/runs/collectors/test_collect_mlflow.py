@@ -299,3 +299,21 @@ def test_the_collector_runs_in_a_real_worker(
         assert wait_for(lambda: CollectorState.objects.filter(name="mlflow", last_success_at__isnull=False).exists())
     finally:
         stop_worker(worker)
+
+
+def test_a_run_with_dcgm_exporter_samples_keeps_mlflow_gpu_metrics_out(
+    world: World, experiment: tuple[MlflowClient, str, str]
+) -> None:
+    """The Prometheus source's samples are as fine as the agent's: MLflow's GPU metrics stay the fallback."""
+    client, experiment_id, _ = experiment
+    run = make_run(world.vision, "ext-prometheus")
+    GpuSample.objects.create(run=run, node=run.attempts.get().nodes.get(), gpu_index=0, ts=T0,
+                             source=TelemetrySource.PROMETHEUS)  # fmt: skip
+    mlflow_id = client.create_run(experiment_id, start_time=T0_MS).info.run_id
+    Run.objects.filter(pk=run.pk).update(mlflow_run_id=mlflow_id)
+    client.log_batch(mlflow_id, metrics=[*series("loss", range(2)), *system_metrics(T0_MS, 0, gpu=0)])
+
+    collect()
+
+    assert MetricPoint.objects.filter(run=run, key="loss").count() == 2
+    assert not GpuSample.objects.filter(run=run, source=TelemetrySource.MLFLOW).exists()

@@ -129,6 +129,8 @@ def test_success_stores_the_run_and_its_log(world) -> None:
     assert run.ended_at is not None and run.started_at is not None
     assert run.team == world.vision
     assert run.user == world.alice
+    # One identity: the creator is alice's address, as her workspace runs name her, not "alice".
+    assert run.creator == world.alice.email
     assert run.experiment_name == "launch-ok"
     assert run.parameters == {"greeting": "hello world", "lr": 0.001}
     assert run.workload_yaml == (DATA / "succeed.yaml").read_text()
