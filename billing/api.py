@@ -15,6 +15,7 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import BaseModel, Field, field_validator
 
+from billing import engine
 from billing.choices import GroupBy
 from billing.costs import egress, reports, spend
 from billing.prices.money import estimate
@@ -50,6 +51,18 @@ class CostRowOut(Schema):
     idle_gpu_hours: str
 
 
+class BilledOut(Schema):
+    """What the provider's imported usage records billed, at list price (`billing.engine`)."""
+
+    usd: str
+    kind: Literal["billed"]
+    as_of: datetime
+    unpriced: list[str] = Field(description="Why part of it is missing: usage records without a list price.")
+    records: int
+    first_day: date = Field(description="The earliest usage_date among the records summed.")
+    last_day: date = Field(description="The latest usage_date among the records summed.")
+
+
 class CostsOut(Schema):
     group_by: str
     from_: date = Field(..., alias="from")
@@ -59,6 +72,9 @@ class CostsOut(Schema):
     as_of: datetime
     unpriced: list[str]
     rows: list[CostRowOut]
+    billed: BilledOut | None = Field(
+        None, description="Imported usage records dated in the range, beside the estimate; null when none is."
+    )
 
 
 class CostError(HttpError):
@@ -98,9 +114,11 @@ def costs(request: HttpRequest, query: Query[CostQueryIn]) -> dict:
     rows = reports.rows_for(team_ids, filters)
     total = reports.totals(rows, extra)["total_usd"]
     figure = estimate(total, now, reports.unpriced_reasons(reports.cost_rows(team_ids, filters), extra))
+    billed = engine.billed_between(team_ids, filters, now)
     return {
         "group_by": query.group_by, "from": start, "to": end, "total_usd": reports.decimal_str(total),
         "kind": figure.kind, "as_of": now, "unpriced": list(figure.unpriced), "rows": out,
+        "billed": billed.as_json() if billed else None,
     }  # fmt: skip
 
 
@@ -112,7 +130,9 @@ Region = Annotated[RegionName, Field(min_length=2)]
 class EgressRecordIn(BaseModel):
     _no_nul = field_validator("*", mode="before")(refuse_nul)
     run: ExternalId
-    run_source: RunSource = RunSource.SERVERLESS
+    run_source: RunSource | None = Field(
+        default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
+    )
     source_region: Region
     destination_region: Region = Field(description="A region, or `internet`.")
     bytes: int = Field(ge=0, le=2**63 - 1)

@@ -4,20 +4,37 @@ The estimate is `billing.costs.run_costs.breakdowns_for_runs` (serverless accele
 of classic cluster uptime, egress, idle GPUs), the same the rollups write, so a run page adds
 up to what the cost pages show. Where the provider's usage records are linked to the run, the
 billed figure comes from `billing.reconcile` beside it. Pages and template tags compute no money.
+
+Money by period has its door here too: a team's month (`team_months`: the estimate from
+`billing.costs.spend.team_month`, the billed figure beside it), and the billed figure of any
+scope a cost page, a policy, the API or `/metrics` shows (`billed_between`, `billed_by_team`,
+`policy_billed`, `billed_by_team_and_policy`): imported usage records dated in the range
+(`billing.reconcile.billed`). Each is None where no imported record covers the scope, and the
+pages then show the estimate alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
+from typing import Any
 
 from django.utils import timezone
 
+from billing.costs.reports import CostFilters
 from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
-from billing.prices.money import BILLED, Figure, utc
+from billing.costs.spend import TeamMonth, team_month
+from billing.models import BilledUsage
+from billing.prices.money import BILLED, Figure, month_start, utc
+from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, scoped_usage
 from billing.reconcile.matching import BilledFigure, per_run
 from runs.models import Run
+
+__all__ = [
+    "BilledSpend", "RunCostAnswer", "TeamSpend", "billed_between", "billed_by_team", "billed_by_team_and_policy",
+    "policy_billed", "run_cost", "run_costs", "team_months",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,21 @@ class RunCostAnswer:
         unpriced = (f"{self.billed.unpriced} usage record(s) without a list price",) if self.billed.unpriced else ()
         return Figure(self.billed.billed, BILLED, self.breakdown.as_of, unpriced)
 
+    def as_json(self) -> dict[str, Any]:
+        """The API's `cost`: the run page's figure. `usd`, `kind` (estimated or lower bound),
+        `reasons` (what is unpriced or counted at its least) and `as_of` are the estimate's;
+        `billed` is the linked usage records' figure, null until one is imported."""
+        estimate = self.estimate.as_json()
+        billed = self.billed_figure
+        return {
+            "usd": estimate["usd"],
+            "kind": estimate["kind"],
+            "reasons": estimate["unpriced"],
+            "as_of": estimate["as_of"],
+            "running": self.breakdown.running,
+            "billed": None if billed is None else billed.as_json() | {"records": self.billed.records},
+        }
+
 
 def run_costs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, RunCostAnswer]:
     """Each run's cost answer, keyed by run id, in a constant number of queries."""
@@ -53,3 +85,55 @@ def run_costs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Run
 def run_cost(run: Run, now: datetime | None = None) -> RunCostAnswer:
     """`run_costs` for one run: what the run page shows."""
     return run_costs([run], now=now)[run.pk]
+
+
+# --- Money by period: the estimate and, where usage records are imported, the bill ----------
+
+
+def billed_between(team_ids: Iterable[int], filters: CostFilters, now: datetime | None = None) -> BilledSpend | None:
+    """What imported usage records billed for the runs a cost page with `filters` sums."""
+    return billed_spend(scoped_usage(team_ids, filters), now or timezone.now())
+
+
+def billed_by_team(
+    team_ids: Iterable[int], start: date, end: date, now: datetime | None = None
+) -> dict[int, BilledSpend]:
+    """`billed_between` per team (by id) over [start, end]; teams without records are absent."""
+    usage = scoped_usage(team_ids, CostFilters(start, end))
+    return {key[0]: spend for key, spend in billed_by(usage, ("run__team_id",), now or timezone.now()).items()}
+
+
+def policy_billed(
+    name: str, team_ids: list[int] | None, start: date, last: date, now: datetime | None = None
+) -> BilledSpend | None:
+    """Billed for the runs naming policy `name` in `team_ids` (None: every team), dated in [start, last]:
+    the runs the policy's spend sums (`billing.policies.budget.policy_rows`)."""
+    usage = BilledUsage.objects.filter(
+        run__usage_policy_name=name, usage_date__gte=start, usage_date__lte=last, run__isnull=False
+    )
+    if team_ids is not None:
+        usage = usage.filter(run__team_id__in=team_ids)
+    return billed_spend(usage, now or timezone.now())
+
+
+def billed_by_team_and_policy(start: date, end: date, now: datetime | None = None) -> dict[tuple, BilledSpend]:
+    """Billed per (team name, usage policy name) over [start, end], every team: `/metrics`."""
+    usage = BilledUsage.objects.filter(usage_date__gte=start, usage_date__lte=end, run__isnull=False)
+    return billed_by(usage, ("run__team__name", "run__usage_policy_name"), now or timezone.now())
+
+
+@dataclass(frozen=True)
+class TeamSpend:
+    """A team's month to date: the estimate (`month`) and, where usage records are imported, the bill."""
+
+    month: TeamMonth
+    billed: BilledSpend | None
+
+
+def team_months(team_ids: Iterable[int], now: datetime | None = None) -> list[TeamSpend]:
+    """Each team's UTC month to date, estimated and billed: the overview's team table and its CSV."""
+    team_ids = list(team_ids)
+    as_of = utc(now or timezone.now(), "now")
+    months = team_month(team_ids, now=as_of)
+    billed = billed_by_team(team_ids, month_start(as_of).date(), as_of.date(), as_of) if months else {}
+    return [TeamSpend(month, billed.get(month.team_id)) for month in months]

@@ -18,10 +18,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
+from billing import engine
 from billing.choices import GroupBy
 from billing.costs import charts, reports, spend
 from billing.forms import PRICE_FORMS, CostFilterForm, PriceUploadForm, can_edit_prices
-from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange
+from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceChange, UsagePolicy
+from billing.policies.budget import period_bounds
 from billing.prices import history
 from billing.prices.money import estimate
 from billing.prices.pricebook import export_price_csv, load_price_csv
@@ -114,7 +116,14 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         return csv_response(f"costs-by-{group_by}-{stamp}.csv", [group_by, *AMOUNT_HEADER],
                             ([r["key"], *_amounts(r, label)] for r in by_group))  # fmt: skip
 
-    month_team_ids = [filters.team_id] if filters.team_id else team_ids
+    # Month to date under every filter of the page; a policy's own period when one is chosen,
+    # so the figure is the policy page's (for a viewer who sees every team the policy covers).
+    policy = UsagePolicy.objects.filter(name=filters.usage_policy_name).first() if filters.usage_policy_name else None
+    period = period_bounds(policy, now.date()) if policy is not None else None
+    mtd = reports.month_to_date(team_ids, now, accrued, filters, period)
+    mtd_filters = reports.CostFilters(
+        mtd.month, now.date(), filters.team_id, filters.accelerator_type, filters.region, filters.usage_policy_name
+    )
     ctx = {
         "form": form,
         "start": start,
@@ -128,8 +137,11 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
         "flows": flows,
         "total": total,
         "egress_share": (total["egress_usd"] / total["total_usd"] * 100) if total["total_usd"] else None,
-        "mtd": reports.month_to_date(month_team_ids, now, accrued),
+        "mtd": mtd,
+        "mtd_policy": policy,
+        "mtd_billed": engine.billed_between(team_ids, mtd_filters, now),
         "total_figure": total_figure,
+        "total_billed": engine.billed_between(team_ids, filters, now),
         "min_forecast_days": reports.MIN_FORECAST_DAYS,
         "spend_figure": charts.spend_over_time_figure(
             [{"day": r["day"], "group": r[group_field], "total_usd": r["total_usd"]} for r in daily],

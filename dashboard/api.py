@@ -26,6 +26,7 @@ from ninja.security import HttpBearer, django_auth
 
 from dashboard import access, ratelimit
 from dashboard.models import ApiKey
+from runs.choices import RunSource
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,25 @@ def check_count(rows: list[Any], what: str) -> None:
         raise HttpError(413, f"{len(rows)} {what} in one request; the limit is {cap}. Split the batch.")
 
 
+def own_source(
+    request: HttpRequest, rows: list[Any], keys: list[tuple[str | None, str, Any]]
+) -> list[tuple[str, str, Any]]:
+    """Rows naming no `run_source` name a run of the caller's own source: the key's (`local`
+    unless it was created with `--source`), as a run it upserts without `source` is. The row
+    is given it, so the caller reads one source per row; `keys` come back with it filled in."""
+    caller = Access(request).key
+    source = caller.source if caller is not None else RunSource.LOCAL
+    out = []
+    for row, (given, run, ts) in zip(rows, keys, strict=True):
+        if given is None:
+            if isinstance(row, dict):
+                row["run_source"] = source
+            else:
+                row.run_source = source
+        out.append((given or source, run, ts))
+    return out
+
+
 def batch_runs(
     request: HttpRequest,
     rows: list[Any],
@@ -207,7 +227,8 @@ def batch_runs(
     """The runs a pushed batch names, with an error for each row naming a run outside the caller's teams.
 
     1. More rows than AIRBOARD_MAX_SAMPLES_PER_BATCH is a 413 before anything is read.
-    2. One query for the runs the rows name (`run_source`, `run`), among the caller's teams.
+    2. One query for the runs the rows name (`run_source`, `run`; left out, the caller's own
+       source: `own_source`), among the caller's teams.
     3. Each row is checked in order: `{what}[i].run` when its run is not found and, with
        `skew_checked`, `{what}[i].ts` when it is further in the future than
        AIRBOARD_MAX_FUTURE_SKEW_SECONDS (a clock error, not data); then the caller's own
@@ -217,6 +238,8 @@ def batch_runs(
     """
     check_count(rows, what)
     keys = [key(r) for r in rows]
+    if any(source is None for source, _, _ in keys):
+        keys = own_source(request, rows, keys)
     wanted = {(source, run) for source, run, _ in keys}
     runs = resolve_runs(request, wanted)
     horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)

@@ -16,10 +16,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import Avg, Count, Sum
 from django.utils import timezone
 
+from billing import engine
 from billing.costs import reports, spend
 from billing.models import CostDaily
 from billing.prices.money import cents_that_add_up, month_start
@@ -90,6 +92,25 @@ def spend_by_team_and_policy(now: datetime) -> Family:
         # To the cent, so that `sum by (team)` is the team's total as the pages show it.
         for row, usd in zip(team_rows, cents_that_add_up([r["total_usd"] for r in team_rows]), strict=True):
             family.add(float(usd), team=team, policy=row["usage_policy_name"])
+    return family
+
+
+def billed_by_team_and_policy(now: datetime) -> Family:
+    """Billed spend of the current UTC month so far (imported usage records, `billing.engine`),
+    by team and usage policy; a team with no imported record has no series."""
+    family = Family(
+        "airboard_billed_month_to_date_usd", "gauge",
+        "Billed spend of the current UTC month so far at list price, by team and usage policy: the provider's "
+        "usage records imported (system.billing.usage), dated this month. Estimated spend is "
+        "airboard_spend_month_to_date_usd; budgets are enforced on the estimate.",
+    )  # fmt: skip
+    billed = engine.billed_by_team_and_policy(month_start(now).date(), now.date(), now)
+    by_team: dict[str, list[tuple[str, Decimal]]] = {}
+    for (team, policy), figure in sorted(billed.items()):
+        by_team.setdefault(team, []).append((policy, figure.usd))
+    for team, rows in by_team.items():
+        for (policy, _), usd in zip(rows, cents_that_add_up([usd for _, usd in rows]), strict=True):
+            family.add(float(usd), team=team, policy=policy)
     return family
 
 
@@ -181,6 +202,7 @@ def exposition(now: datetime | None = None) -> str:
     now = now or timezone.now()
     families = [
         spend_by_team_and_policy(now),
+        billed_by_team_and_policy(now),
         gpu_utilization_by_team(now),
         *collector_lag(now),
         *ingest(),

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from billing.costs.spend import TeamMonth, team_month
+from billing.engine import TeamSpend, team_months
 from dashboard import access, ratelimit, taskstate
 from dashboard.csv_export import csv_response
 from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
@@ -36,7 +36,7 @@ RUN_CSV_HEADER = [
     "external_id", "team", "experiment_name", "status", "accelerator_type", "num_accelerators", "region",
     "submitted_at", "started_at", "ended_at", "state_message",
 ]  # fmt: skip
-SPEND_CSV_HEADER = ["team", "gpu_hours", "usd", "compute_usd", "egress_usd", "figure"]
+SPEND_CSV_HEADER = ["team", "gpu_hours", "usd", "compute_usd", "egress_usd", "figure", "billed_usd", "billed_figure"]
 
 
 def _run_csv_rows(runs: QuerySet[Run]) -> Iterator[list[object]]:
@@ -46,7 +46,7 @@ def _run_csv_rows(runs: QuerySet[Run]) -> Iterator[list[object]]:
 
 
 def _overview_csv(
-    table: str, active: QuerySet[Run], failures: QuerySet[Run], team_spend: list[TeamMonth]
+    table: str, active: QuerySet[Run], failures: QuerySet[Run], team_spend: list[TeamSpend]
 ) -> HttpResponse:
     """One of the overview's tables (`table=active|failures|spend`) in full."""
     stamp = f"{timezone.now():%Y-%m-%d}"
@@ -55,9 +55,11 @@ def _overview_csv(
         return csv_response(f"failures-{stamp}.csv", RUN_CSV_HEADER, _run_csv_rows(ordered))
     if table == "spend":
         rows = (
-            [row.team_name, row.gpu_hours, row.usd, row.compute_usd, row.egress_usd, row.figure.label]
+            [m.team_name, m.gpu_hours, m.usd, m.compute_usd, m.egress_usd, m.figure.label,
+             row.billed.usd if row.billed else "", row.billed.figure.label if row.billed else ""]
             for row in team_spend
-        )
+            for m in [row.month]
+        )  # fmt: skip
         return csv_response(f"spend-by-team-{stamp}.csv", SPEND_CSV_HEADER, rows)
     return csv_response(f"active-runs-{stamp}.csv", RUN_CSV_HEADER, _run_csv_rows(active))
 
@@ -75,7 +77,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     team_ids = list(access.visible_teams(request.user).values_list("pk", flat=True))
     if request.GET.get("format") == "csv":
         table = request.GET.get("table", "")
-        spend = team_month(team_ids, now=now) if team_ids and table == "spend" else []
+        spend = team_months(team_ids, now=now) if team_ids and table == "spend" else []
         return _overview_csv(table, active, failures, spend)
 
     ctx = {
@@ -84,7 +86,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "failures": failures.order_by("-ended_at", "-submitted_at")[:PANEL_ROWS],
         "failure_count": failures.count(),
         "failure_days": FAILURE_WINDOW.days,
-        "team_spend": team_month(team_ids, now=now) if team_ids else [],
+        "team_spend": team_months(team_ids, now=now) if team_ids else [],
         "has_teams": bool(team_ids),
         "has_runs": runs.exists(),
         "month": now,

@@ -150,7 +150,9 @@ class GpuSampleIn(BaseModel):
     # for a 10,000-row batch, a third of its validation time.
     _no_nul = field_validator("run", "host", mode="before")(refuse_nul)
     run: ExternalId
-    run_source: RunSource = RunSource.SERVERLESS
+    run_source: RunSource | None = Field(
+        default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
+    )
     attempt: int | None = Field(default=None, ge=1, le=1000, description="Default: the run's latest attempt.")
     node: int = Field(default=0, ge=0, le=4096)
     host: str = Field(default="", max_length=255)
@@ -218,7 +220,9 @@ GPU_SAMPLE_BATCH: TypeAdapter[Any] = TypeAdapter(GpuSampleBatchRows)
 class MetricPointIn(BaseModel):
     _no_nul = field_validator("*", mode="before")(refuse_nul)
     run: ExternalId
-    run_source: RunSource = RunSource.SERVERLESS
+    run_source: RunSource | None = Field(
+        default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
+    )
     key: str = Field(min_length=1, max_length=250)
     step: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
     ts: Timestamp
@@ -257,6 +261,29 @@ class AttemptOut(Schema):
     nodes: list[NodeOut]
 
 
+class RunBilledOut(Schema):
+    """What the provider's usage records linked to the run billed, at list price."""
+
+    usd: str
+    kind: Literal["billed"]
+    as_of: datetime
+    unpriced: list[str] = Field(description="Usage records without a list price, when any.")
+    records: int = Field(description="Usage records linked to the run (a reserved pool's share included).")
+
+
+class RunCostOut(Schema):
+    """The run's cost as its page shows it (`billing.engine.run_costs`): the estimate, and the bill when known."""
+
+    usd: str = Field(description="The estimate from the price book, an exact decimal.")
+    kind: Literal["estimated", "lower bound"] = Field(
+        description="'lower bound' when something had no price or was counted at its least (see `reasons`)."
+    )
+    reasons: list[str] = Field(description="Why the estimate is a lower bound; empty when it is not.")
+    as_of: datetime
+    running: bool = Field(description="True while the run still accrues: the figure is so far.")
+    billed: RunBilledOut | None = Field(description="Null until usage records linked to the run are imported.")
+
+
 class RunOut(Schema):
     id: int
     source: str
@@ -280,6 +307,9 @@ class RunOut(Schema):
     mlflow_run_id: str
     mlflow_url: str
     url: str
+    cost: RunCostOut | None = Field(
+        None, description="The run's cost (GET endpoints); null in a write's answer: GET the run for it."
+    )
 
 
 class RunDetailOut(RunOut):
@@ -324,7 +354,9 @@ class RunEventIn(BaseModel):
     _no_nul = field_validator("run", "host", "gpu_uuid", "message", mode="before")(refuse_nul)
     kind: Literal["gpu_lost", "xid"]
     run: ExternalId
-    run_source: RunSource = RunSource.SERVERLESS
+    run_source: RunSource | None = Field(
+        default=None, description="Left out: the key's own source (`local` unless the key was granted another)."
+    )
     attempt: int | None = Field(default=None, ge=1, le=1000)
     node: int = Field(default=0, ge=0, le=4096)
     host: str = Field(default="", max_length=255)

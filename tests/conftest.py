@@ -26,7 +26,7 @@ from django.db import connection
 from django.test import Client
 
 from dashboard.models import ApiKey, ApiKeyRole
-from runs.choices import AcceleratorType, RunStatus
+from runs.choices import AcceleratorType, RunSource, RunStatus
 from runs.models import Attempt, Node, Run
 
 # The tests folder (fixtures in data/, stand-in commands in bin/) and the repository root.
@@ -53,11 +53,17 @@ class World:
         client.force_login(user)
         return client
 
-    def key(self, team: Group, role: str = ApiKeyRole.INGEST) -> str:
-        return ApiKey.issue(team, role, name="test")[1]
+    def key(self, team: Group, role: str = ApiKeyRole.INGEST, source: str = RunSource.LOCAL) -> str:
+        return ApiKey.issue(team, role, name="test", source=source)[1]
 
-    def api(self, team: Group, role: str = ApiKeyRole.INGEST) -> Client:
-        return Client(headers={"authorization": f"Bearer {self.key(team, role)}"})
+    def api(self, team: Group, role: str = ApiKeyRole.INGEST, source: str = RunSource.LOCAL) -> Client:
+        """A client with a new key of `team`; its rows name runs of `source` unless they say otherwise."""
+        return Client(headers={"authorization": f"Bearer {self.key(team, role, source)}"})
+
+
+def serverless_api(world: World, team: Group | None = None) -> Client:
+    """An ingest key's client whose rows name serverless runs (make_run's) without saying so."""
+    return world.api(team or world.vision, source=RunSource.SERVERLESS)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ the exact decimals as text (see `billing.fields`), so there the rows are added i
 
 from __future__ import annotations
 
-import calendar
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 
 from billing.choices import GroupBy
 from billing.costs.serverless import egress_prices, price_egress
@@ -25,11 +24,13 @@ from billing.prices.money import (
     CENT,
     ESTIMATED,
     FORECAST,
+    PROVISIONAL_FORECAST,
     ZERO,
     Figure,
     exact_sum,
     linear_forecast,
     month_start,
+    run_rate_forecast,
     utc,
     utc_midnight,
 )
@@ -74,7 +75,11 @@ class CostFilters:
 
 @dataclass(frozen=True)
 class MonthToDate:
-    """Spend this UTC month so far, and a linear forecast to its end when there is enough data."""
+    """Spend this period (the UTC month, or a policy's period) so far, and a forecast to its end.
+
+    The forecast is `period_forecast`'s, the policy pages' own: linear once MIN_FORECAST_DAYS
+    days of the period are in; before that `provisional`, from the trailing run rate.
+    """
 
     month: date
     spend: Decimal
@@ -83,6 +88,9 @@ class MonthToDate:
     days_in_month: int
     forecast: Decimal | None
     as_of: datetime | None = None
+    provisional: bool = False
+    # The period's end (excluded); None: the end of `month`'s UTC month.
+    end: date | None = None
 
     @property
     def spend_figure(self) -> Figure:
@@ -92,7 +100,40 @@ class MonthToDate:
     def forecast_figure(self) -> Figure | None:
         if self.forecast is None:
             return None
-        return Figure(self.forecast, FORECAST, self.as_of or utc_midnight(self.month))
+        kind = PROVISIONAL_FORECAST if self.provisional else FORECAST
+        return Figure(self.forecast, kind, self.as_of or utc_midnight(self.month))
+
+
+def period_forecast(by_day: dict[date, Decimal], first: date, end: date, now: datetime) -> tuple[Decimal | None, bool]:
+    """The one forecast of a period's spend, (amount, provisional): `/costs/` and the policies.
+
+    `by_day`: spend per UTC day from the trailing window's first day (`trailing_window`) or the
+    period's first day, whichever is earlier, to today.
+    1. From MIN_FORECAST_DAYS days into [first, end): linear, spend / elapsed x the period.
+    2. Before that: provisional, spend + the trailing run rate x what is left of the period,
+       the trailing window reaching back across the period's start. None with no spend at all
+       in the window or the period (nothing to extrapolate).
+    """
+    spend = exact_sum(usd for day, usd in by_day.items() if first <= day < end)
+    elapsed = int((now - utc_midnight(first)).total_seconds())
+    length = int((utc_midnight(end) - utc_midnight(first)).total_seconds())
+    if elapsed >= MIN_FORECAST_DAYS * 86_400:
+        return linear_forecast(spend, elapsed, length), False
+    trailing_first, trailing_seconds = trailing_window(now)
+    if not by_day:
+        return None, False
+    trailing = exact_sum(usd for day, usd in by_day.items() if day >= trailing_first)
+    return run_rate_forecast(spend, trailing, trailing_seconds, length - elapsed), True
+
+
+def trailing_window(now: datetime) -> tuple[date, int]:
+    """The trailing run rate's window: (its first UTC day, its seconds up to `now`).
+
+    MIN_FORECAST_DAYS whole days before today plus today so far, so the rate rests on as much
+    data as the linear forecast would, whichever period those days belong to.
+    """
+    first = now.date() - timedelta(days=MIN_FORECAST_DAYS)
+    return first, int((now - utc_midnight(first)).total_seconds())
 
 
 def cost_rows(team_ids: Iterable[int], filters: CostFilters | None = None) -> QuerySet[CostDaily]:
@@ -217,36 +258,46 @@ def totals(rows: QuerySet, extra: Sequence[dict[str, Any]] = ()) -> dict[str, De
     return found[0] if found else _with_total(dict.fromkeys(AMOUNTS, ZERO))
 
 
-def month_to_date(team_ids: Iterable[int], now: datetime, extra: Sequence[dict[str, Any]] = ()) -> MonthToDate:
-    """This UTC month's spend and, from MIN_FORECAST_DAYS days of data, a forecast to its end.
+def month_to_date(
+    team_ids: Iterable[int],
+    now: datetime,
+    extra: Sequence[dict[str, Any]] = (),
+    filters: CostFilters | None = None,
+    period: tuple[date, date] | None = None,
+) -> MonthToDate:
+    """This period's spend under `filters`' dimensions and a forecast to its end.
 
-    1. Sum the month's `CostDailyTeam` rows up to today (one row per team and day, so a few
-       hundred rows whatever the number of runs). PostgreSQL: one query for the spend and the
-       count of distinct days. SQLite: the exact-text sums in Python, then the distinct days.
-    2. Elapsed time is exact: from 00:00 UTC on the 1st to `now`, in days.
-    3. Forecast = spend / elapsed days x days in the month (linear), rounded to the cent;
-       None with fewer than MIN_FORECAST_DAYS days that have rows.
+    1. The period: [first, end) in UTC days, the UTC month holding `now` unless given (a
+       policy's period, `billing.policies.budget.period_bounds`).
+    2. Sum per day the smallest rollup that answers the filters (`rows_for`: one row per team
+       and day without a dimension filter) plus the accrual rows they would hold, from the
+       trailing window's first day (`trailing_window`) or the period's, whichever is earlier.
+    3. Elapsed time is exact: from 00:00 UTC on the first day to `now`, in days.
+    4. The forecast: `period_forecast` (linear from MIN_FORECAST_DAYS days in, provisional
+       before), the policy pages' own rule.
     """
     now = utc(now)
-    first = month_start(now).date()
+    first, end = period or (month_start(now).date(), _next_month(month_start(now).date()))
+    dims = filters or CostFilters(first, now.date())
     team_ids = list(team_ids)
-    rows = CostDailyTeam.objects.filter(team_id__in=team_ids, day__gte=first, day__lte=now.date())
-    extra = accrual_for(extra, team_ids, CostFilters(first, now.date()))
-    if connection.vendor == "postgresql":
-        sums = rows.aggregate(compute=Sum("compute_usd"), egress=Sum("egress_usd"), days=Count("day", distinct=True))
-        spend = exact_sum([sums["compute"] or ZERO, sums["egress"] or ZERO, *(r["compute_usd"] for r in extra),
-                           *(r["egress_usd"] for r in extra)])  # fmt: skip
-        days = sums["days"]
-    else:
-        spend = totals(rows, extra)["total_usd"]
-        days = rows.values("day").distinct().count()
-    elapsed_seconds = Decimal(int((now - month_start(now)).total_seconds()))
-    elapsed = elapsed_seconds / 86_400
-    length = calendar.monthrange(now.year, now.month)[1]
-    forecast = None
-    if days >= MIN_FORECAST_DAYS:
-        forecast = linear_forecast(spend, int(elapsed_seconds), length * 86_400)
-    return MonthToDate(first, spend, days, elapsed.quantize(CENT), length, forecast, now)
+    trailing_first, _ = trailing_window(now)
+    scope = CostFilters(min(first, trailing_first), now.date(), dims.team_id, dims.accelerator_type, dims.region,
+                        dims.usage_policy_name)  # fmt: skip
+    by_day = {
+        row["day"]: row["total_usd"]
+        for row in sum_by(rows_for(team_ids, scope, GroupBy.DAY), ["day"], accrual_for(extra, team_ids, scope))
+    }
+    in_period = [usd for day, usd in by_day.items() if first <= day < end]
+    spend = exact_sum(in_period)
+    days = len(in_period)
+    elapsed_seconds = int((now - utc_midnight(first)).total_seconds())
+    forecast, provisional = period_forecast(by_day, first, end, now)
+    elapsed = (Decimal(elapsed_seconds) / 86_400).quantize(CENT)
+    return MonthToDate(first, spend, days, elapsed, (end - first).days, forecast, now, provisional, end)
+
+
+def _next_month(first: date) -> date:
+    return date(first.year + first.month // 12, first.month % 12 + 1, 1)
 
 
 def egress_flows(team_ids: Iterable[int], filters: CostFilters) -> list[dict]:

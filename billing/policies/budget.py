@@ -31,16 +31,17 @@ from django.utils import timezone
 from billing.choices import BudgetPeriod, SpentAction
 from billing.costs import reports, spend
 from billing.costs.serverless import accelerator_prices
+from billing.engine import BilledSpend, policy_billed
 from billing.models import Admission, CostDaily, PolicyVersion, UsagePolicy
 from billing.prices.money import (
     CENT,
     FORECAST,
+    PROVISIONAL_FORECAST,
     ZERO,
     Figure,
     estimate,
     exact_sum,
     format_usd,
-    linear_forecast,
     price_in_force,
     to_cents,
     utc,
@@ -101,6 +102,14 @@ class PolicyStatus:
     daily: tuple[tuple[date, Decimal], ...]
     now: datetime
     unpriced: tuple[str, ...] = ()
+    # Before MIN_FORECAST_DAYS of the period: the trailing run rate's forecast (never alerted on).
+    provisional_forecast: Decimal | None = None
+    # What imported usage records billed for the policy's runs this period; None when none is imported.
+    billed: BilledSpend | None = None
+
+    # Budget enforcement (alerts, refusals, cancels) reads `spend`, the estimate: the bill comes
+    # hours late and only for the days imported, so it cannot stop a run that is spending now.
+    ENFORCED_BY = "estimate"
 
     @property
     def spend_figure(self) -> Figure:
@@ -108,7 +117,16 @@ class PolicyStatus:
 
     @property
     def forecast_figure(self) -> Figure | None:
-        return None if self.forecast is None else Figure(self.forecast, FORECAST, self.now)
+        if self.forecast is not None:
+            return Figure(self.forecast, FORECAST, self.now)
+        if self.provisional_forecast is not None:
+            return Figure(self.provisional_forecast, PROVISIONAL_FORECAST, self.now)
+        return None
+
+    @property
+    def period_last(self) -> date:
+        """The period's last day (its end is excluded): the `end` of its cost page link."""
+        return self.period_end - timedelta(days=1)
 
     @property
     def budget(self) -> Decimal | None:
@@ -195,20 +213,26 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     3. Plus running runs' accrual since the last rollup (`billing.costs.spend.accrual`), the
        same as every other surface adds.
     4. Forecast, linear in elapsed time, once MIN_FORECAST_DAYS of the period have passed:
-       spend / elapsed x period length.
+       spend / elapsed x period length. Before that, a provisional one from the trailing run
+       rate (`reports.trailing_window`, reaching back across the period's start): shown, never alerted on.
+    5. Beside it, what imported usage records billed for the same runs and days (`billing.engine`).
     """
     now = utc(now or timezone.now())
     start, end = period_bounds(policy, now.date())
-    rows = policy_rows(policy, start, now.date())
-    extra = [row for row in policy_accrual(policy, now) if start <= row["day"] < end]
+    trailing_first, _ = reports.trailing_window(now)
+    first = min(start, trailing_first)
+    rows = policy_rows(policy, first, now.date())
+    extra = [row for row in policy_accrual(policy, now) if first <= row["day"] < end]
     by_day = {row["day"]: row["total_usd"] for row in reports.sum_by(rows, ["day"], extra)}
-    daily = tuple(sorted(by_day.items()))
+    daily = tuple(sorted((day, usd) for day, usd in by_day.items() if day >= start))
     spend = exact_sum(v for _, v in daily) if daily else ZERO
-    elapsed = int((now - utc_midnight(start)).total_seconds())
-    length = int((utc_midnight(end) - utc_midnight(start)).total_seconds())
-    forecast = linear_forecast(spend, elapsed, length) if elapsed >= MIN_FORECAST_DAYS * 86_400 else None
-    unpriced = tuple(reports.unpriced_reasons(rows, extra))
-    return PolicyStatus(policy, start, end, spend, forecast, daily, now, unpriced)
+    # The one rule `/costs/` follows too: linear from 3 days in, provisional before (never alerted on).
+    found, provisional = reports.period_forecast(by_day, start, end, now)
+    forecast, provisional_forecast = (None, found) if provisional else (found, None)
+    period_rows = rows.filter(day__gte=start)
+    unpriced = tuple(reports.unpriced_reasons(period_rows, [row for row in extra if row["day"] >= start]))
+    billed = policy_billed(policy.name, covered_team_ids(policy), start, now.date(), now)
+    return PolicyStatus(policy, start, end, spend, forecast, daily, now, unpriced, provisional_forecast, billed)
 
 
 def _plot_time(moment: datetime) -> str:

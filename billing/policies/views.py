@@ -46,7 +46,7 @@ def _require_admin(request: HttpRequest) -> None:
 
 POLICY_CSV_HEADER = [
     "name", "teams", "period_start", "period_end", "budget_usd", "spend_usd", "percent", "remaining_usd",
-    "forecast_usd", "action", "spend_figure", "forecast_figure",
+    "forecast_usd", "action", "spend_figure", "forecast_figure", "billed_usd", "billed_figure", "enforced_on",
 ]  # fmt: skip
 
 
@@ -58,8 +58,10 @@ def policy_list(request: HttpRequest) -> HttpResponse:
         statuses = (budget.evaluate(policy) for policy in visible)
         return csv_response("budget.csv", POLICY_CSV_HEADER, (
             [s.policy.name, ", ".join(t.name for t in s.policy.teams.all()) or "every team", s.period_start,
-             s.period_end, s.budget, s.spend, s.percent, s.remaining, s.forecast, s.policy.get_action_display(),
-             s.spend_figure.label, s.forecast_figure.label if s.forecast_figure else ""]
+             s.period_end, s.budget, s.spend, s.percent, s.remaining,
+             s.forecast_figure.usd if s.forecast_figure else None, s.policy.get_action_display(), s.spend_figure.label,
+             s.forecast_figure.label if s.forecast_figure else "", s.billed.usd if s.billed else "",
+             s.billed.figure.label if s.billed else "", s.ENFORCED_BY]
             for s in statuses
         ))  # fmt: skip
     for policy in visible:

@@ -138,6 +138,19 @@ def linear_forecast(spend: Decimal, elapsed_seconds: int, length_seconds: int) -
         return (spend * length_seconds / elapsed_seconds).quantize(CENT)
 
 
+def run_rate_forecast(
+    spend: Decimal, trailing_spend: Decimal, trailing_seconds: int, remaining_seconds: int
+) -> Decimal | None:
+    """spend + the trailing run rate (trailing_spend / trailing_seconds) x remaining_seconds,
+    half-even to the cent: the provisional forecast of a period's first days, whose own spend
+    is too little to extrapolate. The trailing window may reach back across the period's start.
+    None without a trailing window."""
+    if trailing_seconds <= 0:
+        return None
+    with localcontext(ROUNDING):
+        return (spend + trailing_spend * max(remaining_seconds, 0) / trailing_seconds).quantize(CENT)
+
+
 def utc_midnight(day: date) -> datetime:
     """00:00 UTC at the start of `day`: every rollup day and range bound is a UTC day."""
     return datetime.combine(day, time(), tzinfo=UTC)
@@ -249,6 +262,8 @@ ESTIMATED = "estimated"
 BILLED = "billed"
 LOWER_BOUND = "lower bound"
 FORECAST = "forecast"
+# A forecast from the trailing run rate, before MIN_FORECAST_DAYS of the period are in.
+PROVISIONAL_FORECAST = "provisional forecast"
 
 
 @dataclass(frozen=True)

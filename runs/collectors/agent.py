@@ -38,7 +38,7 @@ from ninja.errors import HttpError
 from pydantic import ValidationError
 
 from dashboard import fair_ingest
-from dashboard.api import Access, InvalidRows, check_count, resolve_runs
+from dashboard.api import Access, InvalidRows, check_count, own_source, resolve_runs
 from runs import ingest
 from runs.choices import BatchKind, CollectorKind, TelemetrySource
 from runs.collectors.state import count_refusals, state_for
@@ -65,10 +65,13 @@ def push_dropping(request: HttpRequest) -> Status:
     problems: list[str] = []
     valid = _valid_rows(samples, GpuSampleIn, "samples", problems)
     good_events = _valid_rows(events, RunEventIn, "events", problems)
+    # A row naming no run source names a run of the key's own source, as the API's other pushes.
+    named = [row for _, row in [*valid, *good_events]]
+    own_source(request, named, [(row.run_source, row.run, row.ts) for row in named])
     # The limits of the strict door hold here too: nodes per request, rows per key a minute.
-    fair_ingest.check_nodes(len({(r.run_source, r.run, r.attempt, r.node) for _, r in [*valid, *good_events]}))
+    fair_ingest.check_nodes(len({(r.run_source, r.run, r.attempt, r.node) for r in named}))
     fair_ingest.charge_rows(request, len(samples), "samples")
-    runs = resolve_runs(request, {(row.run_source, row.run) for _, row in [*valid, *good_events]})
+    runs = resolve_runs(request, {(row.run_source, row.run) for row in named})
     horizon = timezone.now() + timedelta(seconds=settings.AIRBOARD_MAX_FUTURE_SKEW_SECONDS)
     nodes: dict[tuple[int, int | None, int], Node] = {}
     rows: list[list[Any]] = []

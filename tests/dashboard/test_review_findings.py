@@ -27,7 +27,7 @@ from dashboard.models import ApiKeyRole
 from runs.choices import AcceleratorType, RunOrigin, RunStatus
 from runs.failures.postmortem import classify_run
 from runs.models import GpuSample, MetricPoint
-from tests.conftest import T0, World, make_run
+from tests.conftest import T0, World, make_run, serverless_api
 from tests.mlflow_server import MlflowServer, mlflow_server  # noqa: F401 (fixture)
 
 
@@ -199,7 +199,7 @@ def test_the_egress_csv_marks_a_flow_with_no_price_as_the_page_does(world: World
     make_run(world.vision, "r2")
     body = {"records": [{"run": "r2", "source_region": "us-west-2", "destination_region": "internet",
                          "bytes": 5_000_000_000, "ts": (T0 + timedelta(minutes=31)).isoformat()}]}  # fmt: skip
-    assert world.api(world.vision).post("/api/v1/egress", body, content_type="application/json").status_code == 201
+    assert serverless_api(world).post("/api/v1/egress", body, content_type="application/json").status_code == 201
     alice = world.client_for(world.alice)
     query = {"start": "2026-11-01", "end": "2026-11-03"}
     assert "(no price)" in alice.get("/costs/", query).content.decode()

@@ -27,7 +27,7 @@ from dashboard.celery import app
 from runs import ingest
 from runs.choices import BatchStatus
 from runs.models import GpuSample, IngestBatch
-from tests.conftest import T0, World, make_run, start_worker, stop_worker, wait_for
+from tests.conftest import T0, World, make_run, serverless_api, start_worker, stop_worker, wait_for
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="redis-server is not on PATH: cannot run a private Redis to kill"
@@ -125,7 +125,7 @@ def test_redis_killed_mid_ingest_then_restarted_stores_every_sample_once(
     enqueue = ingest.enqueue_batch
     monkeypatch.setattr(ingest, "enqueue_batch", lambda batch, queue=None: enqueue(batch, queue=QUEUE))
     make_run(world.vision, "long-run", ended_at=T0 + timedelta(hours=3))
-    api: Client = world.api(world.vision)
+    api: Client = serverless_api(world)
     worker = start_worker(
         tmp_path / "worker",
         queues=QUEUE,

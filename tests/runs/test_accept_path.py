@@ -12,7 +12,7 @@ from runs import ingest
 from runs.choices import BatchKind
 from runs.models import IngestBatch
 from runs.schemas import GPU_SAMPLE_BATCH, GpuSampleBatchIn
-from tests.conftest import T0, World, make_run
+from tests.conftest import T0, World, make_run, serverless_api
 
 GOOD = {
     "run": "r1", "gpu": 3, "ts": T0.isoformat(), "utilization_gpu": 97, "power_watts": 650.125,
@@ -83,7 +83,7 @@ def test_the_fast_path_and_the_model_agree_on_every_verdict(sample: dict) -> Non
 
 
 def _post(world: World, body: str):
-    return world.api(world.vision).post("/api/v1/gpu-samples", body, content_type="application/json")
+    return serverless_api(world).post("/api/v1/gpu-samples", body, content_type="application/json")
 
 
 @pytest.mark.django_db

@@ -12,7 +12,7 @@ from django.test import Client
 from runs import ingest
 from runs.choices import TelemetrySource
 from runs.models import CollectorState, GpuSample, IngestBatch, RunEvent
-from tests.conftest import World, make_run
+from tests.conftest import World, make_run, serverless_api
 
 NOW = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 URL = "/api/v1/gpu-samples?bad_rows=drop"
@@ -41,7 +41,7 @@ def test_bad_rows_are_dropped_and_counted_the_rest_stored_and_a_resend_is_a_no_o
             "events": [{"kind": "xid", "run": "run-1", "gpu": 0, "ts": NOW.isoformat(), "message": "Xid 79",
                         "details": {"xid": 79}, "node": 0, "host": "gpu-node-1"},
                        {"kind": "made-up", "run": "run-1", "ts": NOW.isoformat()}]}  # fmt: skip
-    client = world.api(world.vision)
+    client = serverless_api(world)  # the events name no run_source: the key's, serverless
 
     response = post(client, body)
 
@@ -74,7 +74,7 @@ def test_events_alone_are_stored_without_a_batch(world: World) -> None:
     event = {"kind": "gpu_lost", "run": "run-1", "gpu": 3, "gpu_uuid": "GPU-3", "ts": NOW.isoformat(),
              "message": "GPU 3 fell off the bus", "node": 0}  # fmt: skip
 
-    response = post(world.api(world.vision), {"source": "nvml", "events": [event]})
+    response = post(serverless_api(world), {"source": "nvml", "events": [event]})
 
     assert response.status_code == 200 and response.json()["batch"] is None
     stored = RunEvent.objects.get(run=run)
@@ -93,7 +93,7 @@ def test_events_alone_are_stored_without_a_batch(world: World) -> None:
     ],
 )
 def test_a_body_that_is_not_a_push_is_a_422_naming_what_is_wrong(world: World, body: Any, field: str) -> None:
-    response = post(world.api(world.vision), body)
+    response = post(serverless_api(world), body)
     assert response.status_code == 422
     assert field in {error["field"] for error in response.json()["errors"]}
 
@@ -101,7 +101,7 @@ def test_a_body_that_is_not_a_push_is_a_422_naming_what_is_wrong(world: World, b
 @pytest.mark.django_db
 def test_limits_and_the_option_itself_are_checked(world: World, settings) -> None:
     settings.AIRBOARD_MAX_SAMPLES_PER_BATCH = 2
-    client = world.api(world.vision)
+    client = serverless_api(world)
     assert post(client, {"samples": [_sample("run-1", g, NOW) for g in range(3)]}).status_code == 413
     assert (
         post(client, {"samples": [_sample("run-1", 0, NOW)]}, "/api/v1/gpu-samples?bad_rows=maybe").status_code == 422

@@ -78,13 +78,19 @@ def test_staff_sees_every_team_and_month_forecast(costs: World) -> None:
     assert 'id="spend-figure"' in body and "data-figure" in body
 
 
-@time_machine.travel(NOW, tick=False)
-def test_forecast_hidden_under_three_days(world: World) -> None:
+@time_machine.travel(datetime(2026, 11, 2, 12, tzinfo=UTC), tick=False)
+def test_forecast_provisional_under_three_days(world: World) -> None:
     _day(world.vision, date(2026, 11, 1), "10")
     _day(world.vision, date(2026, 11, 2), "10")
     response = world.client_for(world.alice).get("/costs/")
-    assert response.context["mtd"].forecast is None
-    assert "No forecast yet" in response.content.decode()
+    mtd = response.context["mtd"]
+    # 1.5 days in: no linear forecast. The trailing window (Oct 30 00:00 to now, 3.5 days) spent
+    # $20: $20 + $20 / 3.5 x 28.5 days left = $182.86, provisional.
+    assert mtd.provisional and mtd.forecast == Decimal("182.86")
+    assert "provisional forecast" in response.content.decode()
+    empty = world.client_for(world.charlie).get("/costs/")
+    assert empty.context["mtd"].forecast is None
+    assert "No forecast yet" in empty.content.decode()
 
 
 @time_machine.travel(NOW, tick=False)

@@ -130,8 +130,11 @@ def test_overview_failures(world: World) -> None:
 def test_overview_spend_by_team(world: World) -> None:
     assert "table=spend" in page(world, world.alice, "/")
     rows = download(world, world.alice, "/", table="spend")
-    assert list(rows[0]) == ["team", "gpu_hours", "usd", "compute_usd", "egress_usd", "figure"]
+    assert list(rows[0]) == [
+        "team", "gpu_hours", "usd", "compute_usd", "egress_usd", "figure", "billed_usd", "billed_figure"
+    ]  # fmt: skip
     assert [r["team"] for r in rows] == ["vision"]
+    assert rows[0]["billed_usd"] == ""  # no usage records imported
     assert sorted(r["team"] for r in download(world, world.sam, "/", table="spend")) == ["nlp", "vision"]
 
 

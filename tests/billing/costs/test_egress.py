@@ -16,7 +16,7 @@ from billing.models import AcceleratorPrice, CostDaily, EgressPrice, EgressRecor
 from runs.choices import BatchStatus
 from runs.models import IngestBatch, MetricPoint, Run
 from runs.telemetry.store import store_metric_points
-from tests.conftest import T0, World, make_run, wait_for
+from tests.conftest import T0, World, make_run, serverless_api, wait_for
 
 BOOK = datetime(2026, 1, 1, tzinfo=UTC)
 GB = 10**9
@@ -30,7 +30,7 @@ def _record(run: str = "r1", ts: datetime = T0, num_bytes: int = 5 * GB, **field
 
 
 def _post(world: World, records: list[dict], team=None):
-    api = world.api(team or world.vision)
+    api = serverless_api(world, team)
     return api.post("/api/v1/egress", {"records": records}, content_type="application/json")
 
 
@@ -180,7 +180,7 @@ def test_network_metrics_pushed_through_the_api_derive_egress_in_the_worker(worl
          .isoformat(), "value": 1000.0 * n}
         for n in range(4)
     ]  # fmt: skip
-    response = world.api(world.vision).post("/api/v1/metrics", {"points": points}, content_type="application/json")
+    response = serverless_api(world).post("/api/v1/metrics", {"points": points}, content_type="application/json")
     assert response.status_code == 202, response.content
     batch_id = response.json()["id"]
     done = IngestBatch.objects.filter(pk=batch_id, status=BatchStatus.DONE)

@@ -55,7 +55,7 @@ def _field(row: object, name: str) -> object:
 
 
 def overview_usd(world: World, team_name: str) -> Decimal:
-    rows = world.client_for(world.sam).get("/").context["team_spend"]
+    rows = [row.month for row in world.client_for(world.sam).get("/").context["team_spend"]]
     return next(Decimal(_field(r, "usd")) for r in rows if _field(r, "team_name") == team_name)
 
 

@@ -26,7 +26,7 @@ from agent.buffer import DiskBuffer
 from agent.main import main
 from agent.nvml import NvmlSampler
 from agent.shipper import HttpSender, Shipper, site_url
-from runs.choices import RunEventKind, TelemetrySource
+from runs.choices import RunEventKind, RunSource, TelemetrySource
 from runs.models import GpuSample, IngestBatch, RunEvent
 from tests import fake_pynvml
 from tests.conftest import ROOT, World, make_run, wait_for
@@ -244,7 +244,7 @@ def test_site_down_buffers_to_the_bound_then_drains_in_order(
     world: World, live_server: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     make_run(world.vision, "run-buf")
-    key = world.key(world.vision)
+    key = world.key(world.vision, source=RunSource.SERVERLESS)  # the rows name no run_source: the key's
     # Room for the last four batches (3 to 6 samples) only.
     sizes = [len(json.dumps(_payload(i, samples=i + 1), separators=(",", ":"))) for i in range(6)]
     buffer = DiskBuffer(tmp_path / "buffer", max_bytes=sum(sizes[2:]) + 10)

@@ -19,7 +19,16 @@ from django.utils import timezone
 from runs import ingest
 from runs.choices import BatchKind, BatchStatus
 from runs.models import GpuMinute, GpuSample, IngestBatch, MetricPoint, Node
-from tests.conftest import ROOT, T0, TESTS, World, database_url_for_test_db, make_run, wait_for
+from tests.conftest import (
+    ROOT,
+    T0,
+    TESTS,
+    World,
+    database_url_for_test_db,
+    make_run,
+    serverless_api,
+    wait_for,
+)
 
 GIB = 1024**3
 
@@ -45,7 +54,7 @@ def batch_done(batch_id: int) -> bool:
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_stores_a_batch_once_and_rolls_it_up(world: World, celery_worker) -> None:
     make_run(world.vision, "r1")
-    api = world.api(world.vision)
+    api = serverless_api(world)
     body = {"source": "nvml", "samples": samples()}
     first = api.post("/api/v1/gpu-samples", body, content_type="application/json")
     assert first.status_code == 202, first.content
@@ -89,7 +98,7 @@ def test_metrics_go_through_the_worker_and_nan_is_stored_as_missing(world: World
     ]  # fmt: skip
     points.append({"run": "r1", "key": "train/loss", "step": 50, "ts": (T0 + timedelta(seconds=50)).isoformat(),
                    "value": "NaN"})  # fmt: skip
-    api = world.api(world.vision)
+    api = serverless_api(world)
     response = api.post("/api/v1/metrics", {"points": points}, content_type="application/json")
     assert response.status_code == 202, response.content
     assert wait_for(lambda: batch_done(response.json()["id"]), timeout=60), celery_worker.log()
@@ -102,7 +111,7 @@ def test_metrics_go_through_the_worker_and_nan_is_stored_as_missing(world: World
 @pytest.mark.django_db
 class TestRefusals:
     def post(self, world: World, body: dict, path: str = "/api/v1/gpu-samples"):
-        return world.api(world.vision).post(path, body, content_type="application/json")
+        return serverless_api(world).post(path, body, content_type="application/json")
 
     def test_each_bad_row_is_named_and_nothing_is_recorded(self, world: World) -> None:
         make_run(world.vision, "r1")
@@ -122,7 +131,7 @@ class TestRefusals:
         body = (
             '{"samples": [{"run": "r1", "gpu": 0, "ts": "%s", "power_watts": Infinity}]}' % raw[0]["ts"]  # noqa: UP031
         )
-        response = world.api(world.vision).post("/api/v1/gpu-samples", body, content_type="application/json")
+        response = serverless_api(world).post("/api/v1/gpu-samples", body, content_type="application/json")
         assert response.status_code == 422
         assert response.json()["errors"][0]["field"] == "samples[0].power_watts"
 
@@ -137,7 +146,7 @@ class TestRefusals:
             {"run": "r1", "gpu": 4, "ts": ts, "utilization_gpu": 50},
         ]
         body = json.dumps({"samples": rows})  # NaN and -Infinity as bare JSON literals, as Python's json reads them
-        response = world.api(world.vision).post("/api/v1/gpu-samples", body, content_type="application/json")
+        response = serverless_api(world).post("/api/v1/gpu-samples", body, content_type="application/json")
         assert response.status_code == 422
         errors = {e["field"]: e["message"] for e in response.json()["errors"]}
         assert set(errors) == {"samples[0].host", "samples[1].temperature_c", "samples[2].power_watts",
@@ -194,7 +203,7 @@ def test_an_nvidia_smi_file_imports_through_the_api(world: World, celery_worker)
         "this line is noise\n"
         "2026/11/02 09:00:02.000, 0, 38 %, 4600 MiB, 81559 MiB, 110.00 W\n"
     )
-    api = world.api(world.vision)
+    api = serverless_api(world)
     response = api.post("/api/v1/runs/r1/telemetry-file", {"text": text}, content_type="application/json")
     assert response.status_code == 202, response.content
     body = response.json()
@@ -215,7 +224,7 @@ def test_an_nvidia_smi_file_imports_through_the_api(world: World, celery_worker)
 @pytest.mark.django_db
 def test_a_telemetry_file_with_nothing_usable_is_422(world: World) -> None:
     make_run(world.vision, "r1")
-    api = world.api(world.vision)
+    api = serverless_api(world)
     response = api.post("/api/v1/runs/r1/telemetry-file", {"text": "hello\nworld\n"}, content_type="application/json")
     assert response.status_code == 422
     assert "format" in response.json()["errors"][0]["message"]
@@ -245,7 +254,7 @@ HUGE_LABEL_LINE = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="' + "x" * 100_000 + "}
 
 
 def post_file(world: World, body: dict, team=None) -> object:
-    api = world.api(team or world.vision)
+    api = serverless_api(world, team)
     return api.post("/api/v1/runs/r1/telemetry-file", body, content_type="application/json")
 
 
