@@ -19,6 +19,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
@@ -368,6 +369,29 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
+def run_log_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """The run page's log viewer alone (?attempt=&node=&q= as the page reads them): logs.js swaps it in.
+
+    Switching a node's log reads that log only, not the page's charts, costs and figures again.
+    """
+    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
+    node = _selected_node(attempts, request.GET.get("attempt"), request.GET.get("node"))
+    query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
+    ctx = {
+        "run": run,
+        "attempts": attempts,
+        "log_node": node,
+        "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
+        "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
+        "log_query": query,
+    }
+    response = render(request, "runs/_log_section.html", ctx)
+    response["Cache-Control"] = "private, no-cache"  # a running node's log grows
+    return response
+
+
+@login_required
 def run_log(request: HttpRequest, pk: int) -> HttpResponse:
     """One node's log as text/plain: whole, or `grep -n` style with ?q=; ?download=1 attaches it.
 
@@ -527,7 +551,12 @@ def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
     if asked["legacy"]:
         field, tier, figure = panels[0]
         return JsonResponse({"field": field, "tier": tier, "figure": figure})
-    return JsonResponse({"panels": [{"field": f, "tier": t, "figure": fig} for f, t, fig in panels]})
+    answer: dict = {"panels": [{"field": f, "tier": t, "figure": fig} for f, t, fig in panels]}
+    if request.GET.get("signals") == "1":
+        # After a node switch the page's signals line names that node's (one aggregate).
+        signals = charts.RunPanels(None, None, [], charts.signals_present(run, node_ids))
+        answer["signals_html"] = render_to_string("runs/_signals.html", {"signals": signals, "gpu_node": node})
+    return JsonResponse(answer)
 
 
 @login_required

@@ -147,7 +147,7 @@
 
   // --- GPU panels: data per panel, linked zoom, switches without a page load -----------
 
-  var board = { root: null, state: null, items: {}, seen: {}, queue: [], timer: null, ticket: 0, echo: false };
+  var board = { root: null, state: null, items: {}, queue: [], timer: null, ticket: 0, echo: false, signalsStale: false };
   var STATE_KEYS = ["range", "gpu_node", "view"];
 
   function stateFromUrl() {
@@ -189,8 +189,10 @@
     el.dataset.loading = key;
     board.queue.push(el);
     if (board.timer === null) {
-      // Panels that come into view in the same moment share one request.
-      board.timer = window.setTimeout(flush, 0);
+      // Panels that come into view in the same moment share one request (a microtask, not a
+      // timer: it runs before the next frame, and under a test's fake clock too).
+      board.timer = true;
+      Promise.resolve().then(flush);
     }
   }
 
@@ -205,8 +207,14 @@
     var width = Math.max.apply(null, batch.map(function (el) { return el.clientWidth || 0; })) || 1000;
     var fields = batch.map(function (el) { return el.dataset.field; });
     var ticket = ++board.ticket;
+    var url = panelUrl(fields, Math.round(width));
+    var askSignals = board.signalsStale;
+    if (askSignals) {
+      board.signalsStale = false;
+      url += "&signals=1";
+    }
     board.root.dataset.pending = String(Number(board.root.dataset.pending || 0) + 1);
-    fetch(panelUrl(fields, Math.round(width)), { credentials: "same-origin", headers: { Accept: "application/json" } })
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) { return response.ok ? response.json() : null; })
       .catch(function () { return null; })
       .then(function (body) {
@@ -214,6 +222,10 @@
         if (!body || stateKey(board.state) !== key) {
           batch.forEach(function (el) { if (el.dataset.loading === key) { delete el.dataset.loading; } });
           return;
+        }
+        var line = document.getElementById("signals");
+        if (body.signals_html !== undefined && line) {
+          line.outerHTML = body.signals_html;
         }
         var byField = {};
         body.panels.forEach(function (panel) { byField[panel.field] = panel; });
@@ -258,6 +270,8 @@
     board.echo = false;
     board.items[el.dataset.figure] = { el: el, layout: layout };
     el.dataset.drawn = String(Number(el.dataset.drawn || 0) + 1);
+    // When (ms since the page's navigation began) this panel was last drawn: bench/run_page.py reads it.
+    el.dataset.drawnAt = String(Math.round(performance.now()));
     if (first) {
       el.on("plotly_relayout", function (event) { linkedZoom(el, event); });
       share(el);
@@ -277,6 +291,12 @@
       to = event["xaxis.range"][1];
     }
     if (from === undefined && !event["xaxis.autorange"]) {
+      return;
+    }
+    // The echo of the relayout this sent to the other panels (Plotly emits it after a tick):
+    // the window is already the state's, so nothing to follow or re-read.
+    var next = from === undefined ? null : String(from);
+    if (next === board.state.from && (next === null || String(to) === board.state.to)) {
       return;
     }
     board.state.from = from === undefined ? null : String(from);
@@ -346,6 +366,9 @@
       } else {
         params.set(name, value);
       }
+      if (name === "gpu_node" && board.state[name] !== value) {
+        board.signalsStale = true;
+      }
       board.state[name] = value;
     });
     board.state.from = null;
@@ -413,6 +436,9 @@
     }
     window.addEventListener("popstate", function () {
       var next = stateFromUrl();
+      if (next.gpu_node !== board.state.gpu_node) {
+        board.signalsStale = true;
+      }
       STATE_KEYS.forEach(function (name) { board.state[name] = next[name]; });
       board.state.from = null;
       board.state.to = null;

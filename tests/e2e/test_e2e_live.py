@@ -26,8 +26,10 @@ def test_run_page_status_and_chart_update_without_reload(browsing: Browsing, sce
     browsing.goto(f"/runs/{scene.running.pk}/")
     expect(page.locator("h1 .status")).to_have_text("Running")
     chart = page.locator("[data-figure=fig-utilization]")
-    expect(chart.locator(".scatterlayer .trace")).to_have_count(scene.running_gpus)
+    expect(chart.locator(".scatterlayer .trace")).to_have_count(3)  # the envelope: band and mean
     page.evaluate("window.__sameDocument = true")
+    page.locator("#gpu-view").get_by_role("link", name="each GPU").click()
+    expect(chart.locator(".scatterlayer .trace")).to_have_count(scene.running_gpus)
 
     # Three new samples per GPU after the chart's last point: one poll appends them all.
     node = Node.objects.get(attempt__run=scene.running)

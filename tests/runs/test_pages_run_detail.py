@@ -204,9 +204,11 @@ def test_charts_when_telemetry_exists(world: World, run: Run) -> None:
         assert f'data-figure="{figure_id}" data-field="{field}"' in html
         assert f'<script id="{figure_id}"' not in html
     assert f'data-telemetry="/runs/{run.pk}/telemetry.json"' in html
-    body = world.client_for(world.alice).get(
-        f"/runs/{run.pk}/telemetry.json", {"fields": "utilization_gpu", "view": "gpus"}
-    ).json()
+    body = (
+        world.client_for(world.alice)
+        .get(f"/runs/{run.pk}/telemetry.json", {"fields": "utilization_gpu", "view": "gpus"})
+        .json()
+    )
     assert "node 0 · GPU 7" in {trace["name"] for trace in body["panels"][0]["figure"]["data"]}
 
 

@@ -36,8 +36,14 @@ def util(node_index: int, gpu: int, s: int) -> float:
 def store(run, nodes, seconds) -> None:
     store_gpu_samples(
         [
-            GpuSample(run=run, node=node, gpu_index=gpu, ts=T0 + timedelta(seconds=s),
-                      utilization_gpu=util(node.index, gpu, s), temperature_c=60.0 + gpu)  # fmt: skip
+            GpuSample(
+                run=run,
+                node=node,
+                gpu_index=gpu,
+                ts=T0 + timedelta(seconds=s),
+                utilization_gpu=util(node.index, gpu, s),
+                temperature_c=60.0 + gpu,
+            )
             for node in nodes
             for gpu in range(4)
             for s in seconds

@@ -63,7 +63,11 @@ def page_panels(client, run, view: str = "gpus", **params: str) -> dict:
     fields = re.findall(r'data-field="([a-z_]+)"', html)
     if not fields:
         return {}
-    asked = {"fields": ",".join(fields), "view": view, **{k: v for k, v in params.items() if k in ("range", "gpu_node")}}
+    asked = {
+        "fields": ",".join(fields),
+        "view": view,
+        **{k: v for k, v in params.items() if k in ("range", "gpu_node")},
+    }
     body = client.get(reverse("run_telemetry", args=[run.pk]), asked).json()
     return {panel["field"]: panel["figure"] for panel in body["panels"]}
 
