@@ -261,6 +261,7 @@
     }
     el.hidden = false;
     var layout = figure.layout;
+    sharedX(figure);
     if (zoom) {
       layout.xaxis = Object.assign({}, layout.xaxis, { range: zoom, autorange: false });
     }
@@ -311,6 +312,19 @@
     board.echo = false;
     reload();
   }
+
+  /* An envelope panel sends its times once, in the first trace (layout.meta.shared_x). */
+  function sharedX(figure) {
+    if (figure.layout.meta && figure.layout.meta.shared_x && figure.data.length) {
+      figure.data.forEach(function (trace) {
+        if (trace.x === undefined) {
+          trace.x = figure.data[0].x;
+        }
+      });
+    }
+    return figure;
+  }
+  window.airboardSharedX = sharedX;
 
   function visible(el) {
     // The observer's margin (100 px) too: a panel it counts as in view is asked again.

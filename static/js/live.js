@@ -147,6 +147,10 @@
       getJson((url && url.telemetry ? url.telemetry : "telemetry.json") + "?" + params.toString()).then(function (body) {
         var figure = body && body.panels && body.panels[0] && body.panels[0].figure;
         if (figure) {
+          // Envelope panels send their times once (charts.js's airboardSharedX gives them to every trace).
+          if (window.airboardSharedX) {
+            window.airboardSharedX(figure);
+          }
           extend(gd, figure);
         }
       });

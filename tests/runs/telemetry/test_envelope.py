@@ -69,6 +69,9 @@ def test_the_envelope_keeps_a_one_sample_spike_and_names_the_idle_gpu(world: Wor
     assert hot is not None and not hot.low and hot.name.endswith("GPU 3") and hot.mean == 63.0
     figure = envelope.envelope_figure(env)
     assert [trace["name"] for trace in figure["data"]] == ["min", "max", "mean"]
+    # The times go once, in the first trace; charts.js shares them (meta.shared_x).
+    assert len(figure["data"][0]["x"]) == len(env.x) and figure["layout"]["meta"]["shared_x"]
+    assert "x" not in figure["data"][1] and "x" not in figure["data"][2]
     assert "lowest: node 1 · GPU 3 averaged 15 %; the others 78 %" in figure["layout"]["title"]["text"]
     assert figure["layout"]["meta"]["worst"]["name"] == "node 1 · GPU 3"
 
