@@ -207,7 +207,7 @@ def server_figures(client: Client, big: Run, small: Run, repeat: int) -> dict[st
     out: dict[str, float] = {}
     for picked in RANGES:
         print(f"range {picked}")
-        totals = {}
+        totals, panels = {}, {}
         for run, label in ((big, "64 GPUs"), (small, "1 GPU")):
             page = f"/runs/{run.pk}/?range={picked}"
             data = f"/runs/{run.pk}/telemetry.json?range={picked}&width={PANEL_WIDTH}&fields="
@@ -223,8 +223,14 @@ def server_figures(client: Client, big: Run, small: Run, repeat: int) -> dict[st
                 print(f"  {label}: {before / 1000:.1f} KB before the first chart (page + its data)"
                       f"  target <= {FIRST_CHART_BYTES / 1000:.0f} KB {ok}")  # fmt: skip
             totals[label] = frame[0] + first[0]
+            panels[label] = first[0]
         ratio = totals["64 GPUs"] / totals["1 GPU"]
         out[picked] = ratio
+        # The panels' data alone: what the frame costs besides (stall banner, costs, log) is the same for every range.
+        alone = panels["64 GPUs"] / panels["1 GPU"]
+        print(f"  64 GPUs / 1 GPU server time of the panels above the fold: {panels['64 GPUs']:.1f} /"
+              f" {panels['1 GPU']:.1f} ms = {alone:.2f}x  target <= {RATIO:.0f}x"
+              f" {verdict(alone <= RATIO)}")  # fmt: skip
         print(f"  64 GPUs / 1 GPU server time to the first chart: {totals['64 GPUs']:.1f} / {totals['1 GPU']:.1f} ms"
               f" = {ratio:.2f}x  target <= {RATIO:.0f}x {verdict(ratio <= RATIO)}")  # fmt: skip
     return out
