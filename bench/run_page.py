@@ -17,7 +17,8 @@ The workspace, per run (the 64-GPU one and a 1-GPU one, both running):
      compaction (`blocks.compact_samples`) until only the last
      AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES stay hot rows. No VACUUM after it: the reads must
      not depend on autovacuum having caught up with compaction (ANALYZE only, for the plans).
-  3. A log of 2,000 lines on every node.
+  3. A log of 2,000 lines on every node (the page leaves it out of its frame: logs.js fetches
+     it once the charts above the fold are drawn).
 
 Printed, for every range (15m, 1h, 6h, 24h, all), then for a node switch, a log switch and a zoom:
 server time (median of --repeat, Django's full stack in process, a signed-in team member), bytes
@@ -306,6 +307,8 @@ def browser_figures(user: User, big: Run, small: Run, zoom: tuple[str, str]) -> 
                       f" {verdict(sent <= FIRST_CHART_BYTES)}")  # fmt: skip
         page.goto(f"{base}/runs/{big.pk}/?range=1h#gpus")
         page.wait_for_function(DRAWN)
+        # The log viewer comes after the first charts (logs.js): wait for it before switching it.
+        page.wait_for_function("() => Number(document.getElementById('log-body').dataset.swaps || 0) >= 1")
         page.evaluate("window.__sameDocument = true")
         last_node = Node.objects.filter(attempt__run=big).order_by("-index").first().index
 

@@ -344,9 +344,10 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "run": run,
         "attempts": attempts,
         "cost": run_cost(run, now=now),
+        # The log viewer is not in the frame: logs.js asks runs/<pk>/log/view/ for it once the
+        # charts above the fold are drawn (a 5,000-line log is ~500 KB of HTML).
         "log_node": node,
         "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
-        "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
         "log_query": query,
         "timeline": charts.timeline_figure(attempts, now=now),
         "coverage": glance.coverage(run, now=now),

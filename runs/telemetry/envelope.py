@@ -261,6 +261,12 @@ def _worst(
     if node_ids is not None:
         rows = rows.filter(node_id__in=node_ids)
     means = list(rows.values("node_id", "gpu_index").annotate(**{f: Avg(f"{f}_avg") for f in fields}).order_by())
+    if not means:
+        # Raw rows not rolled up (loaded without the ingest path): their own means, hot part only.
+        hot = GpuSample.objects.filter(run=run, ts__gte=start, ts__lte=end)
+        if node_ids is not None:
+            hot = hot.filter(node_id__in=node_ids)
+        means = list(hot.values("node_id", "gpu_index").annotate(**{f: Avg(f) for f in fields}).order_by())
     out: dict[str, Worst | None] = {}
     for f in fields:
         present = [(row[f], row["node_id"], row["gpu_index"]) for row in means if row[f] is not None]

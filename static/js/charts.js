@@ -236,6 +236,8 @@
           show(el, panel ? panel.figure : null, zoom);
         });
         board.root.dataset.requests = String(ticket);
+        // The first panels are drawn: what waited for them (the log viewer, logs.js) may come.
+        document.dispatchEvent(new CustomEvent("airboard:panels-drawn"));
       });
   }
 
@@ -367,6 +369,18 @@
     });
     document.querySelectorAll("#gpu-view [data-view]").forEach(function (link) {
       link.classList.toggle("current", link.dataset.view === state.view);
+    });
+    // Links the server wrote with the page's query string (the metrics' x switch) carry the new state.
+    document.querySelectorAll("#metrics-x a").forEach(function (link) {
+      var url = new URL(link.href, location.href);
+      [["range", "all"], ["gpu_node", "all"], ["view", "envelope"]].forEach(function (pair) {
+        if (state[pair[0]] === pair[1]) {
+          url.searchParams.delete(pair[0]);
+        } else {
+          url.searchParams.set(pair[0], state[pair[0]]);
+        }
+      });
+      link.href = url.pathname + url.search + url.hash;
     });
   }
 

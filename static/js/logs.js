@@ -79,9 +79,38 @@
     });
   }
 
+  /* The run page ships without its log (data-lazy): it comes once the GPU panels above the
+   * fold are drawn (charts.js's airboard:panels-drawn), when the log box comes into view, or
+   * at once on a page without panels, whichever is first. */
+  function loadLazy(body) {
+    if (body.dataset.lazy === undefined) {
+      return;
+    }
+    delete body.dataset.lazy;
+    var params = new URLSearchParams(location.search);
+    var query = new URLSearchParams();
+    LOG_KEYS.forEach(function (name) { if (params.get(name)) { query.set(name, params.get(name)); } });
+    swap(body, query.toString(), false);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     wire(document);
     var body = document.getElementById("log-body");
+    if (body && body.dataset.lazy !== undefined) {
+      if (!document.querySelector("#gpu-panels [data-field]")) {
+        loadLazy(body);
+      } else {
+        document.addEventListener("airboard:panels-drawn", function () { loadLazy(body); });
+        if ("IntersectionObserver" in window) {
+          new IntersectionObserver(function (entries, observer) {
+            if (entries.some(function (entry) { return entry.isIntersecting; })) {
+              observer.disconnect();
+              loadLazy(body);
+            }
+          }).observe(body);
+        }
+      }
+    }
     if (body) {
       var shown = logKey(location.search);
       window.addEventListener("popstate", function () {

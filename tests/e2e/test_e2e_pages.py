@@ -77,7 +77,8 @@ def test_run_list_status_filter(browsing: Browsing, scene: Scene) -> None:
 def test_run_page_draws_one_trace_per_gpu(browsing: Browsing, scene: Scene) -> None:
     page = browsing.page
     browsing.login_as(scene.world.alice)
-    browsing.goto(f"/runs/{scene.running.pk}/")
+    # The GPU section's link (#gpus): its panels load as they come into view.
+    browsing.goto(f"/runs/{scene.running.pk}/#gpus")
     chart = page.locator("[data-figure=fig-utilization]")
     expect(chart.locator(".main-svg").first).to_be_visible()
     # By default the run's GPUs are one envelope: the min-max band and the mean.

@@ -29,9 +29,12 @@ def node_of(run: Run, attempt: int = 1, index: int = 0) -> Node:
 
 
 def page(client: Client, run: Run, **params: object) -> str:
+    """The run page as a reader sees it: the frame, with the log viewer logs.js fetches into it."""
     response = client.get(reverse("run_detail", args=[run.pk]), params)
     assert response.status_code == 200
-    return response.content.decode()
+    log = client.get(reverse("run_log_view", args=[run.pk]), {k: v for k, v in params.items() if k != "range"})
+    assert log.status_code == 200
+    return response.content.decode() + log.content.decode()
 
 
 def write_log(node: Node, text: str, pieces: int = 3) -> None:
