@@ -328,15 +328,19 @@ def main() -> None:
         sys.exit("bench/overview_growth.py needs DATABASE_URL=postgres://...")
     print(f"load average {os.getloadavg()}")
     print(machine_speed())
-    growth = measure(args.gpus, args.minutes, args.log_mb, args.repeat)
+    report(measure(args.gpus, args.minutes, args.log_mb, args.repeat), args.minutes, args.repeat)
+
+
+def report(growth: Growth, minutes: int, repeat: int) -> None:
+    """Print what `measure` found: the workspace, then each page without and with, and the verdict."""
     print(
-        f"\nwith: {growth.gpus} running GPUs, {growth.samples:,} raw 1 Hz samples ({args.minutes} min + top-up) "
+        f"\nwith: {growth.gpus} running GPUs, {growth.samples:,} raw 1 Hz samples ({minutes} min + top-up) "
         f"({growth.blocks:,} blocks, {growth.hot_rows:,} hot rows), {growth.log_bytes / 1e6:.1f} MB of logs"
     )
     print(
         f"without: {growth.gpus} running GPUs, the same rollups, no raw samples, no logs (another team, timed in turn)"
     )
-    print(f"target: at most {TARGET_MS:.0f} ms and at most {TARGET_RATIO}x with/without (median of {args.repeat})")
+    print(f"target: at most {TARGET_MS:.0f} ms and at most {TARGET_RATIO}x with/without (median of {repeat})")
     print(f"{'page':16s} {'without':>10s} {'with':>10s} {'ratio':>6s} {'queries':>9s}  verdict")
     for page in growth.pages:
         print(

@@ -10,6 +10,7 @@ urlpatterns = [
     path("fleet/", views.fleet, name="fleet"),
     path("<int:pk>/", views.run_detail, name="run_detail"),
     path("<int:pk>/log/", views.run_log, name="run_log"),
+    path("<int:pk>/log/view/", views.run_log_view, name="run_log_view"),
     path("<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("<int:pk>/telemetry.json", views.run_telemetry, name="run_telemetry"),
     path("<int:pk>/status.json", views.run_status, name="run_status"),

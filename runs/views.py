@@ -19,6 +19,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
@@ -39,7 +40,7 @@ from runs.choices import CancelOutcome
 from runs.forms import MAX_QUERY_LENGTH, RunFilterForm
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run
-from runs.telemetry import charts
+from runs.telemetry import charts, envelope
 from runs.telemetry import fleet as fleet_queries
 
 # Sort keys the run list accepts (a leading "-" reverses), mapped to the ORM field. Anything
@@ -341,6 +342,19 @@ def _gpu_node(value: str | None, indexes: list[int]) -> tuple[int | None, str]:
     return None, f"This run has no node {value[:20]!r}: showing all nodes."
 
 
+# The run page's GPU panels, in order: (field, the chart's element id, what it shows).
+PANEL_IDS = {"utilization_gpu": "fig-utilization", "memory_used_bytes": "fig-memory"}
+
+
+def gpu_panels(signals: frozenset[str]) -> list[tuple[str, str, str]]:
+    """(field, element id, label) of each GPU panel the run has a signal for, utilization and memory first."""
+    out = []
+    for field in ("utilization_gpu", "memory_used_bytes", *charts.PANEL_FIELDS):
+        if field in signals:
+            out.append((field, PANEL_IDS.get(field, f"fig-{field}"), envelope.UNITS[field][0]))
+    return out
+
+
 @login_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.for_user(request.user).select_related("team", "user"), pk=pk)
@@ -350,19 +364,24 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
     picked = request.GET.get("range", "all")
     picked = picked if picked in glance.RANGES else "all"
-    start, end = glance.time_range(run, picked)
     node_indexes = sorted({n.index for a in attempts for n in a.nodes.all()})
     gpu_node, node_error = _gpu_node(request.GET.get("gpu_node"), node_indexes)
     x_axis = "time" if request.GET.get("x") == "time" else "step"
-    telemetry = charts.run_panels(run, start, end, gpu_node)
+    view = request.GET.get("view") if request.GET.get("view") in TELEMETRY_VIEWS else "envelope"
+    # The frame only: which panels the run has (one aggregate); charts.js asks telemetry.json for
+    # each panel's data as it comes into view, at the panel's width.
+    node_ids = None if gpu_node is None else [n.pk for a in attempts for n in a.nodes.all() if n.index == gpu_node]
+    signals = charts.signals_present(run, node_ids)
+    telemetry = charts.RunPanels(None, None, [], signals)
 
     ctx = {
         "run": run,
         "attempts": attempts,
         "cost": run_cost(run, now=now),
+        # The log viewer is not in the frame: logs.js asks runs/<pk>/log/view/ for it once the
+        # charts above the fold are drawn (a 5,000-line log is ~500 KB of HTML).
         "log_node": node,
         "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
-        "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
         "log_query": query,
         "timeline": charts.timeline_figure(attempts, now=now),
         "coverage": glance.coverage(run, now=now),
@@ -373,9 +392,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "gpu_node": gpu_node,
         "node_error": node_error,
         "signals": telemetry,
-        "utilization": telemetry.utilization,
-        "memory": telemetry.memory,
-        "panels": telemetry.panels,
+        "gpu_panels": gpu_panels(signals),
+        "view": view,
         "x_axis": x_axis,
         # The compare page's figure for one run: the same switch, by step or by UTC time.
         "metrics": compare.metrics_overlay([run], "utc" if x_axis == "time" else "step"),
@@ -384,6 +402,29 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "job": job_of(run, request.user),
     }
     return render(request, "runs/run_detail.html", ctx)
+
+
+@login_required
+def run_log_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """The run page's log viewer alone (?attempt=&node=&q= as the page reads them): logs.js swaps it in.
+
+    Switching a node's log reads that log only, not the page's charts, costs and figures again.
+    """
+    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
+    node = _selected_node(attempts, request.GET.get("attempt"), request.GET.get("node"))
+    query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
+    ctx = {
+        "run": run,
+        "attempts": attempts,
+        "log_node": node,
+        "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
+        "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
+        "log_query": query,
+    }
+    response = render(request, "runs/_log_section.html", ctx)
+    response["Cache-Control"] = "private, no-cache"  # a running node's log grows
+    return response
 
 
 @login_required
@@ -460,36 +501,99 @@ def _instant(value: str | None) -> datetime | None:
     return parsed
 
 
-@login_required
-def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
-    """One GPU field of a run as a figure for [from, to]: charts.js re-queries it on zoom.
+# The views telemetry.json draws: every GPU folded into a mean with its min-max band, or one trace per GPU.
+TELEMETRY_VIEWS = ("envelope", "gpus")
 
-    A narrower range picks a finer tier (raw below ~33 minutes), so zooming shows real samples.
-    """
-    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
-    field = request.GET.get("field", "utilization_gpu")
-    if field not in charts.ROLLUP_FIELDS:
-        return JsonResponse({"error": f"field must be one of {', '.join(charts.ROLLUP_FIELDS)}"}, status=400)
+
+def _telemetry_request(request: HttpRequest, run: Run) -> dict | JsonResponse:
+    """The checked parameters of a telemetry.json request, or the 400 naming what is wrong."""
+    listed = request.GET.get("fields")
+    legacy = listed is None  # ?field= alone: one per-GPU figure, as the page's first zoom asked
+    fields = [request.GET.get("field", "utilization_gpu")] if legacy else [f for f in listed.split(",") if f]
+    unknown = [f[:40] for f in fields if f not in charts.ROLLUP_FIELDS]
+    if unknown or not fields or len(fields) > len(charts.ROLLUP_FIELDS):
+        name = "fields" if not legacy else "field"
+        return JsonResponse({"error": f"{name} must be one of {', '.join(charts.ROLLUP_FIELDS)}"}, status=400)
+    view = request.GET.get("view") or ("gpus" if legacy else "envelope")
+    if view not in TELEMETRY_VIEWS:
+        return JsonResponse({"error": f"view must be one of {', '.join(TELEMETRY_VIEWS)}"}, status=400)
+    raw_width = request.GET.get("width", "")
+    if raw_width and not (raw_width.isdigit() and len(raw_width) <= 6):
+        return JsonResponse({"error": "width must be the panel's width in pixels, a whole number"}, status=400)
+    width = envelope.clamp_width(int(raw_width)) if raw_width else envelope.DEFAULT_WIDTH
     try:
         start, end = _instant(request.GET.get("from")), _instant(request.GET.get("to"))
     except ValueError:
         return JsonResponse({"error": "from and to must be ISO 8601 times"}, status=400)
     if start and end and end <= start:
         return JsonResponse({"error": "to must be after from"}, status=400)
+    picked = request.GET.get("range", "")
+    if picked and picked != "all" and picked not in glance.RANGES:
+        return JsonResponse({"error": f"range must be one of {', '.join(glance.RANGES)}, all"}, status=400)
+    if start is None and end is None and picked in glance.RANGES:
+        start, end = glance.time_range(run, picked)
     names = charts.series_names(run)
-    node_ids = None
+    node, node_ids = None, None
     wanted = request.GET.get("gpu_node", "")
     wanted_index = compare.small_number(wanted, MAX_NODE_INDEX)
     if wanted not in ("", "all"):
         node_ids = charts.node_pks(names, wanted_index) if wanted_index is not None else []
         if not node_ids:
             return JsonResponse({"error": "gpu_node must be one of this run's node indexes, or all"}, status=400)
-    series = charts.gpu_series(run, field, start, end, node_ids=node_ids, names=names)
-    tier = series[0].tier if series else None
-    figure = charts.gpu_figure(field, series)
-    if figure is not None and node_ids is not None:
-        figure["layout"]["meta"]["node"] = wanted_index  # the next zoom asks for the same node
-    return JsonResponse({"field": field, "tier": tier, "figure": escaped(figure)})
+        node = wanted_index
+    return {"fields": fields, "legacy": legacy, "view": view, "width": width, "start": start, "end": end,
+            "names": names, "node": node, "node_ids": node_ids}  # fmt: skip
+
+
+@login_required
+def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
+    """GPU panels of a run as figures for [from, to] (or ?range=): the run page draws each from here.
+
+    ?fields=a,b,c answers {"panels": [{field, tier, figure}]}, every field read in one pass
+    (runs/telemetry/envelope.py: at most ?width= buckets, the mean in its min-max band across
+    GPUs, the worst GPU named); ?view=gpus draws one trace per GPU instead. ?field= alone
+    answers one per-GPU figure as {field, tier, figure}, as before. A narrower window reads a
+    finer tier (raw below ~33 minutes), so zooming shows real samples.
+    """
+    run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    asked = _telemetry_request(request, run)
+    if isinstance(asked, JsonResponse):
+        return asked
+    fields, node, node_ids, names = asked["fields"], asked["node"], asked["node_ids"], asked["names"]
+    start, end, width = asked["start"], asked["end"], asked["width"]
+    panels = []
+    if asked["view"] == "envelope":
+        envelopes = envelope.read_envelopes(run, fields, start, end, width, node_ids=node_ids, names=names)
+        for field in fields:
+            found = envelopes.get(field)
+            figure = envelope.envelope_figure(found, node) if found else None
+            panels.append((field, found.tier if found else None, figure))
+    else:
+        for field in fields:
+            series = charts.gpu_series(run, field, start, end, 2 * width, node_ids=node_ids, names=names)
+            figure = charts.gpu_figure(field, series)
+            if figure is not None:
+                figure["layout"]["meta"]["view"] = "gpus"
+                if node is not None:
+                    figure["layout"]["meta"]["node"] = node  # the next zoom asks for the same node
+            panels.append((field, series[0].tier if series else None, figure))
+    if not asked["legacy"] and any(figure is not None for _, _, figure in panels):
+        events = charts.gpu_events(run, node_ids)
+        limit = charts.power_limit(run) if "power_watts" in fields else None
+        for field, _, figure in panels:
+            if field == "power_watts":
+                charts.with_limit(figure, limit, "limit")
+            if field not in ("memory_used_bytes",):
+                charts.with_events(figure, events)
+    if asked["legacy"]:
+        field, tier, figure = panels[0]
+        return JsonResponse({"field": field, "tier": tier, "figure": escaped(figure)})
+    answer: dict = {"panels": [{"field": f, "tier": t, "figure": escaped(fig)} for f, t, fig in panels]}
+    if request.GET.get("signals") == "1":
+        # After a node switch the page's signals line names that node's (one aggregate).
+        signals = charts.RunPanels(None, None, [], charts.signals_present(run, node_ids))
+        answer["signals_html"] = render_to_string("runs/_signals.html", {"signals": signals, "gpu_node": node})
+    return JsonResponse(answer)
 
 
 @login_required

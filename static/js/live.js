@@ -93,7 +93,7 @@
       var xs = [];
       var ys = [];
       fresh.x.forEach(function (x, i) {
-        // Same string format on both sides, so string order is time order.
+        // Same format on both sides (strings of one shape, or milliseconds of 13 digits), so string order is time order.
         if (String(x) > last) {
           xs.push(x);
           ys.push(fresh.y[i]);
@@ -126,20 +126,32 @@
       if (!meta || !meta.telemetry_field || !gd.data || !gd.data.length) {
         return;
       }
-      var from = gd.data.map(lastX).filter(Boolean).sort()[0];
-      if (!from) {
+      // Envelope panels carry epoch milliseconds, per-GPU figures "YYYY-MM-DD HH:MM:SS" strings.
+      var lasts = gd.data.map(lastX).filter(Boolean);
+      if (!lasts.length) {
         return;
       }
-      var start = Date.parse(from.replace(" ", "T") + "Z");
-      var params = new URLSearchParams({ field: meta.telemetry_field, from: from, to: toUtcString(start + WINDOW_MS) });
+      var starts = lasts.map(function (x) { return /^\d+$/.test(x) ? Number(x) : Date.parse(x.replace(" ", "T") + "Z"); });
+      var start = Math.min.apply(null, starts);
+      var from = toUtcString(start);
+      var params = new URLSearchParams({
+        fields: meta.telemetry_field, view: meta.view || "gpus", width: String(gd.clientWidth || 1000),
+        from: from, to: toUtcString(start + WINDOW_MS)
+      });
       // A panel filtered to one node (the node selector) asks for that node again.
       if (meta.node !== undefined) {
         params.set("gpu_node", meta.node);
       }
-      // Relative to the run page (/runs/<pk>/), as charts.js asks on zoom.
-      getJson("telemetry.json?" + params.toString()).then(function (body) {
-        if (body && body.figure) {
-          extend(gd, body.figure);
+      var url = (document.getElementById("gpu-panels") || {}).dataset;
+      // The run page's telemetry.json (charts.js asks the same URL for each panel).
+      getJson((url && url.telemetry ? url.telemetry : "telemetry.json") + "?" + params.toString()).then(function (body) {
+        var figure = body && body.panels && body.panels[0] && body.panels[0].figure;
+        if (figure) {
+          // Envelope panels send their times once (charts.js's airboardSharedX gives them to every trace).
+          if (window.airboardSharedX) {
+            window.airboardSharedX(figure);
+          }
+          extend(gd, figure);
         }
       });
     });

@@ -57,6 +57,9 @@
     var timer = null;
 
     function poll() {
+      if (!box.isConnected) {
+        return;  // logs.js swapped another node's log in: that one has its own follower
+      }
       if (document.hidden) {
         timer = setTimeout(poll, INTERVAL_MS);
         return;
@@ -85,5 +88,8 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-logtail]").forEach(follow);
+  });
+  document.addEventListener("airboard:log-swapped", function (event) {
+    event.detail.querySelectorAll("[data-logtail]").forEach(follow);
   });
 })();

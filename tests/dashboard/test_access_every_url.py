@@ -79,6 +79,7 @@ class Page:
 PAGES: dict[str, Page] = {
     "run_detail": Page(lambda s: {"pk": s.run.pk}),
     "run_log": Page(lambda s: {"pk": s.run.pk}),
+    "run_log_view": Page(lambda s: {"pk": s.run.pk}),
     "run_cancel": Page(lambda s: {"pk": s.run.pk}),
     "run_telemetry": Page(lambda s: {"pk": s.run.pk}),
     # Failures and post-mortems (runs/failures/views.py).

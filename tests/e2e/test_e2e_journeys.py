@@ -116,6 +116,9 @@ def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
     expect(page.locator("#coverage")).to_contain_text("Samples from 2 of 2 nodes")
     page.locator("#range-picker").get_by_role("link", name="15m").click()
     page.wait_for_url(re.compile(r"range=15m"))
+    # Panels load as they come into view: bring the first two in, then hover one.
+    page.locator("[data-figure=fig-memory]").scroll_into_view_if_needed()
+    expect(page.locator("[data-figure=fig-memory] .main-svg").first).to_be_visible()
     chart = page.locator("[data-figure=fig-utilization] .nsewdrag").first
     expect(chart).to_be_visible()
     box = chart.bounding_box()
@@ -135,7 +138,8 @@ def test_is_my_gpu_busy(browsing: Browsing, scene: Scene) -> None:
     expect(page.locator("#signals")).to_contain_text("NVLink TX, NVLink RX")
     expect(page.locator("#node-skew tr.selected")).to_contain_text("10.0.0.9")
     expect(page.locator("[data-figure=fig-nvlink_tx_kbps] .main-svg").first).to_be_visible()
-    expect(page.locator("[data-figure=fig-utilization] .legend")).not_to_contain_text("node 0")
+    page.wait_for_function("() => document.querySelector('[data-figure=fig-utilization]').layout.meta.node === 1")
+    expect(page.locator("[data-figure=fig-utilization] .gtitle")).not_to_contain_text("node 0")
     browsing.screenshot("journey-gpu-busy-node", full_page=True)
 
     # The run's MLflow metrics by step, then by UTC time to line them up with the GPU panels.

@@ -23,11 +23,13 @@ def test_run_page_status_and_chart_update_without_reload(browsing: Browsing, sce
     page = browsing.page
     browsing.login_as(scene.world.alice)
     page.clock.install()
-    browsing.goto(f"/runs/{scene.running.pk}/")
+    browsing.goto(f"/runs/{scene.running.pk}/#gpus")  # the panels load as they come into view
     expect(page.locator("h1 .status")).to_have_text("Running")
     chart = page.locator("[data-figure=fig-utilization]")
-    expect(chart.locator(".scatterlayer .trace")).to_have_count(scene.running_gpus)
+    expect(chart.locator(".scatterlayer .trace")).to_have_count(3)  # the envelope: band and mean
     page.evaluate("window.__sameDocument = true")
+    page.locator("#gpu-view").get_by_role("link", name="each GPU").click()
+    expect(chart.locator(".scatterlayer .trace")).to_have_count(scene.running_gpus)
 
     # Three new samples per GPU after the chart's last point: one poll appends them all.
     node = Node.objects.get(attempt__run=scene.running)
@@ -83,7 +85,7 @@ def test_times_in_the_viewers_zone_with_utc_on_hover(browsing: Browsing, scene: 
 def test_charts_follow_the_dark_colour_scheme(dark_browsing: Browsing, scene: Scene) -> None:
     page = dark_browsing.page
     dark_browsing.login_as(scene.world.alice)
-    dark_browsing.goto(f"/runs/{scene.running.pk}/")
+    dark_browsing.goto(f"/runs/{scene.running.pk}/#gpus")  # the panels load as they come into view
     expect(page.locator("[data-figure=fig-utilization] .main-svg").first).to_be_visible()
     text = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--text').trim()")
     font = page.evaluate("document.querySelector('[data-figure=fig-utilization]')._fullLayout.font.color")

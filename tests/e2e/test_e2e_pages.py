@@ -77,12 +77,22 @@ def test_run_list_status_filter(browsing: Browsing, scene: Scene) -> None:
 def test_run_page_draws_one_trace_per_gpu(browsing: Browsing, scene: Scene) -> None:
     page = browsing.page
     browsing.login_as(scene.world.alice)
-    browsing.goto(f"/runs/{scene.running.pk}/")
+    # The GPU section's link (#gpus): its panels load as they come into view.
+    browsing.goto(f"/runs/{scene.running.pk}/#gpus")
     chart = page.locator("[data-figure=fig-utilization]")
     expect(chart.locator(".main-svg").first).to_be_visible()
-    assert page.evaluate("document.querySelector('[data-figure=fig-utilization]').data.length") == scene.running_gpus
+    # By default the run's GPUs are one envelope: the min-max band and the mean.
+    assert page.evaluate("document.querySelector('[data-figure=fig-utilization]').data.length") == 3
+    assert (
+        page.evaluate("document.querySelector('[data-figure=fig-utilization]').layout.meta.gpus") == scene.running_gpus
+    )
+    # "Each GPU" draws one trace per GPU, without a page load.
+    page.evaluate("window.__sameDocument = true")
+    page.locator("#gpu-view").get_by_role("link", name="each GPU").click()
+    page.wait_for_url(re.compile(r"view=gpus"))
     expect(chart.locator(".scatterlayer .trace")).to_have_count(scene.running_gpus)
     expect(page.locator("[data-figure=fig-memory] .scatterlayer .trace")).to_have_count(scene.running_gpus)
+    assert page.evaluate("window.__sameDocument") is True, "the page reloaded"
     # Deep links: the MLflow run and the run's page in its source workspace.
     expect(page.locator(".actions a", has_text="Run page")).to_have_attribute(
         "href", "https://adb-1234.cloud.databricks.com/jobs/runs/812736451"

@@ -29,9 +29,12 @@ def node_of(run: Run, attempt: int = 1, index: int = 0) -> Node:
 
 
 def page(client: Client, run: Run, **params: object) -> str:
+    """The run page as a reader sees it: the frame, with the log viewer logs.js fetches into it."""
     response = client.get(reverse("run_detail", args=[run.pk]), params)
     assert response.status_code == 200
-    return response.content.decode()
+    log = client.get(reverse("run_log_view", args=[run.pk]), {k: v for k, v in params.items() if k != "range"})
+    assert log.status_code == 200
+    return response.content.decode() + log.content.decode()
 
 
 def write_log(node: Node, text: str, pieces: int = 3) -> None:
@@ -196,10 +199,20 @@ def test_charts_when_telemetry_exists(world: World, run: Run) -> None:
     )
     MetricPoint.objects.create(run=run, key="train/loss", step=1, ts=T0, value=2.5)
     html = page(world.client_for(world.alice), run)
-    for figure_id in ("fig-utilization", "fig-memory", "fig-metrics", "fig-timeline"):
+    for figure_id in ("fig-metrics", "fig-timeline"):
         assert f'<script id="{figure_id}" type="application/json">' in html
         assert f'data-figure="{figure_id}"' in html
-    assert "node 0 \\u00b7 GPU 7" in html  # json_script writes non-ASCII as escapes
+    # The GPU panels ship as frames: charts.js asks telemetry.json for their data.
+    for figure_id, field in (("fig-utilization", "utilization_gpu"), ("fig-memory", "memory_used_bytes")):
+        assert f'data-figure="{figure_id}" data-field="{field}"' in html
+        assert f'<script id="{figure_id}"' not in html
+    assert f'data-telemetry="/runs/{run.pk}/telemetry.json"' in html
+    body = (
+        world.client_for(world.alice)
+        .get(f"/runs/{run.pk}/telemetry.json", {"fields": "utilization_gpu", "view": "gpus"})
+        .json()
+    )
+    assert "node 0 · GPU 7" in {trace["name"] for trace in body["panels"][0]["figure"]["data"]}
 
 
 def test_empty_states_instead_of_empty_charts(world: World, run: Run) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -56,11 +57,26 @@ def test_a_silence_is_a_gap_not_a_line() -> None:
     assert y == [1, 2, 3, 4, None, 5]
 
 
+def page_panels(client, run, view: str = "gpus", **params: str) -> dict:
+    """What the run page draws, as charts.js gets it: the frame's panels, then their data from telemetry.json."""
+    html = client.get(reverse("run_detail", args=[run.pk]), params).content.decode()
+    fields = re.findall(r'data-field="([a-z_]+)"', html)
+    if not fields:
+        return {}
+    asked = {
+        "fields": ",".join(fields),
+        "view": view,
+        **{k: v for k, v in params.items() if k in ("range", "gpu_node")},
+    }
+    body = client.get(reverse("run_telemetry", args=[run.pk]), asked).json()
+    return {panel["field"]: panel["figure"] for panel in body["panels"]}
+
+
 def test_run_page_draws_a_panel_per_signal_with_the_gap_and_the_power_limit(world: World) -> None:
     run = make_run(world.vision)
     store(run, [*range(0, 300), *range(900, 1200)], **HOPPER)  # ten silent minutes in the middle
-    panels = dict(charts.panel_figures(run))
-    assert set(panels) == set(charts.PANEL_FIELDS) and all(panels.values())
+    panels = page_panels(world.client_for(world.alice), run)
+    assert set(charts.PANEL_FIELDS) <= set(panels) and all(panels.values())
     # PCIe in MB/s as nvidia-smi dmon prints it (rxpci 21846), SM activity on a 0-100 axis.
     assert panels["pcie_rx_kbps"]["data"][0]["y"][0] == 21846.0
     assert panels["sm_active"]["layout"]["yaxis"]["range"] == [0, 105]
@@ -71,6 +87,10 @@ def test_run_page_draws_a_panel_per_signal_with_the_gap_and_the_power_limit(worl
     power = panels["power_watts"]
     assert power["layout"]["shapes"][0]["y0"] == 700.0
     assert None in power["data"][0]["y"]  # the silence is drawn as a gap
+    # The default view, the envelope, breaks its line at the silence too and keeps the limit.
+    band = page_panels(world.client_for(world.alice), run, view="envelope")["power_watts"]
+    assert band["layout"]["shapes"][0]["y0"] == 700.0
+    assert all(None in trace["y"] for trace in band["data"])
     html = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk])).content.decode()
     for field in charts.PANEL_FIELDS:
         assert f'data-figure="fig-{field}"' in html
@@ -88,16 +108,18 @@ def test_range_picker_narrows_every_panel_and_nodes_show_their_skew(world: World
         ]
     )
     client = world.client_for(world.alice)
-    whole = client.get(reverse("run_detail", args=[run.pk]))
-    last15 = client.get(reverse("run_detail", args=[run.pk]), {"range": "15m"})
-    first_x = lambda r: min(t["x"][0] for t in r.context["utilization"]["data"])  # noqa: E731
-    assert first_x(whole).startswith("2026-11-02 09:00")
-    assert first_x(last15) >= "2026-11-02 09:44"  # the run's last 15 minutes of telemetry
-    assert dict(last15.context["panels"])["power_watts"]["data"][0]["x"][0] >= "2026-11-02 09:44"
+    whole, last15 = page_panels(client, run), page_panels(client, run, range="15m")
+    first_x = lambda figure: min(t["x"][0] for t in figure["data"])  # noqa: E731
+    assert first_x(whole["utilization_gpu"]).startswith("2026-11-02 09:00")
+    assert first_x(last15["utilization_gpu"]) >= "2026-11-02 09:44"  # the run's last 15 minutes of telemetry
+    assert last15["power_watts"]["data"][0]["x"][0] >= "2026-11-02 09:44"
+    envelope_15 = page_panels(client, run, view="envelope", range="15m")["utilization_gpu"]
+    assert min(envelope_15["data"][0]["x"]) >= (T0 + timedelta(minutes=44)).timestamp() * 1000
+    response = client.get(reverse("run_detail", args=[run.pk]))
     assert client.get(reverse("run_detail", args=[run.pk]), {"range": "bogus"}).context["range"] == "all"
-    skew = {n.index: round(n.skew, 1) for n in whole.context["node_skew"]}
+    skew = {n.index: round(n.skew, 1) for n in response.context["node_skew"]}
     assert skew == {0: 10.0, 1: -10.0}
-    assert 'id="node-skew"' in whole.content.decode()
+    assert 'id="node-skew"' in response.content.decode()
 
 
 def test_xid_events_are_marked_on_every_gpu_panel(world: World) -> None:
@@ -107,13 +129,13 @@ def test_xid_events_are_marked_on_every_gpu_panel(world: World) -> None:
     # The agent's event shape (runs/collectors/agent.py): kind xid, the Xid number in details.
     RunEvent.objects.create(run=run, node=node, gpu_index=3, ts=T0 + timedelta(minutes=5), kind=RunEventKind.XID,
                             message="Xid 79: GPU has fallen off the bus", details={"xid": 79})  # fmt: skip
-    response = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk]))
-    marked = [response.context["utilization"], *(f for _, f in response.context["panels"] if f)]
-    assert len(marked) == 5  # utilization and the four signals this GPU reported
-    for figure in marked:
-        notes = [a["text"] for a in figure["layout"].get("annotations", [])]
-        assert "Xid 79 · GPU 3" in notes
-        assert any(s["x0"] == "2026-11-02 09:05:00" and s["yref"] == "paper" for s in figure["layout"]["shapes"])
+    for view in ("gpus", "envelope"):
+        marked = list(page_panels(world.client_for(world.alice), run, view=view).values())
+        assert len(marked) == 5  # utilization and the four signals this GPU reported
+        for figure in marked:
+            notes = [a["text"] for a in figure["layout"].get("annotations", [])]
+            assert "Xid 79 · GPU 3" in notes
+            assert any(s["x0"] == "2026-11-02 09:05:00" and s["yref"] == "paper" for s in figure["layout"]["shapes"])
 
 
 def test_a_signal_the_gpus_never_reported_gets_no_panel_and_the_coverage_line_says_so(world: World) -> None:
@@ -121,9 +143,9 @@ def test_a_signal_the_gpus_never_reported_gets_no_panel_and_the_coverage_line_sa
     store(run, range(0, 600, 5))  # an A100 without GPM under MIG: no SM, tensor or PCIe values
     response = world.client_for(world.alice).get(reverse("run_detail", args=[run.pk]))
     html = response.content.decode()
-    panels = dict(response.context["panels"])
+    panels = page_panels(world.client_for(world.alice), run)
     assert {field for field, figure in panels.items() if figure} == {
-        "power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory"
+        "utilization_gpu", "power_watts", "temperature_c", "sm_clock_mhz", "utilization_memory"
     }  # fmt: skip
     for field in ("sm_active", "tensor_active", "pcie_tx_kbps", "pcie_rx_kbps", "nvlink_tx_kbps", "nvlink_rx_kbps"):
         assert f'data-figure="fig-{field}"' not in html
@@ -167,25 +189,25 @@ def test_node_selector_filters_every_panel_and_is_linkable(world: World) -> None
     run, _ = _two_nodes(world)
     client = world.client_for(world.alice)
     url = reverse("run_detail", args=[run.pk])
-    both = client.get(url)
     names = lambda figure: {t["name"] for t in figure["data"]}  # noqa: E731
-    assert names(both.context["utilization"]) == {"node 0 · GPU 0", "node 1 · GPU 0"}
-    assert 'id="node-selector"' in both.content.decode()
+    assert names(page_panels(client, run)["utilization_gpu"]) == {"node 0 · GPU 0", "node 1 · GPU 0"}
+    assert 'id="node-selector"' in client.get(url).content.decode()
     one = client.get(url, {"gpu_node": "1"})
     assert one.context["gpu_node"] == 1
-    assert names(one.context["utilization"]) == {"node 1 · GPU 0"}
-    panels = dict(one.context["panels"])
+    panels = page_panels(client, run, gpu_node="1")
+    assert names(panels["utilization_gpu"]) == {"node 1 · GPU 0"}
     assert names(panels["power_watts"]) == {"node 1 · GPU 0"}
-    assert panels["sm_active"] is None  # node 1 has no GPM: no panel, though node 0 has one
-    assert one.context["utilization"]["layout"]["meta"]["node"] == 1  # zoom asks for node 1 again
+    assert "sm_active" not in panels  # node 1 has no GPM: no panel, though node 0 has one
+    assert panels["utilization_gpu"]["layout"]["meta"]["node"] == 1  # zoom asks for node 1 again
     html = one.content.decode()
     assert '<option value="1" selected>' in html and "Signals from node 1:" in html
+    assert 'data-gpu-node="1"' in html  # charts.js asks for node 1's data
     silent = run.attempts.get().nodes.create(index=2, host="10.0.0.3")  # sent nothing
     quiet = client.get(url, {"gpu_node": str(silent.index)})
-    assert quiet.context["utilization"] is None
+    assert page_panels(client, run, gpu_node=str(silent.index)) == {}
     assert "No GPU utilization samples from this node" in quiet.content.decode()
-    zero = client.get(url, {"gpu_node": "0", "range": "15m"})
-    assert names(dict(zero.context["panels"])["sm_active"]) == {"node 0 · GPU 0"}
+    zero = page_panels(client, run, gpu_node="0", range="15m")
+    assert names(zero["sm_active"]) == {"node 0 · GPU 0"}
 
 
 def test_an_unknown_node_falls_back_to_all_nodes_visibly_and_the_json_refuses_it(world: World) -> None:
@@ -195,11 +217,11 @@ def test_an_unknown_node_falls_back_to_all_nodes_visibly_and_the_json_refuses_it
     for bad in ("7", "-1", "x", "1.5", "9" * 40):
         response = client.get(url, {"gpu_node": bad})
         assert response.status_code == 200 and response.context["gpu_node"] is None
-        assert len(response.context["utilization"]["data"]) == 2
+        assert 'data-gpu-node="all"' in response.content.decode()
         assert 'id="node-error"' in response.content.decode()
     assert 'id="node-error"' not in client.get(url, {"gpu_node": "all"}).content.decode()
     telemetry = reverse("run_telemetry", args=[run.pk])
-    for bad in ("7", "x", "-1"):
+    for bad in ("7", "x", "-1", "9" * 40):
         refused = client.get(telemetry, {"field": "sm_active", "gpu_node": bad})
         assert refused.status_code == 400 and "gpu_node" in refused.json()["error"]
     answer = client.get(telemetry, {"field": "utilization_gpu", "gpu_node": "1"}).json()
