@@ -15,7 +15,7 @@ from billing.costs.serverless import estimate_run_cost
 from billing.models import EgressPrice, EgressRecord
 from runs.models import MetricPoint
 from runs.telemetry.store import store_metric_points
-from tests.conftest import T0, World, make_run
+from tests.conftest import T0, World, make_run, serverless_api
 
 GB = 10**9
 # 8 GPUs at 50 Gbit/s each (an HGX node's 2 x 200 GbE north/south) for a day: 50e9 B/s x 86,400 s.
@@ -28,7 +28,7 @@ def _record(ts: datetime = T0, num_bytes: int = 5 * GB, **fields: object) -> dic
 
 
 def _post(world: World, records: list[dict]):
-    return world.api(world.vision).post("/api/v1/egress", {"records": records}, content_type="application/json")
+    return serverless_api(world).post("/api/v1/egress", {"records": records}, content_type="application/json")
 
 
 def test_the_bound_is_gpus_times_line_rate_times_a_day(settings) -> None:
