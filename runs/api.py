@@ -279,21 +279,13 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
     return walk(schema)
 
 
-def _batch_out(batch: IngestBatch, duplicate: bool) -> dict[str, Any]:
-    return {
-        "id": batch.pk, "kind": batch.kind, "status": batch.status, "rows": batch.row_count, "duplicate": duplicate,
-        "inserted": batch.inserted, "duplicates": batch.duplicates, "received_at": batch.received_at,
-        "processed_at": batch.processed_at,
-    }  # fmt: skip
-
-
 def _accept_batch(request: HttpRequest, kind: str, rows: list[list[Any]], source: str = "") -> Status:
     team = Access(request).require_write()
     with transaction.atomic():
         batch, duplicate = ingest.record_batch(team, kind, rows, source)
         if not duplicate:
             ingest.enqueue_batch(batch)
-    return Status(200 if duplicate else 202, _batch_out(batch, duplicate))
+    return Status(200 if duplicate else 202, batch.answer(duplicate))
 
 
 @contextmanager
@@ -467,7 +459,7 @@ def push_metrics(request: HttpRequest, payload: MetricBatchIn) -> Status:
 @router.get("/batches/{batch_id}", response={200: BatchOut, **ERRORS}, auth=read_auth, summary="A batch's status")
 def get_batch(request: HttpRequest, batch_id: int) -> dict[str, Any]:
     batch = get_object_or_404(IngestBatch, pk=batch_id, team__in=Access(request).teams())
-    return _batch_out(batch, duplicate=False)
+    return batch.answer(duplicate=False)
 
 
 # --- Admission (dry run) --------------------------------------------------------------------

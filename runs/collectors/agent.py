@@ -101,7 +101,7 @@ def push_dropping(request: HttpRequest) -> Status:
     dropped_rows, dropped_events = len(samples) - len(rows), len(events) - len(stored_events)
     _report(team, body, dropped_rows + dropped_events, problems)
     out = {
-        "batch": _batch_out(batch, duplicate) if batch is not None else None, "rows": len(rows),
+        "batch": batch.answer(duplicate) if batch is not None else None, "rows": len(rows),
         "dropped_rows": dropped_rows, "events": len(stored_events), "dropped_events": dropped_events,
         "problems": problems[:MAX_PROBLEMS],
     }  # fmt: skip
@@ -163,14 +163,6 @@ def _node(nodes: dict[tuple[int, int | None, int], Node], run: Run, attempt: int
     if key not in nodes:
         nodes[key] = ingest.node_for(run, attempt, index, host)
     return nodes[key]
-
-
-def _batch_out(batch: IngestBatch, duplicate: bool) -> dict[str, Any]:
-    return {
-        "id": batch.pk, "kind": batch.kind, "status": batch.status, "rows": batch.row_count, "duplicate": duplicate,
-        "inserted": batch.inserted, "duplicates": batch.duplicates, "received_at": batch.received_at,
-        "processed_at": batch.processed_at,
-    }  # fmt: skip
 
 
 def _report(team: Group, body: dict[str, Any], dropped: int, problems: list[str]) -> None:

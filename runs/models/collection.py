@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.models import Group
 from django.db import models
@@ -140,3 +141,11 @@ class IngestBatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} batch {self.pk} ({self.row_count} rows, {self.status})"
+
+    def answer(self, duplicate: bool) -> dict[str, Any]:
+        """The batch as the API answers for it (BatchOut): the push's and the agent door's reply."""
+        return {
+            "id": self.pk, "kind": self.kind, "status": self.status, "rows": self.row_count, "duplicate": duplicate,
+            "inserted": self.inserted, "duplicates": self.duplicates, "received_at": self.received_at,
+            "processed_at": self.processed_at,
+        }  # fmt: skip

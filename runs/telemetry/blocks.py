@@ -155,15 +155,21 @@ def _read_chunk(data: memoryview, at: int) -> tuple[np.ndarray, int]:
     return standalone.simple_decompress(bytes(data[at : at + length])), at + length
 
 
-def decode_block(data: bytes | memoryview, fields: Iterable[str] | None = None) -> DecodedBlock:
-    """The inverse of `encode_block`; with `fields`, only those value fields are decompressed (the rest read None)."""
-    view = memoryview(data)
+def _read_header(view: memoryview) -> tuple[tuple[str, ...], int, np.ndarray, np.ndarray, int]:
+    """A block's stored fields (by its version), sample count, GPU indexes, offsets, and where its columns start."""
     version, count = struct.unpack_from("<BH", view, 0)
     stored = FIELDS_BY_VERSION.get(version)
     if stored is None:
         raise ValueError(f"GpuSampleBlock data version {version}, expected one of {sorted(FIELDS_BY_VERSION)}")
     gpus, at = _read_chunk(view, 3)
     offsets, at = _read_chunk(view, at)
+    return tuple(stored), count, gpus, offsets, at
+
+
+def decode_block(data: bytes | memoryview, fields: Iterable[str] | None = None) -> DecodedBlock:
+    """The inverse of `encode_block`; with `fields`, only those value fields are decompressed (the rest read None)."""
+    view = memoryview(data)
+    stored, count, gpus, offsets, at = _read_header(view)
     # Fields a block of an older version never held read as missing.
     columns: dict[str, list[Any]] = {name: [None] * count for name in VALUE_FIELDS if name not in stored}
     wanted = set(VALUE_FIELDS if fields is None else fields)
@@ -440,12 +446,7 @@ def decode_arrays(
     Integer fields come back as float64 (memory bytes stay exact below 2**53).
     """
     view = memoryview(data)
-    version, count = struct.unpack_from("<BH", view, 0)
-    stored = FIELDS_BY_VERSION.get(version)
-    if stored is None:
-        raise ValueError(f"GpuSampleBlock data version {version}, expected one of {sorted(FIELDS_BY_VERSION)}")
-    gpus, at = _read_chunk(view, 3)
-    offsets, at = _read_chunk(view, at)
+    stored, count, gpus, offsets, at = _read_header(view)
     wanted = set(fields)
     columns = {name: np.full(count, np.nan) for name in wanted if name not in stored}
     for name in stored:

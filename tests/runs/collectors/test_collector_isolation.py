@@ -27,7 +27,7 @@ from runs.choices import RunStatus
 from runs.collectors.cluster_events import collect_events
 from runs.models import Cluster, ClusterEvent, CollectorState, RunEvent
 from runs.models.uptime import MAX_CLUSTER_WORKERS
-from tests.conftest import T0, World, make_run
+from tests.conftest import T0, World, make_run, serverless_api
 from tests.runs.collectors.test_collect_logs import collect, stored, write
 
 pytestmark = pytest.mark.django_db
@@ -174,7 +174,7 @@ def test_an_agent_event_with_nan_details_loses_only_itself(world: World) -> None
             {"kind": "xid", "run": "1001", "gpu": 2, "ts": ts, "message": "Xid 48", "details": {"xid": 48}},
         ],
     }  # fmt: skip
-    response = world.api(world.vision).post(
+    response = serverless_api(world).post(
         "/api/v1/gpu-samples?bad_rows=drop", json.dumps(body), content_type="application/json"
     )
     assert response.status_code == 202, response.content

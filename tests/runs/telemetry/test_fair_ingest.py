@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from runs.choices import BatchKind
 from runs.models import Attempt, IngestBatch, Node, Run
-from tests.conftest import T0, World, make_run
+from tests.conftest import T0, World, make_run, serverless_api
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def rows_naming(pairs: list[tuple[int, int]], run: str = "r1") -> list[dict]:
 
 
 def push(world: World, samples: list[dict], team=None):
-    api = world.api(team or world.vision)
+    api = serverless_api(world, team)  # make_run's runs are serverless; the rows name no source
     return api.post("/api/v1/gpu-samples", {"samples": samples}, content_type="application/json")
 
 
@@ -90,7 +90,7 @@ def test_a_key_past_its_rows_a_minute_gets_a_429_and_another_team_does_not(world
     make_run(world.vision, "r1")
     make_run(world.nlp, "n1")
     sixty = [(1, 0)] * 60
-    api = world.api(world.vision)  # one key for both pushes
+    api = serverless_api(world)  # one key for both pushes
 
     def push_once(samples: list[dict]):
         return api.post("/api/v1/gpu-samples", {"samples": samples}, content_type="application/json")
@@ -145,7 +145,7 @@ def test_an_agent_push_over_the_row_cap_is_a_413(world: World, settings) -> None
     make_run(world.vision, "r1")
     samples = [{"run": "r1", "gpu": 0, "ts": (T0 + timedelta(seconds=i)).isoformat(), "utilization_gpu": 1}
                for i in range(11)]  # fmt: skip
-    response = world.api(world.vision).post(
+    response = serverless_api(world).post(
         "/api/v1/gpu-samples?bad_rows=drop", {"samples": samples}, content_type="application/json"
     )
     assert response.status_code == 413
