@@ -251,3 +251,18 @@ def test_every_shape_shows_its_estimate_on_its_run_page(settings, world: World, 
     # The job cluster's run shows the cluster's 5 GPUs, as the clusters page counts them.
     t4 = Run.objects.get(external_id="12401")
     assert "<dt>Accelerators</dt><dd>5 <span" in client.get(f"/runs/{t4.pk}/").content.decode()
+
+
+def test_every_shape_tells_its_estimate_in_the_api(settings, world: World, priced: None) -> None:
+    """The runs API's `cost` is the run page's figure: positive and no lower bound for every shape."""
+    from dashboard.models import ApiKeyRole
+
+    settings.AIRBOARD_DATABRICKS_REGION = "us-west-2"
+    collect()
+    api = world.api(world.vision, ApiKeyRole.READ)
+    runs = Run.objects.filter(team=world.vision)
+    assert runs.exists()
+    for run in runs:
+        cost = api.get(f"/api/v1/runs/{run.external_id}?source={run.source}").json()["cost"]
+        assert cost["kind"] == ESTIMATED and Decimal(str(cost["usd"])) > 0, (run.external_id, cost)
+        assert cost["kind"] != LOWER_BOUND and cost["reasons"] == [], (run.external_id, cost)
