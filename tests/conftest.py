@@ -28,6 +28,7 @@ from django.test import Client
 from dashboard.models import ApiKey, ApiKeyRole
 from runs.choices import AcceleratorType, RunSource, RunStatus
 from runs.models import Attempt, Node, Run
+from tests.mlflow_server import stop_process
 
 # The tests folder (fixtures in data/, stand-in commands in bin/) and the repository root.
 TESTS = Path(__file__).resolve().parent
@@ -193,12 +194,7 @@ def start_worker(
 
 
 def stop_worker(worker: WorkerProcess) -> None:
-    worker.process.terminate()
-    try:
-        worker.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.process.kill()
-        worker.process.wait()
+    stop_process(worker.process, timeout=20)
 
 
 @pytest.fixture(scope="session")

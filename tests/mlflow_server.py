@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,28 +60,48 @@ def start_mlflow_server(tmp_dir: Path) -> MlflowServer:
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=tmp_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = MlflowServer(uri=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    wait_until_healthy(process, f"{server.uri}/health", "mlflow server", server.log, START_TIMEOUT_SECONDS, poll=0.25)
+    return server
+
+
+def wait_until_healthy(
+    process: subprocess.Popen,
+    url: str,
+    what: str,
+    log: Callable[[], str],
+    timeout: float,
+    poll: float = 0.1,
+    auth: tuple[str, str] | None = None,
+) -> None:
+    """Wait until a server we started answers `url` with 2xx; stop it and raise, with its log, if it
+    exits first or does not answer within `timeout` seconds. Shared by the loopback test servers."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"mlflow server exited:\n{server.log()}")
+            raise RuntimeError(f"{what} exited:\n{log()}")
         try:
-            if requests.get(f"{server.uri}/health", timeout=1).ok:
-                return server
+            if requests.get(url, auth=auth, timeout=1).ok:
+                return
         except requests.RequestException:
             pass
-        time.sleep(0.25)
-    stop_mlflow_server(server)
-    raise RuntimeError(f"mlflow server did not answer /health within {START_TIMEOUT_SECONDS}s:\n{server.log()}")
+        time.sleep(poll)
+    stop_process(process)
+    raise RuntimeError(f"{what} did not answer {url} within {timeout}s:\n{log()}")
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 15) -> None:
+    """Terminate a server we started (its children too, where it stops them on SIGTERM); kill it if it hangs."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def stop_mlflow_server(server: MlflowServer) -> None:
     """Stop the server (it runs uvicorn workers as children; terminate lets it stop them)."""
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+    stop_process(server.process)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.mlflow_server import free_port
+from tests.mlflow_server import free_port, stop_process, wait_until_healthy
 
 START_TIMEOUT_SECONDS = 30
 USERNAME = "airboard"
@@ -76,27 +75,13 @@ def start_victoria_metrics(tmp_dir: Path, path: str) -> VictoriaMetrics:
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=tmp_dir, stdout=log, stderr=subprocess.STDOUT)
     server = VictoriaMetrics(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"victoria-metrics exited:\n{server.log()}")
-        try:
-            if requests.get(f"{server.url}/health", auth=server.auth, timeout=1).ok:
-                return server
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    stop_victoria_metrics(server)
-    raise RuntimeError(f"victoria-metrics did not answer /health within {START_TIMEOUT_SECONDS}s:\n{server.log()}")
+    wait_until_healthy(process, f"{server.url}/health", "victoria-metrics", server.log, START_TIMEOUT_SECONDS,
+                       auth=server.auth)  # fmt: skip
+    return server
 
 
 def stop_victoria_metrics(server: VictoriaMetrics) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+    stop_process(server.process)
 
 
 @pytest.fixture(scope="module")
