@@ -15,12 +15,16 @@ Where the work happens, by tier (`pick_tier`):
                                             numpy arrays (every field asked at once), and
                                             hot rows grouped by bucket in SQL, only in the
                                             node-minutes no block covers
-    minute   <= 4w minutes                  GpuMinute grouped by bucket in SQL
-    hour     longer                         GpuHour grouped by bucket in SQL
+    minute   <= 4w minutes                  the whole run: RunEnvelope minutes (its GPUs folded
+                                            on the write path, runs/telemetry/envelope_store.py)
+                                            grouped by bucket in SQL; one node: GpuMinute
+    hour     longer                         the same with RunEnvelope hours / GpuHour
 
 An empty tier falls back as `charts.gpu_series` does (rollups not written yet -> finer; raw
-pruned -> minutes). One query per tier read, one for the per-GPU means, whatever the number of
-GPUs or fields; the database hands back at most `width` rows a query.
+pruned -> minutes; no folded rows in the window -> GpuMinute / GpuHour folded here with the same
+`envelope_store.gpu_fold`). One query per tier read, one for the per-GPU means, whatever the
+number of GPUs or fields; the database hands back at most `width` rows a query, and at the
+minute and hour tiers reads one row a bucket for the whole run whatever its number of GPUs.
 
 Hot rows are read only where no block covers the node-minute: compaction deletes the rows it
 folds, and until vacuum has run their index entries still point at dead tuples; a read of a
