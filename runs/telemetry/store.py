@@ -11,6 +11,7 @@ GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
     raw, cold   GpuSampleBlock  AIRBOARD_TELEMETRY_RAW_DAYS (14)     blocks.compact_samples (from hot)
     minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (30)  refresh_minutes (from hot raw)
     hour        GpuHour         as long as the run                   refresh_hours (from minutes)
+    envelope    RunEnvelope     as the minutes / hours it folds      the same two (envelope_store)
 
 The raw tier's two parts are described in runs/telemetry/blocks.py: a batch that reaches into a
 compacted minute reopens it first, so a minute's rollup is always rebuilt from hot rows only.
@@ -32,7 +33,7 @@ from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Q, Sum, 
 from django.db.models.functions import NullIf, TruncHour, TruncMinute
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
-from runs.telemetry import blocks, streaks, utilization
+from runs.telemetry import blocks, envelope_store, streaks, utilization
 
 # Rows per INSERT statement: 1,000 x 24 columns stays under PostgreSQL's 65,535 bind
 # parameters and SQLite's 32,766.
@@ -349,6 +350,7 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
     2. Read the stored utilization of the minutes about to be rewritten (one query per span
        group), rebuild and upsert them (`_rebuild`).
     3. Add each run's difference, new minus stored, to its summary.
+    4. Refold the run envelope of those minutes across the run's GPUs (envelope_store.refresh).
     """
     keys = set(keys)
     if not keys:
@@ -366,15 +368,21 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
         # Keys whose samples are gone keep their stored minute (see `_rebuild`): only rewritten ones change.
         old = [(r.run_id, stored[key]) for r in rows if (key := (r.run_id, r.node_id, r.gpu_index, r.minute)) in stored]
         utilization.add(utilization.difference(old, [(r.run_id, r.utilization_gpu_avg) for r in rows]))
+        # Under the same run locks: a worker writing other GPUs of the run's minute folds after this one.
+        envelope_store.refresh({(key[0], key[3]) for key in keys}, envelope_store.MINUTE)
     return len(rows)
 
 
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
     """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups.
 
-    An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`).
+    An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`). Then the
+    run envelope of those hours is refolded from them (runs/telemetry/envelope_store.py).
     """
-    return len(_rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour"))
+    keys = set(keys)
+    written = len(_rebuild(GpuMinute, GpuHour, keys, timedelta(hours=1), "minute", "hour"))
+    envelope_store.refresh({(key[0], key[3]) for key in keys}, envelope_store.HOUR)
+    return written
 
 
 def _stored_samples(rows: Sequence[GpuHour]) -> dict[BucketKey, int]:
