@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.contrib.auth.models import Group
 from django.utils.text import capfirst
 
 from billing.choices import BudgetPeriod, SpentAction
@@ -113,7 +114,7 @@ def history(policy: UsagePolicy) -> list[VersionView]:
 
 def rollback_changes(policy: UsagePolicy, version: PolicyVersion) -> list[Change]:
     """What rolling back to `version` would change, as `billing.policies.budget.rollback` restores it:
-    the version's settings over the current ones, its teams as listed (none: every team)."""
+    the version's settings over the current ones, its teams as listed that still exist (none: every team)."""
     current = snapshot(policy)
-    target = {**current, **version.snapshot, "teams": version.snapshot.get("teams", [])}
-    return readable(diff(current, target))
+    teams = sorted(Group.objects.filter(name__in=version.snapshot.get("teams", [])).values_list("name", flat=True))
+    return readable(diff(current, {**current, **version.snapshot, "teams": teams}))

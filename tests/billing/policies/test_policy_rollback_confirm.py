@@ -67,6 +67,19 @@ def test_confirming_rolls_back_exactly_what_the_page_showed(world, policy) -> No
     assert new.note == "rolled back to version 1" and versions.readable(new.diff) == shown
 
 
+def test_a_team_deleted_since_is_not_promised_back(world, policy) -> None:
+    """Rollback restores the version's teams that still exist; the page says so, not the stored list."""
+    policy.teams.add(world.nlp)
+    budget.record_version(policy, world.sam, note="edited")
+    second = policy.versions.get(number=2)
+    second.snapshot = {**second.snapshot, "teams": ["gone-team", "vision"]}
+    second.save()
+    shown = {c.field: c.new for c in versions.rollback_changes(policy, second)}
+    assert shown["teams"] == "vision"
+    assert world.client_for(world.sam).post(url(policy, 2), {"confirm": "yes"}).status_code == 302
+    assert list(policy.teams.values_list("name", flat=True)) == ["vision"]
+
+
 def test_a_version_the_policy_already_matches_offers_no_button(world, policy) -> None:
     html = world.client_for(world.sam).get(url(policy, 2)).content.decode()
     assert "already matches version 2" in html and 'name="confirm"' not in html
@@ -91,6 +104,7 @@ def test_only_policy_admins_may_see_or_confirm_a_rollback(world, policy) -> None
 def test_a_version_that_does_not_exist_is_404(world, policy) -> None:
     sam = world.client_for(world.sam)
     assert sam.get(url(policy, 9)).status_code == 404
+    assert sam.get(url(policy, 2**70)).status_code == 404  # past any integer column: no such version, not a 500
     assert sam.post(url(policy, 9), {"confirm": "yes"}).status_code == 404
     assert sam.put(url(policy)).status_code == 405
 
