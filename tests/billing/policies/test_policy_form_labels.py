@@ -48,3 +48,10 @@ def test_the_admins_policy_form_uses_the_same_labels(world: World) -> None:
     html = unescape(world.client_for(root).get("/admin/billing/usagepolicy/add/").content.decode())
     assert "Budget (USD):" in html and "Most accelerators a run may use:" in html
     assert "Budget usd" not in html and "Max num accelerators" not in html
+
+
+@pytest.mark.django_db
+def test_the_admin_index_says_usage_policies(world: World) -> None:
+    root = User.objects.create_superuser("root", "root@example.com", "x")
+    html = world.client_for(root).get("/admin/").content.decode()
+    assert ">Usage policies</a>" in html and "policys" not in html.lower()
