@@ -322,6 +322,10 @@ RULES: tuple[Rule, ...] = (
         # Kubernetes Jobs (activeDeadlineSeconds), SageMaker, Vertex AI, Azure ML, Databricks.
         r"(?-i:\bDeadlineExceeded\b)",
         r"active longer than (the )?specified deadline",
+        # Anything that ran past its allowance, however the platform words the limit: Kubernetes'
+        # kubelet ("Pod was active on the node longer than the specified deadline"), Argo, Batch.
+        r"\b(ran|run|running|was active|active|alive) .{0,40}?\blonger than (the |its )?"
+        r"(specified |allowed |configured |maximum |max |requested )?(deadline|time ?limit|wall ?time|run ?time)",
         r"MaxRuntimeExceeded",
         r"MaxRuntimeInSeconds",
         r"exceed\w* (its |the )?(max(imum)?[ _]?duration|timeout( period| limit)?|time ?out of)",
@@ -566,6 +570,10 @@ RULES: tuple[Rule, ...] = (
         # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`, a column glued to its name
         # (`average_loss : nan`, `IDLoss=nan`).
         r"loss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",
+        # The objective under any name (`softmaxcost nan,nan`, `cost = nan`), separated or not.
+        r"(loss|cost)\w*['\"]?\s*[:=|]?\s*['\"]?(nan|-?inf)\b",
+        r"\b(loss|cost)(es)? (is|are|became|becomes|become|goes|went|turns?|turned|gets?|got|jumps?|jumped)"
+        r"( to)? (a |an )?(nan|inf)\b",
         r"\b(outputs?|logits|gradients?|activations?|weights?|predictions?) "
         r"(is|are|became|become|contains?) (a )?nan\b",
         r"\bnan\b.{0,40}\bstop(ping)? (the )?training\b",
@@ -623,6 +631,13 @@ RULES: tuple[Rule, ...] = (
         r"Quota failure",
         r"following quotas are exceeded",
         r"exceeds the allowed maximum of \d+",
+        # A refusal that asks for a quota increase is a quota used up, in any cloud's words
+        # ("If you would like to increase this quota, create a new Azure support request").
+        r"\b(increase|raise) (this|the|your) (\w+ )?quota\b",
+        r"\brequest (a |an )?quota increase\b",
+        r"quota\b.{0,120}?\bis \d+,? (whereas|but|and|while) \d+ (are|is) (currently )?"
+        r"(reserved|used|in use|allocated)",
+        r"(?-i:\b(Max|Maximum)\w*(Cores|Instances|Nodes|Gpus|GPUs|Quota|Capacity)\w*(Reached|Exceeded)\b)",
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
@@ -683,7 +698,10 @@ RULES: tuple[Rule, ...] = (
         "cancelled",
         SYMPTOM,
         r"Received (1|2|15) death signal",
-        r"SignalException: Process \d+ got signal: (1|2|15)\b",
+        r"SignalException: Process \d+ got signal: (1|2|3|15)\b",
+        # torchrun's agent raises SignalException only for the signals it traps from outside
+        # (SIGTERM, SIGINT, SIGHUP, SIGQUIT): its name alone, the message cut, is such a stop.
+        r"(?-i:\bSignalException)\s*$",
         # The agent passing on the SIGHUP or SIGINT it got (on a failure of its own it sends SIGTERM).
         r"closing signal SIG(HUP|INT)\b",
         # A process told to stop from outside (a scheduler, a person, a preemption).
@@ -745,6 +763,25 @@ RULES: tuple[Rule, ...] = (
         r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
+    # SIGILL: the CPU met an instruction it lacks (a wheel built for AVX-512 on an older CPU, a
+    # binary for another architecture). A GPU's "illegal instruction was encountered" is a
+    # kernel fault, claimed above by illegal_memory_access.
+    _rule(
+        "dependency_error",
+        SYMPTOM,
+        r"(?-i:^\W*Illegal instruction\b)",
+        r"(signal 4|signal: 4)\b.{0,20}?Illegal instruction",
+        r"\bIllegal instruction \(core dumped\)",
+        r"\bSIGILL\b",
+        r"(exit|return|status) ?code(\s+is|\s*[:=])?\s*(132|-4)\b",
+    ),
+    # Exit status 140 (128 + SIGUSR2): the signal LSF sends at a job's run limit (TERM_RUNLIMIT), and
+    # the status Nextflow and nf-core read as a scheduler's time-limit kill on LSF and Slurm.
+    _rule(
+        "timeout",
+        SYMPTOM,
+        r"\bexit(ed)? (with )?(exit )?(status|code)\W{0,4}140\b",
+    ),
     _rule(
         "host_oom",
         SYMPTOM,
@@ -776,6 +813,16 @@ RULES: tuple[Rule, ...] = (
         # TensorFlow 1's way of naming an op's error ("AbortedError (see above for traceback): ...").
         r"(?-i:\w+Error) \(see above for traceback\)",
         r"Horovod has been shut down",
+        # An exception named alone on its line (a title, or a message cut off): `pkg.mod.SomeError`.
+        r"(?-i:^\W*([A-Za-z_]\w*\.)*[A-Z]\w*(Error|Exception)\W*$)",
+        # An exception chain (Java, Nextflow, Python's "The above exception was the direct cause").
+        r"(?-i:^\W*Caused by:\s*\S)",
+        r"The above exception was the direct cause of the following exception",
+        # c10's native exception report ("Exception raised from c10_cuda_check_implementation at ...").
+        r"Exception raised from \S+ at \S+:\d+",
+        # The JVM's and Rust's uncaught-exception reports.
+        r"Exception in thread \"[^\"]*\" [\w.$]+",
+        r"thread '[^']*' panicked at",
     ),
     # An abnormal end with no named cause: a signal, a non-zero exit status, a scheduler's kill.
     # Tier TRACEBACK: any named cause or symptom elsewhere in the log outranks them.
@@ -802,6 +849,34 @@ RULES: tuple[Rule, ...] = (
         r"\bjob killed\b",
         r"\bTERM_\w+: job killed",
         r"(?-i:\bBackoffLimitExceeded\b)",
+        # A status field set to a failure: Kubernetes' and Argo's `phase: Failed`, a scheduler's
+        # `State: FAILED`, a workflow's `status: error`, an orchestrator's `Reason: Error`.
+        r"\b(phase|status|state|job ?state|result|conclusion|outcome|reason)\s*[:=]\s*['\"]?"
+        r"(?-i:(Failed|FAILED|failed|Failure|FAILURE|Error|ERROR|error|Errored|Crashed|CRASHED|Killed|KILLED|Aborted|"
+        r"ABORTED|Evicted|NODE_FAIL|OUT_OF_MEMORY))\b",
+        # An exit status in any punctuation ("terminated with an error exit status (140)", "[exit 2]").
+        r"\bexit (status|code)\s*[(\[]\s*-?[1-9]\d*\s*[)\]]",
+        r"\b(terminated|exited|died|stopped|ended|quit|crashed) (unexpectedly|abnormally|prematurely|"
+        r"with an? (error|failure|exception|non-?zero))\b",
+        # Something that ran failed, as its supervisor says: a pod, a job, a step, a process.
+        r"^\W*(the |a |an |my )?[a-z-]*\s?(pod|job|task|step|process|container|worker|replica|workflow|stage|trial|"
+        r"actor|training|run|experiment|command|script|program)\b[^.:]{0,60}? (has |have |had |was |is )?"
+        r"(failed|crashed|errored)\b",
+        r"\bfailed with (the |an? )?(message|error|exception|exit|status|code|return|signal)\b",
+        r"\bfailed:\s*[1-9]\d*\b",  # a workflow's progress line counting failed tasks
+        # An error line behind any prefix ("Error: ...", "error: ...", "Error executing process").
+        r"(?-i:^\W*(Error|error|ERROR|Fatal|fatal)\s*[:!]\s*[^\d\s.%-])",  # not a metric ("error: 0.12")
+        r"(?-i:^\W*(Error|ERROR) \w+ing\b)",
+        r"(?-i:\b(CrashLoopBackOff|Evicted)\b)",
+        # An exception named inside a line (a title, a sentence, behind a prefix no rule strips).
+        r"(?-i:\b([a-z_]\w*\.)*[A-Z]\w*(Error|Exception): +[^\d\s])",
+        r"\b(returncode|return code|returned)\s*[:=]?\s*-?[1-9]\d*\b",
+        # glibc's and the C++ runtime's aborts on a corrupted heap or stack.
+        r"double free or corruption",
+        r"\b(free|malloc|realloc|munmap_chunk)\(\): (invalid|corrupted)",
+        r"stack smashing detected",
+        r"Back-off restarting failed container",
+        r"\bExit_status\s*=\s*-?[1-9]\d*",  # PBS/Torque's accounting of a job that did not exit 0
         r"srun: error: .{0,120}?(Exited|Killed|Terminated|task \d+|failed on node)",
         r"_job_complete: JobId=\d+ WTERMSIG \d+",  # slurmctld: the job ended on a signal
         r"(?-i:slurmstepd: error)",
