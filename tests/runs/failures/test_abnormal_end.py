@@ -82,3 +82,23 @@ def test_no_healthy_log_reads_as_an_abnormal_end() -> None:
     assert len(healthy) >= 80
     alarms = [(r.case.path.name, r.got, r.evidence) for r in score(healthy) if r.got != "none"]
     assert not alarms
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        # PaddlePaddle/Paddle#11475: a Java exception chain behind an MPI rank prefix.
+        ("disk_full/paddle_11475.log", "<stderr>:Caused by: java.lang.ClassNotFoundException"),
+        # nvidia-cosmos/cosmos-rl#681: a supervisor's "failed with return code 1" behind its logger's prefix.
+        ("nccl_timeout/cosmos_rl_681_client_socket.log", "Process 1 failed with return code 1"),
+        # concourse/hush-house#8: a pod status whose phase is Failed.
+        ("disk_full/hush_house_8_evicted.log", "phase: Failed"),
+    ],
+)
+def test_each_abnormal_end_mechanism_on_its_real_line(name: str, words: str) -> None:
+    # The line alone, out of the log whose other lines name the cause: the mechanism still says the
+    # run ended abnormally, where the rules of the third wave's freeze said nothing.
+    [line] = [line for line in read(name) if words in line]
+    verdict = classify_lines([line])
+    assert verdict.class_id == "other"
+    assert verdict.evidence == line.strip()
