@@ -327,6 +327,11 @@ RULES: tuple[Rule, ...] = (
         r"\b(ran|run|running|was active|active|alive) .{0,40}?\blonger than (the |its )?"
         r"(specified |allowed |configured |maximum |max |requested )?(deadline|time ?limit|wall ?time|run ?time)",
         r"MaxRuntimeExceeded",
+        # A status field whose value is a time limit (Azure ML's `"status": "RUN_TIMEOUT"`,
+        # Slurm's `State: TIMEOUT`, a workflow's `phase: TimedOut`); the key may be quoted.
+        r"\b(phase|status|state|job ?state|result|conclusion|outcome|reason)['\"]?\s*[:=]\s*['\"]?"
+        r"(?-i:([A-Z]+_)?(TIMEOUT|TIMED_OUT|TIME_LIMIT|TimedOut|Timeout|TimeLimit(Exceeded)?))\b",
+        r"longer than (the |its )?max(imum)? (allowed |configured )?(time|duration|run ?time)\b",
         r"MaxRuntimeInSeconds",
         r"exceed\w* (its |the )?(max(imum)?[ _]?duration|timeout( period| limit)?|time ?out of)",
         r"(job|run|task|training) (was )?(stopped|cancel+ed|terminated|killed) (because|as|after) it "
@@ -387,6 +392,12 @@ RULES: tuple[Rule, ...] = (
         r"OOMKilled",
         # A native allocator's abort (Rust's, the C++ runtime's), the kernel refusing memory.
         r"memory allocation of \d+ bytes failed",
+        # Pinned (page-locked) host memory and the C allocator refusing: host memory, whatever
+        # the framework (MindSpore's "cudaHostAlloc failed, ret[2], out of memory").
+        r"\b(cudaHostAlloc|cudaMallocHost|cuMemHostAlloc|hipHostMalloc)\b.{0,60}?(fail\w*|out of memory)",
+        r"(pinned|page-locked|host) memory.{0,40}?(out of memory|alloc\w* failed)",
+        r"\bmemory malloc failed\b",
+        r"\bmalloc(\(\))? failed\b",
         r"std::bad_alloc",
         r"Cannot allocate memory",
         r"\[Errno 12\]",
@@ -483,7 +494,12 @@ RULES: tuple[Rule, ...] = (
         r"(larger|bigger) than (the )?2 ?Gi?B",
         r"(Cannot|can'?t|failed to) serialize (the )?(protocol buffer|proto\b|message)",
         r"proto(buf)? (size|message) (is )?(larger|too large|exceeds)",
-        r"message (is )?too (large|long|big)",
+        r"message (is |was )?too (large|long|big)",
+        # protobuf's parser halting on its byte limit ("A protocol message was rejected because it
+        # was too big (more than 67108864 bytes)"); an HTTP or RPC body over the server's limit.
+        r"(protocol )?message was rejected because it was too (big|large)",
+        r"\b413\b.{0,20}?(Request Entity|Payload|Content) Too Large",
+        r"(request|payload|entity|body|content) (size )?(is |was )?too large\b",
         # gRPC's message-size limit ("Received message larger than max (210771146 vs. 104857600)").
         r"(Received|Sent|Trying to send) message larger than max",
         r"message larger than max",
@@ -642,6 +658,10 @@ RULES: tuple[Rule, ...] = (
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
         r"(?-i:\bFailedScheduling\b)",
+        # A pod description cut before its events: the PodScheduled condition is False, or the
+        # reason is Unschedulable.
+        r"(?-i:^\s*PodScheduled\s+False\b)",
+        r"(?-i:\bUnschedulable\b)",
         r"no nodes available to schedule",
         r"Cannot schedule pods",
         # Slurm and PBS refusing the request outright.
@@ -684,6 +704,7 @@ RULES: tuple[Rule, ...] = (
         r"TaskCancelledError",
         r"user requested (stop|cancel\w*|termination)",
         r"Interrupted by user",
+        r"(?-i:\bInterruptException\b)",  # Julia's Ctrl+C
         r"\b(job|run|task|trial) (has been |was )?cancel+ed\b",
         r"^\W*\^C",
     ),
@@ -790,6 +811,9 @@ RULES: tuple[Rule, ...] = (
         r"Signal 9\b",
         r"\bSIGKILL\b",
         r"^\W*(Killed|已杀死|Getötet|Processus arrêté)\W*$",  # the shell's report of a SIGKILL, in its locale
+        # The same report from a script's shell, with the job's pid and command ("run.sh: line 62:
+        # 8698 Killed   /path/to/cmd ...", "[1]+  Killed   python train.py").
+        r"(?-i:(^|: line \d+:)\s*(\[\d+\][+-]?\s+)?\d*\s*Killed\s+\S)",
         r"killed by si\w*: Killed",
     ),
     _rule(
@@ -803,6 +827,21 @@ RULES: tuple[Rule, ...] = (
         r"\bFATAL\b",
         # glog's fatal prefix (F1222 11:45:09.434870 8013 file.cc:646] ...) and its checks.
         r"(?-i:^\W*F\d{4} \d\d:\d\d:\d\d)",
+        # ... and anywhere in a line (behind a progress bar's carriage return), with its whole
+        # header: F<MMDD> <time> <thread> <file>:<line>] (absl prints the time as seconds).
+        r"(?-i:(^|[^\w.])F\d{4} \d\d:\d\d:\d\d[\d.]*\s+\d+ [\w.+/-]+:\d+\] )",
+        # gRPC's status codes: google.api_core's exceptions with the HTTP status ("InvalidArgument:
+        # 400 ...", "FailedPrecondition: 400", "NotFound: 404"), grpc's `StatusCode.UNAVAILABLE`, and
+        # absl's `status: INTERNAL: ...`.
+        r"(?-i:\b(InvalidArgument|FailedPrecondition|PermissionDenied|NotFound|AlreadyExists|Unauthenticated|"
+        r"Unauthorized|Forbidden|BadRequest|Conflict|InternalServerError|ServiceUnavailable|Unknown|Aborted|"
+        r"OutOfRange|Unimplemented|DataLoss|GatewayTimeout|TooManyRequests|ResourceExhausted|Cancelled|"
+        r"BadGateway|MethodNotAllowed|RetryError):\s*[45]\d\d\b)",
+        r"(?-i:\bStatusCode\.(UNKNOWN|INVALID_ARGUMENT|NOT_FOUND|ALREADY_EXISTS|PERMISSION_DENIED|"
+        r"FAILED_PRECONDITION|ABORTED|OUT_OF_RANGE|UNIMPLEMENTED|INTERNAL|UNAVAILABLE|DATA_LOSS|"
+        r"UNAUTHENTICATED)\b)",
+        r"(?-i:\b(Non-OK-status|status): (INVALID_ARGUMENT|FAILED_PRECONDITION|INTERNAL|UNAVAILABLE|"
+        r"UNIMPLEMENTED|DATA_LOSS|ABORTED|UNKNOWN|NOT_FOUND|PERMISSION_DENIED|OUT_OF_RANGE):)",
         r"Check failed: ",
         # The launcher's summary of a worker that failed without a telling signal.
         r"exits with return code = -?\d+",
@@ -831,6 +870,10 @@ RULES: tuple[Rule, ...] = (
         TRACEBACK,
         r"Traceback \(most recent call last\)",
         r"(?-i:^\s*ERROR\b)",
+        r"(?-i:^\W*\[(ERROR|FATAL|CRITICAL)\])",  # a logger's level in brackets ("[ERROR] MD(...)")
+        # A script's shell reporting a job's abnormal end ("job.sh: line 9: 4242 Aborted (core dumped) ./a").
+        r"(?-i:(^|: line \d+:)\s*(\[\d+\][+-]?\s+)?\d+\s+(Aborted|Terminated|Bus error|Illegal instruction|"
+        r"Floating point exception|Hangup|Segmentation fault)\b)",
         r"(?-i:\bFAILED\b)",
         r"core dumped",
         r"(?-i:^\W*(Aborted|Terminated|Bus error|Illegal instruction|Floating point exception)\b)",
@@ -851,9 +894,13 @@ RULES: tuple[Rule, ...] = (
         r"(?-i:\bBackoffLimitExceeded\b)",
         # A status field set to a failure: Kubernetes' and Argo's `phase: Failed`, a scheduler's
         # `State: FAILED`, a workflow's `status: error`, an orchestrator's `Reason: Error`.
-        r"\b(phase|status|state|job ?state|result|conclusion|outcome|reason)\s*[:=]\s*['\"]?"
-        r"(?-i:(Failed|FAILED|failed|Failure|FAILURE|Error|ERROR|error|Errored|Crashed|CRASHED|Killed|KILLED|Aborted|"
-        r"ABORTED|Evicted|NODE_FAIL|OUT_OF_MEMORY))\b",
+        # The value as a family: a word of failure in any case, alone or in a compound
+        # (RUN_FAILED, SYSTEM_ERROR, JobFailed); a dead or lost actor, node or task (Ray's
+        # `state: DEAD`). The key may be quoted (`"status": "FAILED"`).
+        r"\b(phase|status|state|job ?state|result|conclusion|outcome|reason)['\"]?\s*[:=]\s*['\"]?"
+        r"(?-i:([A-Z]+_)*(FAILED|FAILURE|FAIL|ERROR|ERRORED|CRASHED|KILLED|ABORTED|EVICTED|DEAD|LOST|OUT_OF_MEMORY)"
+        r"|([A-Z][a-z]+)?(Failed|Failure|Error|Errored|Crashed|Killed|Aborted|Evicted|Dead|Lost)"
+        r"|failed|failure|error|errored|crashed|killed|aborted|dead|lost)\b",
         # An exit status in any punctuation ("terminated with an error exit status (140)", "[exit 2]").
         r"\bexit (status|code)\s*[(\[]\s*-?[1-9]\d*\s*[)\]]",
         r"\b(terminated|exited|died|stopped|ended|quit|crashed) (unexpectedly|abnormally|prematurely|"
