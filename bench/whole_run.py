@@ -16,7 +16,8 @@ The workspace:
      of each spikes to 100 % for one second at two thirds of the run.
   2. The same values in a local `mlflow server` (SQLite, as bench/telemetry.py), one series per GPU
      and metric (`system/gpu_<i>_utilization_percentage`, `..._memory_usage_megabytes`), kept in
-     --mlflow-dir between calls.
+     --mlflow-dir between calls: the 8-GPU run's (2M values, ~40 min to log once on the 2-core
+     box), and the 64-GPU run's with --mlflow-gpus 8,64.
   3. Every call, a fresh probe: a 64-GPU run of --probe-minutes, ingested with autovacuum off on
      the raw tables and ANALYZEd while its rows are hot (as autovacuum would have), then compacted
      with no VACUUM after: its zoom reads are timed before and after `VACUUM ANALYZE`.
@@ -329,10 +330,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--no-mlflow", action="store_true")
+    parser.add_argument(
+        "--mlflow-gpus", default="8", help="the runs MLflow holds too: 8, or 8,64 (64 GPUs: another 2M values, ~30 min)"
+    )
     parser.add_argument("--no-probe", action="store_true")
     parser.add_argument("--probe-minutes", type=int, default=45)
     parser.add_argument("--mlflow-dir", type=Path, default=Path(tempfile.gettempdir()) / "airboard-whole-run-mlflow")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through atexit: the mlflow server stops too
     if connection.vendor != "postgresql":
         sys.exit("bench/whole_run.py needs DATABASE_URL=postgres://...")
     settings.DEBUG = True  # connection.queries counts the queries
@@ -361,7 +366,7 @@ def main() -> None:
         cold = sum(GpuSampleBlock.objects.filter(run=run).values_list("samples", flat=True))
         print(f"{label}: run of {cold:,} samples (compacted), {minutes:,} minute rollups")
         ours[label], kept = chart_figures(client, run, args.width, args.repeat)
-        if uri is None:
+        if uri is None or str(gpus) not in args.mlflow_gpus.split(","):
             continue
         seconds = args.samples // gpus
         run_id = mlflow_run(uri, f"whole-{gpus}-{args.samples}", gpus, seconds, 2 * seconds // 3)
