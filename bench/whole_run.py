@@ -179,7 +179,7 @@ def timed(client: Client, url: str, repeat: int) -> tuple[float, int, int, dict]
     return statistics.median(times), size, queries, answer
 
 
-def chart_figures(client: Client, run: Run, width: int, repeat: int) -> tuple[float, bool]:
+def chart_figures(client: Client, run: Run, width: int, repeat: int, quiet: bool = False) -> tuple[float, bool]:
     url = f"/runs/{run.pk}/telemetry.json?range=all&width={width}&fields={FIELDS}"
     ms, size, queries, answer = timed(client, url, repeat)
     traces = [trace for panel in answer["panels"] for trace in panel["figure"]["data"]]
@@ -187,6 +187,8 @@ def chart_figures(client: Client, run: Run, width: int, repeat: int) -> tuple[fl
     util_panel = next(p for p in answer["panels"] if p["field"] == "utilization_gpu")
     kept = max(v for v in util_panel["figure"]["data"][1]["y"] if v is not None) == SPIKE
     tiers = ",".join(sorted({p["tier"] for p in answer["panels"]}))
+    if quiet:
+        return ms, kept
     print(f"  Airboard whole-run chart (2 panels, tier {tiers}): {ms:.1f} ms median of {repeat}, "
           f"{size / 1000:.1f} KB, {queries} queries, {points} points a trace at most "
           f"(width {width}); spike kept: {kept}")  # fmt: skip
@@ -282,6 +284,13 @@ def mlflow_read(uri: str, run_id: str, gpus: int) -> tuple[float, bool]:
 # --- Vacuum probe -----------------------------------------------------------------------
 
 
+def hot_reads(client: Client, url: str) -> int:
+    """Queries of one GET that read the hot raw table (where compaction's dead rows wait for vacuum)."""
+    reset_queries()
+    client.get(url)
+    return sum(f'FROM "{GpuSample._meta.db_table}" ' in q["sql"] for q in connection.queries)
+
+
 def probe(team: Group, client: Client, minutes: int, width: int, repeat: int) -> None:
     """A fresh 64-GPU run compacted with no vacuum after: its zoom reads before and after VACUUM ANALYZE."""
     Run.objects.filter(team=team, external_id="probe-64").delete()
@@ -311,14 +320,16 @@ def probe(team: Group, client: Client, minutes: int, width: int, repeat: int) ->
             ("whole run, each GPU", f"{base}&range=all&view=gpus"),
         ]
         before = {label: timed(client, url, repeat) for label, url in cases}
+        hot = {label: hot_reads(client, url) for label, url in cases}
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {GpuSample._meta.db_table}")
         after = {label: timed(client, url, repeat) for label, url in cases}
         for label, _ in cases:
             a, b = before[label], after[label]
             ratio = a[0] / b[0]
-            print(f"  {label:38s} before vacuum {a[0]:7.1f} ms ({a[2]} queries), after {b[0]:7.1f} ms "
-                  f"= {ratio:.2f}x  target <= {VACUUM_RATIO}x {verdict(ratio <= VACUUM_RATIO)}")  # fmt: skip
+            print(f"  {label:38s} before vacuum {a[0]:7.1f} ms ({a[2]} queries, {hot[label]} of the hot table), "
+                  f"after {b[0]:7.1f} ms = {ratio:.2f}x  target <= {VACUUM_RATIO}x (or no hot-table read) "
+                  f"{verdict(ratio <= VACUUM_RATIO or not hot[label])}")  # fmt: skip
     finally:
         set_autovacuum(True)
 
@@ -371,12 +382,17 @@ def main() -> None:
         seconds = args.samples // gpus
         run_id = mlflow_run(uri, f"whole-{gpus}-{args.samples}", gpus, seconds, 2 * seconds // 3)
         mlflow_read(uri, run_id, gpus)  # warm
-        reads = [mlflow_read(uri, run_id, gpus) for _ in range(3)]
-        theirs = statistics.median(r[0] for r in reads) * 1000
-        ratio = theirs / ours[label]
+        # In turn, ours then theirs, three times: each pair's ratio under the same load; the median of them.
+        pairs = []
+        for _ in range(3):
+            mine = chart_figures(client, run, args.width, args.repeat, quiet=True)[0]
+            theirs_s, spike = mlflow_read(uri, run_id, gpus)
+            pairs.append((theirs_s * 1000, mine, spike))
+        theirs = statistics.median(p[0] for p in pairs)
+        ratio = statistics.median(p[0] / p[1] for p in pairs)
         print(f"  MLflow get-history-bulk-interval ({2 * gpus} series): {theirs:.0f} ms median of 3; "
-              f"spike kept: {reads[0][1]}")  # fmt: skip
-        print(f"  Airboard is {ratio:.0f}x faster, spike kept: target >= {MLFLOW_FASTER:.0f}x "
+              f"spike kept: {pairs[0][2]}; Airboard in turn: {', '.join(f'{p[1]:.1f}' for p in pairs)} ms")  # fmt: skip
+        print(f"  Airboard is {ratio:.0f}x faster (median of the pairs), spike kept: target >= {MLFLOW_FASTER:.0f}x "
               f"{verdict(ratio >= MLFLOW_FASTER and kept)}")  # fmt: skip
     ratio = ours["64 GPUs"] / ours["8 GPUs"]
     print(f"64 GPUs / 8 GPUs whole-run chart: {ours['64 GPUs']:.1f} / {ours['8 GPUs']:.1f} ms = {ratio:.2f}x  "
