@@ -27,6 +27,8 @@ def base_layout(*, height: int, top: int = 36, right: int = 16, **extra: Any) ->
 # Keys whose strings are Plotly templates a builder wrote (`<extra>`, `<br>`): left as they are.
 # A builder that puts user text into one escapes it itself, with `plotly_text`.
 TEMPLATE_KEYS = frozenset({"hovertemplate", "texttemplate"})
+# Values `escaped` hands back as they are, without a call each.
+PLAIN_TYPES = frozenset({int, float, bool, type(None)})
 
 
 def plotly_text(text: str) -> str:
@@ -46,5 +48,8 @@ def escaped(figure: Any, key: str | None = None) -> Any:
     if isinstance(figure, dict):
         return {name: escaped(value, name) for name, value in figure.items()}
     if isinstance(figure, list | tuple):
+        if all(type(value) in PLAIN_TYPES for value in figure):
+            # A series of numbers (a panel's x and y: thousands of them) has nothing to escape.
+            return list(figure)
         return [escaped(value, key) for value in figure]
     return figure

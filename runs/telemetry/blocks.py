@@ -22,9 +22,12 @@ Invariants that keep ingest idempotent and the rollups exact:
   minute a late batch touches (`reopen_minutes`: the block goes back to GpuSample rows) before
   inserting, so the natural key still refuses a re-sent sample and the minute rollup is rebuilt
   from every sample of that minute.
-- A sample that lands while compaction is folding its minute stays a GpuSample row beside the
-  block; readers read both parts (`raw_rows`), and the next pass merges it into the block
-  (the sample already in the block wins, as the natural key would have it).
+- A batch with samples in a minute that compaction is folding waits for it (`minute_lock`),
+  then reopens the new block: no hot row sits beside a block, so readers read the hot table
+  only in the node-minutes no block covers (`raw_rows_of_runs`), never the rows compaction
+  deleted and vacuum has not removed yet. A row written beside a block some other way (a
+  restore) is not read until the next pass merges it (the block's sample wins at an instant
+  both hold, as the natural key would have it).
 """
 
 from __future__ import annotations
@@ -41,12 +44,12 @@ from typing import Any
 import numpy as np
 import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 from pcodec import ChunkConfig, standalone
 
-from runs.models import GpuSample, GpuSampleBlock
+from runs.models import GpuSample, GpuSampleBlock, Node
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +80,12 @@ NO_PROCESSES, PROCESSES = 0, 1
 MINUTES_PER_PASS = 30
 # Minutes OR-ed into one query when a late batch reopens them (see reopen_minutes).
 MINUTES_PER_QUERY = 200
+# (run, node, time span) terms OR-ed into one read of hot rows (SQLite caps an expression's depth at 1,000).
+HOT_SPANS_PER_QUERY = 200
 PCODEC = ChunkConfig()
+# pg_advisory_xact_lock(MINUTE_LOCK, minutes since 1970): held alone by the compaction pass folding
+# that minute, shared by a batch writing samples into it (see `minute_lock`).
+MINUTE_LOCK = 0x636F_6D70  # "comp"
 ONE_MINUTE = timedelta(minutes=1)
 
 
@@ -229,6 +237,28 @@ def _minute(ts: datetime) -> datetime:
     return ts.astimezone(UTC).replace(second=0, microsecond=0)
 
 
+def minute_lock(minutes: Iterable[datetime], *, shared: bool) -> None:
+    """Hold these minutes' compaction lock to the end of the transaction (PostgreSQL; SQLite has one writer).
+
+    Compaction takes a minute's lock alone before reading its rows; `store_sample_rows` takes
+    the minutes of its late samples shared before looking for their blocks. A batch therefore
+    either lands before the pass reads the minute (its rows are folded too) or after the block
+    is committed (it reopens the block): no hot row is left beside a block, so readers skip the
+    hot table wherever a block covers the node-minute (`raw_rows_of_runs`).
+    """
+    numbers = sorted({int(minute.timestamp()) // 60 for minute in minutes})
+    if not numbers or connection.vendor != "postgresql":
+        return
+    sql = (
+        "SELECT pg_advisory_xact_lock_shared(%s, m) FROM unnest(%s::int[]) AS m"
+        if shared
+        else "SELECT pg_advisory_xact_lock(%s, m) FROM unnest(%s::int[]) AS m"
+    )
+    with connection.cursor() as cursor:
+        # In the array's (sorted) order: two batches never wait on each other crosswise.
+        cursor.execute(sql, [MINUTE_LOCK, numbers])
+
+
 def compact_cutoff(now: datetime | None = None) -> datetime:
     """Minutes that start before this instant are compacted (it is itself a minute start)."""
     now = now or timezone.now()
@@ -276,6 +306,7 @@ def compact_samples(now: datetime | None = None, max_minutes: int = MINUTES_PER_
 def _compact_minute(minute: datetime) -> tuple[int, int]:
     end = minute + ONE_MINUTE
     with transaction.atomic():
+        minute_lock([minute], shared=False)
         hot = list(GpuSample.objects.filter(ts__gte=minute, ts__lt=end).values_list("id", *ROW_COLUMNS))
         groups: dict[tuple, dict[tuple[int, datetime], list[Any]]] = {}
         for row in hot:
@@ -358,8 +389,8 @@ def raw_rows(
 ) -> list[tuple]:
     """(node_id, gpu_index, ts, *fields) of one run's raw samples in [start, end], both parts, in series and time order.
 
-    `fields` are GpuSample value fields or "processes". Where a late row sits beside a block
-    at the same instant, the block's sample is the stored one and the row is skipped.
+    `fields` are GpuSample value fields or "processes". Hot rows are read only in the
+    node-minutes no block covers (see `raw_rows_of_runs`).
     `node_ids`, when given, keeps only those nodes' samples (a block holds one node).
     """
     return raw_rows_of_runs([run_id], start, end, fields, gpu_index, node_ids).get(run_id, [])
@@ -373,31 +404,72 @@ def raw_rows_of_runs(
     gpu_index: int | None = None,
     node_ids: Iterable[int] | None = None,
 ) -> dict[int, list[tuple]]:
-    """`raw_rows` of many runs in two queries (hot rows, blocks), whatever their number: run id -> rows."""
+    """`raw_rows` of many runs: run id -> rows, in three queries or so whatever their number.
+
+    1. The blocks of the window, decoded; each notes its (run, node, minute) as covered.
+    2. The runs' nodes (one query; `node_ids` narrows them).
+    3. The hot rows of the node-minutes no block covers (`uncovered_spans`), at most
+       HOT_SPANS_PER_QUERY spans a query. A covered minute holds no hot row (`store_sample_rows`
+       reopens it first, and waits for a pass folding it: `minute_lock`), so the hot table is
+       never read where compaction deleted rows: the read does not wait for vacuum to remove
+       them. A window with no uncovered minute does not read the hot table at all.
+    """
     run_ids = list(run_ids)
     if not run_ids:
         return {}
-    hot = GpuSample.objects.filter(run_id__in=run_ids, ts__gte=start, ts__lte=end)
     cold = GpuSampleBlock.objects.filter(run_id__in=run_ids, minute__gte=_minute(start), minute__lte=end)
+    nodes = Node.objects.filter(attempt__run_id__in=run_ids)
     if node_ids is not None:
         node_ids = list(node_ids)
-        hot, cold = hot.filter(node_id__in=node_ids), cold.filter(node_id__in=node_ids)
-    if gpu_index is not None:
-        hot = hot.filter(gpu_index=gpu_index)
+        cold, nodes = cold.filter(node_id__in=node_ids), nodes.filter(pk__in=node_ids)
     merged: dict[tuple[int, int, int, datetime], tuple] = {}
+    covered: set[tuple[int, int, datetime]] = set()
     for run_id, node_id, minute, data in cold.values_list("run_id", "node_id", "minute", "data"):
+        covered.add((run_id, node_id, minute))
         decoded = decode_block(data, fields)
         columns = [decoded.processes if f == "processes" else decoded.columns[f] for f in fields]
         for i, (gpu, offset) in enumerate(zip(decoded.gpus, decoded.offsets_us, strict=True)):
             ts = minute + timedelta(microseconds=offset)
             if start <= ts <= end and (gpu_index is None or gpu == gpu_index):
                 merged.setdefault((run_id, node_id, gpu, ts), tuple(column[i] for column in columns))
-    for run_id, node_id, gpu, ts, *values in hot.values_list("run_id", "node_id", "gpu_index", "ts", *fields):
-        merged.setdefault((run_id, node_id, gpu, ts), tuple(values))
+    spans = uncovered_spans(covered, nodes.values_list("attempt__run_id", "pk"), start, end)
+    for first in range(0, len(spans), HOT_SPANS_PER_QUERY):
+        q = Q()
+        for run_id, node_id, a, b in spans[first : first + HOT_SPANS_PER_QUERY]:
+            q |= Q(run_id=run_id, node_id=node_id, ts__gte=a, ts__lt=b)
+        hot = GpuSample.objects.filter(q, ts__gte=start, ts__lte=end)
+        if gpu_index is not None:
+            hot = hot.filter(gpu_index=gpu_index)
+        for run_id, node_id, gpu, ts, *values in hot.values_list("run_id", "node_id", "gpu_index", "ts", *fields):
+            merged.setdefault((run_id, node_id, gpu, ts), tuple(values))
     out: dict[int, list[tuple]] = {}
     for (run_id, *key), values in sorted(merged.items()):
         out.setdefault(run_id, []).append((*key, *values))
     return out
+
+
+def uncovered_spans(
+    covered: set[tuple[int, int, datetime]], scope: Iterable[tuple[int, int]], start: datetime, end: datetime
+) -> list[tuple[int, int, datetime, datetime]]:
+    """(run, node, from, to) of the minutes in [start, end] no block covers, for each (run, node) of `scope`.
+
+    `covered` holds the (run, node, minute) of the window's blocks. Spans are whole minutes,
+    `to` excluded, merged where they touch: a node with no block in the window is one span.
+    """
+    by_node: dict[tuple[int, int], list[datetime]] = {}
+    for run_id, node_id, minute in covered:
+        by_node.setdefault((run_id, node_id), []).append(minute)
+    first, stop = _minute(start), _minute(end) + ONE_MINUTE
+    spans = []
+    for run_id, node_id in sorted(set(scope)):
+        at = first
+        for minute in sorted(by_node.get((run_id, node_id), [])):
+            if minute > at:
+                spans.append((run_id, node_id, at, minute))
+            at = max(at, minute + ONE_MINUTE)
+        if at < stop:
+            spans.append((run_id, node_id, at, stop))
+    return spans
 
 
 def time_span(rows: QuerySet, field: str) -> tuple[datetime, datetime] | None:

@@ -118,6 +118,8 @@ def store_sample_rows(rows: Sequence[Sequence[Any]]) -> StoreResult:
     reopen_before = blocks.compact_cutoff() + 2 * ONE_MINUTE
     late = {(r, n, g, _minute(ts)) for r, n, g, ts in unique if ts < reopen_before}
     with transaction.atomic():
+        # A pass folding one of these minutes finishes first, or waits for this batch.
+        blocks.minute_lock({key[3] for key in late}, shared=True)
         reopened = blocks.reopen_minutes(late) if late else []
         if reopened:
             # Back to hot rows first, so the natural key refuses a re-sent sample of the minute
