@@ -42,7 +42,7 @@ from django.utils import timezone
 from billing.models import EgressRecord
 from dashboard.demo.clusters import remove_demo_clusters, write_demo_clusters
 from dashboard.demo.constants import demo_password
-from dashboard.demo.logs import LogContext, node_log
+from dashboard.demo.logs import LogContext, checkpoint_dir, node_log
 from dashboard.demo.seed import (
     ADMIN_USERNAME,
     DEMO_EMAIL_DOMAIN,
@@ -55,9 +55,9 @@ from dashboard.demo.seed import (
     rng_for,
 )
 from dashboard.demo.seed import email as demo_email
-from dashboard.demo.series import PROFILES, Activity, metric_points, minute_rollups, raw_samples
+from dashboard.demo.series import PROFILES, Activity, metric_points, minute_rollups, node_skew, raw_samples
 from dashboard.progress import Progress
-from runs.choices import TelemetrySource
+from runs.choices import RunStatus, TelemetrySource
 from runs.failures import logphrases
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
 from runs.telemetry import utilization
@@ -85,9 +85,9 @@ class DemoSize:
         return cls(
             log_runs=min(runs, max(20, round(150 * share))),
             telemetry_runs=6,
-            raw_sample_cap=int(min(150_000, max(1_500, 150_000 * share))),
+            raw_sample_cap=int(min(75_000, max(1_500, 75_000 * share))),
             rollup_runs=min(runs, max(30, round(300 * share))),
-            rollup_cap=int(min(300_000, max(3_000, 300_000 * share))),
+            rollup_cap=int(min(230_000, max(3_000, 230_000 * share))),
         )
 
 
@@ -319,7 +319,7 @@ def _write_logs(plan: DemoPlan, runs: list[RunPlan], node_ids: dict[tuple[str, i
                     hosts=hosts, node_index=node.index, attempt=attempt.number, start=attempt.started_at,
                     end=_end(attempt, plan.now), status=attempt.status, failure=attempt.failure,
                     failed_node=attempt.failed_node, failed_local_rank=attempt.failed_local_rank, curve=run.curve,
-                    checkpoint_dir=f"/Volumes/main/{run.team}/checkpoints/{run.experiment.slug}/{attempt.mlflow_run_id[:8]}",
+                    checkpoint_dir=checkpoint_dir(run.team, run.experiment_name, attempt.mlflow_run_id),
                     oom_alloc_gib=attempt.oom_alloc_gib, source=run.source,
                 )  # fmt: skip
                 node_id = node_ids[run.pk, attempt.number, node.index]
@@ -384,8 +384,9 @@ def _write_metrics(plan: DemoPlan, runs: list[RunPlan]) -> int:
 
 
 def _activity(plan: DemoPlan, run: RunPlan, attempt: AttemptPlan) -> Activity:
-    rng = rng_for(plan.seed, "activity", run.external_id, attempt.number)
-    return Activity.make(rng, attempt.started_at, _end(attempt, plan.now), attempt.failure)
+    return Activity.for_attempt(
+        run.external_id, attempt.number, attempt.started_at, _end(attempt, plan.now), attempt.failure
+    )
 
 
 def _write_samples(
@@ -393,8 +394,9 @@ def _write_samples(
 ) -> tuple[dict[int, datetime], int]:
     """1 Hz samples for the newest live or just-finished runs (a just-OOMed one first).
 
-    Only the first node and the last RAW_WINDOW of its last attempt, so the total stays near
-    `raw_sample_cap`; returns where each run's raw window starts (rollups stop there).
+    Every node of the last attempt over the same last minutes (at most RAW_WINDOW), so that
+    the total stays near `raw_sample_cap`; returns where each run's raw window starts
+    (rollups stop there).
     """
     recent = [
         r for r in plan.runs
@@ -408,18 +410,21 @@ def _write_samples(
         attempt = run.attempts[-1]
         end = _end(attempt, plan.now)
         gpus = run.gpus_per_node
-        seconds = min(RAW_WINDOW.total_seconds(), left // (len(chosen) - i) // gpus)
+        seconds = min(RAW_WINDOW.total_seconds(), left // (len(chosen) - i) // (gpus * len(attempt.nodes)))
         # Start on a minute boundary, so the rollups written directly end where these begin.
         start = _ceil_minute(max(attempt.started_at, end - timedelta(seconds=seconds)))
         if start >= end:
             continue
-        node_id = node_ids[run.pk, attempt.number, 0]
-        rng = rng_for(plan.seed, "samples", run.external_id)
-        series = raw_samples(rng, PROFILES[run.accelerator_type], _activity(plan, run, attempt), start, gpus)
-        samples = [
-            GpuSample(run_id=run.pk, node_id=node_id, gpu_index=gpu, ts=ts, source=TelemetrySource.DEMO, **fields)
-            for gpu, ts, fields in series
-        ]
+        activity = _activity(plan, run, attempt)
+        samples = []
+        for node in attempt.nodes:
+            rng = rng_for(plan.seed, "samples", run.external_id, node.index)
+            skew = node_skew(run.external_id, node.index)
+            node_id = node_ids[run.pk, attempt.number, node.index]
+            samples += [
+                GpuSample(run_id=run.pk, node_id=node_id, gpu_index=gpu, ts=ts, source=TelemetrySource.DEMO, **fields)
+                for gpu, ts, fields in raw_samples(rng, PROFILES[run.accelerator_type], activity, start, gpus, skew)
+            ]
         store_gpu_samples(samples)
         raw_from[run.pk] = start
         left -= len(samples)
@@ -430,28 +435,38 @@ def _write_samples(
 def _write_rollups(
     plan: DemoPlan, size: DemoSize, node_ids: dict[tuple[str, int, int], int], raw_from: dict[int, datetime]
 ) -> int:
-    """Minute rollups for the newest runs' last attempt, first node, written directly.
+    """Minute rollups for the newest runs' last attempt, every node over the same span, written directly.
 
-    Each run gets an equal share of what is left of `rollup_cap` (single-GPU runs leave some
-    for the 8-GPU ones); a long run keeps its last minutes, where failures happen.
+    Running runs come first and get their whole life (the live demo continues them; at most
+    half of `rollup_cap` between them); then each other run gets an equal share of what is
+    left, in rows, so a 64-GPU run covers fewer minutes than a single GPU; a long run keeps
+    its last minutes, where failures happen.
     """
     runs = [r for r in plan.runs if r.accelerator_type and r.attempts[-1].nodes][: size.rollup_runs]
+    running = [r for r in runs if r.attempts[-1].status == RunStatus.RUNNING]
+    others = [r for r in runs if r.attempts[-1].status != RunStatus.RUNNING]
     left, written = size.rollup_cap, 0
     batch: list[dict[str, object]] = []
-    for i, run in enumerate(runs):
+    for i, run in enumerate(running + others):
         attempt = run.attempts[-1]
-        gpus = run.gpus_per_node
+        width = run.gpus_per_node * len(attempt.nodes)  # rows a minute of the run costs
+        if i < len(running):
+            minutes = (size.rollup_cap // 2 - (size.rollup_cap - left)) // width
+        else:
+            minutes = left // (len(running) + len(others) - i) // width
         stop = raw_from.get(run.pk, _end(attempt, plan.now))
-        minutes = left // (len(runs) - i) // gpus
         first = max(attempt.started_at.replace(second=0), stop - timedelta(minutes=minutes))
         if minutes < 1 or first >= stop:
             continue
-        node_id = node_ids[run.pk, attempt.number, 0]
-        rng = rng_for(plan.seed, "rollups", run.external_id)
         activity = _activity(plan, run, attempt)
         before = len(batch)
-        for gpu, minute, agg in minute_rollups(rng, PROFILES[run.accelerator_type], activity, first, stop, gpus):
-            batch.append({"run_id": run.pk, "node_id": node_id, "gpu_index": gpu, "minute": minute, **agg})
+        for node in attempt.nodes:
+            node_id = node_ids[run.pk, attempt.number, node.index]
+            rng = rng_for(plan.seed, "rollups", run.external_id, node.index)
+            skew = node_skew(run.external_id, node.index)
+            profile = PROFILES[run.accelerator_type]
+            for gpu, minute, agg in minute_rollups(rng, profile, activity, first, stop, run.gpus_per_node, skew):
+                batch.append({"run_id": run.pk, "node_id": node_id, "gpu_index": gpu, "minute": minute, **agg})
         left -= len(batch) - before
         if len(batch) >= 20 * BATCH:  # flush now and then rather than hold 300k rows
             _insert(GpuMinute, batch)
