@@ -5,13 +5,17 @@ minutes after `make run` every chart ends in the past. `tick()` plays the part o
 sources, through the same paths they use:
 
 1. For each running demo run, 1 Hz GPU samples of every GPU of every node since its last
-   sample (at most `CATCH_UP` back: a demo stopped overnight shows the night as a gap, as a
-   real agent would), recorded and queued as the telemetry API does (`record_batch` +
-   `enqueue_batch`, the worker writes them); MLflow metric points the same way; and the
-   progress lines of rank 0's log through `append_log_chunk`, as the log collector does.
+   sample or seeded minute (at most `CATCH_UP` back: a demo stopped overnight shows the night
+   as a gap, as a real agent would), recorded and queued as the telemetry API does
+   (`record_batch` + `enqueue_batch`, the worker writes them); MLflow metric points the same
+   way; and the progress lines of rank 0's log through `append_log_chunk`, as the log
+   collector does. Each run continues its own series from where the seed left them: the
+   same training curve (`run_curve`), activity (`Activity.for_attempt`) and node skew
+   (`node_skew`), with GPUs that start warm.
 2. Some runs end each tick (about `MEAN_REMAINING_MINUTES` left on average): a quarter of
-   them fail with a real failure's log tail and message, the rest succeed; the run source's
-   `upsert_run` records the end (so a failed run is classified as a collected one is).
+   them fail with a real failure's log tail and message, the rest succeed, as does a run
+   that has trained all its steps; the run source's `upsert_run` records the end (so a
+   failed run is classified as a collected one is).
 3. While fewer than `AIRBOARD_DEMO_LIVE_RUNNING` demo runs run, new ones start, copied from
    a finished demo run's team, person, experiment and shape.
 

@@ -359,7 +359,8 @@ def _compute(rng: random.Random, shape: str, source: str) -> tuple[int, int, str
             per_node = int(_pick(rng, {1: 1, 4: 2}))
             return per_node, per_node, "g5.2xlarge" if per_node == 1 else "g5.12xlarge"
         instance = {H100: "p5.4xlarge", H100_8: "p5.48xlarge", B300_8: "p6-b300.48xlarge"}[shape]
-        return per_node * int(_pick(rng, {1: 70, 2: 30})), per_node, instance
+        # Two nodes only of the 8-GPU shapes: the single-H100 shape is one GPU (VALID_COUNTS in the tests).
+        return per_node * (int(_pick(rng, {1: 70, 2: 30})) if per_node > 1 else 1), per_node, instance
     if shape == A10:
         return int(_pick(rng, {1: 60, 2: 20, 3: 5, 4: 15})), 1, ""
     if shape == H100:

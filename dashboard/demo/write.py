@@ -14,8 +14,15 @@
    long-range charts show the demo and agree with its minutes.
 
 Volumes are bounded for speed (`DemoSize`): logs and metrics for the newest ~150 runs, raw
-samples for ~6 live or just-finished runs (first node, last 45 minutes, ~150k rows), and
-minute rollups for the newest ~300 runs (first node, ~300k rows), scaled down with `runs`.
+samples for ~6 live or just-finished runs (every node, at most the last 45 minutes, ~60k
+rows), and minute rollups for the newest ~300 runs (every node over the same span; running
+and just-failed runs for their whole life, the others an equal share; ~210k rows), scaled
+down with `runs`.
+Every node of a run has the same span, so the node-skew table compares like with like.
+
+What the live demo continues is a function of the run's row, not of this seed's generators:
+the training curve (`dashboard.demo.seed.run_curve`), the attempt's activity
+(`Activity.for_attempt`) and each node's skew (`node_skew`).
 
 Demo data is recognisable without a model change: runs carry `is_demo`, personas have
 `@demo.airboard.example` addresses, and a demo team is removed only once no other member or
@@ -67,6 +74,9 @@ Log = Callable[[str], object]
 BATCH = 1000
 RAW_WINDOW = timedelta(minutes=45)
 RECENT = timedelta(hours=3)
+# Percent of the minute-rollup budget the featured runs (running, or with 1 Hz samples) may
+# take, for their whole life.
+FEATURED_SHARE = 60
 
 
 @dataclass(frozen=True)
@@ -85,9 +95,9 @@ class DemoSize:
         return cls(
             log_runs=min(runs, max(20, round(150 * share))),
             telemetry_runs=6,
-            raw_sample_cap=int(min(75_000, max(1_500, 75_000 * share))),
+            raw_sample_cap=int(min(60_000, max(8_000, 60_000 * share))),
             rollup_runs=min(runs, max(30, round(300 * share))),
-            rollup_cap=int(min(230_000, max(3_000, 230_000 * share))),
+            rollup_cap=int(min(210_000, max(3_000, 210_000 * share))),
         )
 
 
@@ -437,23 +447,25 @@ def _write_rollups(
 ) -> int:
     """Minute rollups for the newest runs' last attempt, every node over the same span, written directly.
 
-    Running runs come first and get their whole life (the live demo continues them; at most
-    half of `rollup_cap` between them); then each other run gets an equal share of what is
-    left, in rows, so a 64-GPU run covers fewer minutes than a single GPU; a long run keeps
-    its last minutes, where failures happen.
+    Featured runs come first and get their whole life: the running ones (the live demo
+    continues them) and those with 1 Hz samples (the just-failed ones), newest first, at most
+    FEATURED_SHARE % of `rollup_cap` between them. Then each other run gets an equal share of
+    what is left, in rows, so a 64-GPU run covers fewer minutes than a single GPU; a long run
+    keeps its last minutes, where failures happen.
     """
     runs = [r for r in plan.runs if r.accelerator_type and r.attempts[-1].nodes][: size.rollup_runs]
-    running = [r for r in runs if r.attempts[-1].status == RunStatus.RUNNING]
-    others = [r for r in runs if r.attempts[-1].status != RunStatus.RUNNING]
+    is_featured = [r.attempts[-1].status == RunStatus.RUNNING or r.pk in raw_from for r in runs]
+    featured = [r for r, yes in zip(runs, is_featured, strict=True) if yes]
+    others = [r for r, yes in zip(runs, is_featured, strict=True) if not yes]
     left, written = size.rollup_cap, 0
     batch: list[dict[str, object]] = []
-    for i, run in enumerate(running + others):
+    for i, run in enumerate(featured + others):
         attempt = run.attempts[-1]
         width = run.gpus_per_node * len(attempt.nodes)  # rows a minute of the run costs
-        if i < len(running):
-            minutes = (size.rollup_cap // 2 - (size.rollup_cap - left)) // width
+        if i < len(featured):
+            minutes = (size.rollup_cap * FEATURED_SHARE // 100 - (size.rollup_cap - left)) // width
         else:
-            minutes = left // (len(running) + len(others) - i) // width
+            minutes = left // (len(runs) - i) // width
         stop = raw_from.get(run.pk, _end(attempt, plan.now))
         first = max(attempt.started_at.replace(second=0), stop - timedelta(minutes=minutes))
         if minutes < 1 or first >= stop:

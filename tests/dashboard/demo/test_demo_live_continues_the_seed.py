@@ -11,6 +11,7 @@ import pytest
 import time_machine
 
 from dashboard.demo import live as demo_live
+from dashboard.demo.seed import EXPERIMENT_BY_SLUG, run_curve
 from dashboard.demo.write import seed_demo
 from runs.choices import BatchStatus, RunStatus
 from runs.ingest import process_batch
@@ -33,7 +34,7 @@ class NeverEnds(random.Random):
 class Last:
     """A GPU's last seeded reading: a raw sample, or the seed's last minute rollup."""
 
-    ts: datetime  # where the seed stopped: the sample's second, or the rollup's minute plus its seconds
+    after: datetime  # the first second the seed left: after its last sample, or its last minute's seconds
     temperature: float
     memory: float
 
@@ -53,7 +54,9 @@ def last_readings(run: Run) -> dict[tuple[int, int], Last]:
         for gpu in range(run.gpus_per_node):
             sample = GpuSample.objects.filter(node=node, gpu_index=gpu).order_by("-ts").first()
             if sample is not None:
-                out[node.index, gpu] = Last(sample.ts, sample.temperature_c, sample.memory_used_bytes)
+                out[node.index, gpu] = Last(
+                    sample.ts + timedelta(seconds=1), sample.temperature_c, sample.memory_used_bytes
+                )
                 continue
             minute = GpuMinute.objects.filter(node=node, gpu_index=gpu).order_by("-minute").first()
             if minute is not None:
@@ -88,17 +91,20 @@ def seeded(settings) -> list[Run]:
 def test_the_first_tick_continues_every_gpu_of_every_node_where_the_seed_stopped(seeded: list[Run]) -> None:
     before = {run.pk: last_readings(run) for run in seeded}
     assert all(before.values())
+    seeded_samples = set(GpuSample.objects.values_list("pk", flat=True))
 
     tick(SEEDED + timedelta(seconds=61))
 
     for run in seeded:
         for (index, gpu), last in before[run.pk].items():
             node = node_of(run, index)
-            first = GpuSample.objects.filter(node=node, gpu_index=gpu, ts__gte=last.ts).order_by("ts").first()
+            new = GpuSample.objects.filter(node=node, gpu_index=gpu).exclude(pk__in=seeded_samples)
+            first = new.order_by("ts").first()
             assert first is not None, (run.external_id, index, gpu)
-            # The next second, at the temperature and memory the GPU was at (no cold restart,
-            # no other run's memory footprint): a step like any other second's.
-            assert first.ts - last.ts <= timedelta(seconds=1), (run.external_id, index, gpu, last, first.ts)
+            # From the first second the seed left (no gap, no second written twice), at the
+            # temperature and memory the GPU was at (no cold restart, no other run's memory
+            # footprint): a step like any other second's.
+            assert first.ts == last.after, (run.external_id, index, gpu, last, first.ts)
             assert abs(first.temperature_c - last.temperature) < 6, (run.external_id, index, gpu, last, first)
             assert abs(first.memory_used_bytes - last.memory) < 0.02 * first.memory_total_bytes, (run, index, gpu)
 
@@ -142,3 +148,31 @@ def test_metrics_and_log_steps_continue_each_runs_own_curve(seeded: list[Run]) -
             # The progress line after the seed's last, of the same job (the same total steps).
             assert new[0] == (step_1 + (step_1 - step_2), total), (run.external_id, steps[-2:], new[:2])
     assert continued >= 3 * len(seeded) // 2
+
+
+@pytest.mark.django_db
+def test_a_run_that_has_trained_all_its_steps_succeeds(seeded: list[Run]) -> None:
+    curves = {
+        run.pk: run_curve(
+            run.external_id, EXPERIMENT_BY_SLUG[run.experiment_name.rsplit("/", 1)[-1]], run.accelerator_type,
+            run.num_accelerators,
+        )
+        for run in seeded
+    }  # fmt: skip
+    ends = {
+        run.pk: run.attempts.order_by("-number").first().started_at
+        + timedelta(seconds=curves[run.pk].total_steps * curves[run.pk].step_seconds)
+        for run in seeded
+    }
+    run = min(seeded, key=lambda r: ends[r.pk])
+    assert ends[run.pk] > SEEDED  # running at the seed: its last step still ahead
+
+    early = tick(ends[run.pk] - timedelta(minutes=2))
+    assert run.external_id not in early.finished + early.failed
+    result = tick(ends[run.pk] + timedelta(seconds=30))
+
+    assert run.external_id in result.finished
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.ended_at == ends[run.pk] + timedelta(seconds=30)
+    last = MetricPoint.objects.filter(run=run, key="loss").order_by("-step").first()
+    assert curves[run.pk].total_steps - curves[run.pk].log_every() < last.step <= curves[run.pk].total_steps
