@@ -5,13 +5,17 @@ minutes after `make run` every chart ends in the past. `tick()` plays the part o
 sources, through the same paths they use:
 
 1. For each running demo run, 1 Hz GPU samples of every GPU of every node since its last
-   sample (at most `CATCH_UP` back: a demo stopped overnight shows the night as a gap, as a
-   real agent would), recorded and queued as the telemetry API does (`record_batch` +
-   `enqueue_batch`, the worker writes them); MLflow metric points the same way; and the
-   progress lines of rank 0's log through `append_log_chunk`, as the log collector does.
+   sample or seeded minute (at most `CATCH_UP` back: a demo stopped overnight shows the night
+   as a gap, as a real agent would), recorded and queued as the telemetry API does
+   (`record_batch` + `enqueue_batch`, the worker writes them); MLflow metric points the same
+   way; and the progress lines of rank 0's log through `append_log_chunk`, as the log
+   collector does. Each run continues its own series from where the seed left them: the
+   same training curve (`run_curve`), activity (`Activity.for_attempt`) and node skew
+   (`node_skew`), with GPUs that start warm.
 2. Some runs end each tick (about `MEAN_REMAINING_MINUTES` left on average): a quarter of
-   them fail with a real failure's log tail and message, the rest succeed; the run source's
-   `upsert_run` records the end (so a failed run is classified as a collected one is).
+   them fail with a real failure's log tail and message, the rest succeed, as does a run
+   that has trained all its steps; the run source's `upsert_run` records the end (so a
+   failed run is classified as a collected one is).
 3. While fewer than `AIRBOARD_DEMO_LIVE_RUNNING` demo runs run, new ones start, copied from
    a finished demo run's team, person, experiment and shape.
 
@@ -34,12 +38,12 @@ from django.db.models import Max
 from django.utils import timezone
 
 from dashboard.demo.clusters import RUN_PREFIX as ADVICE_RUN_PREFIX
-from dashboard.demo.logs import FAILURES, LogContext, closing_lines, progress_lines
-from dashboard.demo.seed import EXPERIMENT_BY_SLUG, EXPERIMENTS, rng_for, training_curve
-from dashboard.demo.series import PROFILES, Activity, TrainingCurve, metric_points, raw_samples
+from dashboard.demo.logs import FAILURES, LogContext, checkpoint_dir, closing_lines, progress_lines
+from dashboard.demo.seed import EXPERIMENT_BY_SLUG, EXPERIMENTS, rng_for, run_curve
+from dashboard.demo.series import PROFILES, Activity, TrainingCurve, metric_points, node_skew, raw_samples
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.ingest import SAMPLE_VALUE_COLUMNS, append_log_chunk, enqueue_batch, record_batch, upsert_run
-from runs.models import Attempt, LogChunk, MetricPoint, Node, Run
+from runs.models import Attempt, GpuMinute, LogChunk, MetricPoint, Node, Run
 from runs.telemetry import blocks
 
 logger = logging.getLogger(__name__)
@@ -117,9 +121,13 @@ def _advance(run: Run, now: datetime, rng: random.Random, result: TickResult, qu
     result.metric_points += points
     result.log_chunks += _push_log(live, now, logged_to, RunStatus.RUNNING, None)
     # The advice examples (demo_clusters) stay as they are: each shows one rule's finding.
-    if rng.random() < 1.0 / MEAN_REMAINING_MINUTES and not run.external_id.startswith(ADVICE_RUN_PREFIX):
+    if run.external_id.startswith(ADVICE_RUN_PREFIX):
+        return
+    # A run that has trained all its steps succeeds; any other may end now (a quarter fail).
+    done = live.curve.step_at((now - live.attempt.started_at).total_seconds()) >= live.curve.total_steps
+    if done or rng.random() < 1.0 / MEAN_REMAINING_MINUTES:
         failure = None
-        if rng.random() < FAIL_SHARE:
+        if not done and rng.random() < FAIL_SHARE:
             kinds = [k for k in LIVE_FAILURES if len(live.nodes) > 1 or k not in MULTI_NODE]
             failure = rng.choice(kinds)
         _finish(live, now, failure, rng)
@@ -135,43 +143,40 @@ def _live(run: Run, now: datetime) -> _Live | None:
         return None
     slug = run.experiment_name.rstrip("/").rsplit("/", 1)[-1]
     experiment = EXPERIMENT_BY_SLUG.get(slug) or EXPERIMENTS[0]
-    # The run's own curve: drawn from its id, with the pace its stored metrics show, so the
-    # live points continue the seeded ones instead of jumping to another step count.
-    planned = max((now - attempt.started_at).total_seconds() * 2, 3600.0)
-    curve = training_curve(
-        rng_for(SEED, "curve", run.external_id), experiment, run.accelerator_type, run.num_accelerators, planned
-    )
-    last = MetricPoint.objects.filter(run=run).aggregate(step=Max("step"), ts=Max("ts"))
-    if last["step"] and last["ts"] and last["ts"] > attempt.started_at:
-        pace = (last["ts"] - attempt.started_at).total_seconds() / last["step"]
-        if pace > 0:
-            curve = dataclasses.replace(curve, step_seconds=pace, total_steps=max(100, int(planned / pace)))
+    # The run's own curve, the one the seed drew its metrics and logs from (a function of the
+    # run's row): the live points continue the seeded ones, same steps, loss and schedule.
+    curve = run_curve(run.external_id, experiment, run.accelerator_type, run.num_accelerators)
     return _Live(run, attempt, nodes, curve, experiment.family)
 
 
 def _push_samples(live: _Live, now: datetime, queue: str | None) -> int:
-    """1 Hz samples of every GPU since the run's last sample, one batch per run, as the agent sends."""
+    """1 Hz samples of every GPU since the run's last sample, one batch per run, as the agent sends.
+
+    A run the seed gave minute rollups only continues after its last seeded minute.
+    """
     run = live.run
     profile = PROFILES.get(run.accelerator_type)
     if profile is None:
         return 0
     # Both parts of the raw tier: a minute already compacted into a block counts as sent.
     extent = blocks.raw_extent(run.pk)
-    last = extent[1] if extent else None
-    window_start = max(last + timedelta(seconds=1) if last else live.attempt.started_at, now - CATCH_UP)
+    if extent:
+        last = extent[1] + timedelta(seconds=1)
+    else:  # the seconds the seed's last minute rollup covers (from the minute's start)
+        minute = GpuMinute.objects.filter(run=run).order_by("-minute").values_list("minute", "samples").first()
+        last = minute[0] + timedelta(seconds=min(60, minute[1])) if minute else live.attempt.started_at
+    window_start = max(last, live.attempt.started_at, now - CATCH_UP)
     if window_start >= now:
         return 0
     gpus = max(1, min(run.gpus_per_node, run.num_accelerators))
+    # The seed's activity for the attempt (memory, eval and checkpoint phases), up to now.
+    activity = Activity.for_attempt(run.external_id, live.attempt.number, live.attempt.started_at, now, None)
     rows: list[list[Any]] = []
     for node in live.nodes:
-        activity = Activity.make(rng_for(SEED, "activity", run.external_id), live.attempt.started_at, now, None)
         rng = rng_for(SEED, "samples", run.external_id, node.index, window_start.isoformat())
-        # Per-node skew: a slower node (a worse host, a straggling rank) runs a little cooler.
-        skew = rng_for(SEED, "skew", run.external_id, node.index).uniform(-6.0, 1.0) if node.index else 0.0
-        for gpu, ts, fields in raw_samples(rng, profile, activity, window_start, gpus):
+        skew = node_skew(run.external_id, node.index)
+        for gpu, ts, fields in raw_samples(rng, profile, activity, window_start, gpus, skew):
             values = dict(fields)
-            if values["utilization_gpu"] > 50:
-                values["utilization_gpu"] = round(min(100.0, max(0.0, values["utilization_gpu"] + skew)), 1)
             busy = values["utilization_gpu"] / 100.0
             # PCIe: the host feeding the GPU (dataloader, checkpoints), in KB/s as NVML reports it.
             values["pcie_tx_kbps"] = int(busy * rng.uniform(180_000, 260_000))
@@ -225,7 +230,7 @@ def _context(live: _Live, now: datetime, status: str, failure: str | None, node:
         failed_node=failed_node,
         failed_local_rank=0,
         curve=live.curve,
-        checkpoint_dir=f"/Volumes/main/{live.family}/checkpoints/{run.external_id}",
+        checkpoint_dir=checkpoint_dir(run.team.name, run.experiment_name, live.attempt.mlflow_run_id),
         source=run.source,
     )
 

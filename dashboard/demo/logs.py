@@ -91,6 +91,12 @@ class LogContext:
         return self.failure is not None and self.node_index == self.failed_node
 
 
+def checkpoint_dir(team: str, experiment_name: str, mlflow_run_id: str) -> str:
+    """Where an attempt saves its checkpoints: the seed's logs and the live demo's name the same folder."""
+    slug = experiment_name.rstrip("/").rsplit("/", 1)[-1]
+    return f"/Volumes/main/{team}/checkpoints/{slug}/{mlflow_run_id[:8]}"
+
+
 def node_log(rng: random.Random, ctx: LogContext) -> list[str]:
     """The node's log as chunks of about LINES_PER_CHUNK lines, each ending in a newline."""
     lines = _startup(rng, ctx)

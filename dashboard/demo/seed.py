@@ -307,18 +307,20 @@ def _plan_run(
                                  if r != team.home_region})  # fmt: skip
     if source == RunSource.LOCAL:
         shape, num, per_node, run_region = "", 1, 1, ""
-    # 2. How it went: the attempts as (end status, failure, seconds), then cut at `now`.
-    planned = min(max(rng.lognormvariate(0, 0.7) * exp.hours * HOUR, 240.0), 52 * HOUR)
+    # 2. How it went: the attempts as (end status, failure, seconds), then cut at `now`. The
+    # training's length (and its curve) is a function of the run's id (`run_curve`).
+    run_id = _external_id(rng, source, used_ids, exp, _planned_range(scenario))
+    planned = planned_seconds(run_id, exp)
     max_retries = scenario.max_retries if scenario else int(_pick(rng, {0: 45, 1: 25, 2: 20, 3: 10}))
     if scenario:
         specs = [(status, kind, rng.uniform(lo, hi) * 60) for status, kind, lo, hi in scenario.attempts]
-        planned = specs[-1][2] if specs[-1][0] == S else planned
+        if specs[-1][0] == S:
+            specs[-1] = (S, None, planned)
         timeout = next((t for t in NICE_TIMEOUTS if t * 60 >= planned * 1.3), None)
     else:
         specs, timeout = _attempt_specs(rng, planned, max_retries, num // max(per_node, 1) > 1 or num >= 8)
     queue = rng.uniform(*scenario.queue_min) * 60 if scenario else rng.uniform(5, 240 if num < 8 else 1500)
-    run_id = _external_id(rng, source, used_ids)
-    curve = training_curve(rng, exp, shape, num, planned)
+    curve = run_curve(run_id, exp, shape, num)
     attempts = _timeline(rng, now, submitted + timedelta(seconds=queue), specs, run_region, num, per_node)
     last = attempts[-1]
     _messages(rng, attempts, team, username, timeout, curve, per_node)
@@ -357,7 +359,8 @@ def _compute(rng: random.Random, shape: str, source: str) -> tuple[int, int, str
             per_node = int(_pick(rng, {1: 1, 4: 2}))
             return per_node, per_node, "g5.2xlarge" if per_node == 1 else "g5.12xlarge"
         instance = {H100: "p5.4xlarge", H100_8: "p5.48xlarge", B300_8: "p6-b300.48xlarge"}[shape]
-        return per_node * int(_pick(rng, {1: 70, 2: 30})), per_node, instance
+        # Two nodes only of the 8-GPU shapes: the single-H100 shape is one GPU (VALID_COUNTS in the tests).
+        return per_node * (int(_pick(rng, {1: 70, 2: 30})) if per_node > 1 else 1), per_node, instance
     if shape == A10:
         return int(_pick(rng, {1: 60, 2: 20, 3: 5, 4: 15})), 1, ""
     if shape == H100:
@@ -401,23 +404,53 @@ def _failure_seconds(rng: random.Random, kind: str | None, planned: float) -> fl
     return max(90.0, planned * rng.uniform(0.05, 0.9))
 
 
-def _external_id(rng: random.Random, source: str, used: set[str]) -> str:
+def _planned_range(scenario: Scenario | None) -> tuple[float, float]:
+    """The training lengths (s) a run may have: a scenario's run trains as long as its last attempt says."""
+    if scenario is None:
+        return 0.0, float("inf")
+    status, _, low, high = scenario.attempts[-1]
+    # A run that fails trains for longer than it lasts: its curve is cut, not finished.
+    return (low * 60, high * 60) if status == S else (high * 60, float("inf"))
+
+
+def _external_id(rng: random.Random, source: str, used: set[str], exp: Experiment, planned: tuple[float, float]) -> str:
+    """A new run id of the source's shape whose training length (`planned_seconds`) lies in `planned`."""
+    tries = 0
     while True:
-        if source == RunSource.SERVERLESS:
-            value = str(rng.randrange(10**14, 10**15))  # like a job run id: a 15-digit number
-        elif source == RunSource.CLASSIC:
-            value = (
-                f"{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}-{rng.randrange(10**6):06d}-{rng.getrandbits(32):08x}"
-            )
-        else:
-            value = f"local-{rng.getrandbits(48):012x}"
-        if value not in used:
+        value = _new_id(rng, source)
+        tries += 1
+        # A scenario's range holds 10-40% of the draws; after 2,000 misses take the id as it is.
+        if value not in used and (planned[0] <= planned_seconds(value, exp) <= planned[1] or tries > 2000):
             used.add(value)
             return value
 
 
+def _new_id(rng: random.Random, source: str) -> str:
+    if source == RunSource.SERVERLESS:
+        return str(rng.randrange(10**14, 10**15))  # like a job run id: a 15-digit number
+    if source == RunSource.CLASSIC:
+        return f"{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}-{rng.randrange(10**6):06d}-{rng.getrandbits(32):08x}"
+    return f"local-{rng.getrandbits(48):012x}"
+
+
+def planned_seconds(external_id: str, exp: Experiment) -> float:
+    """How long a full run of `exp` trains: drawn from the run's id alone (see `run_curve`)."""
+    rng = random.Random(f"planned:{external_id}")
+    return min(max(rng.lognormvariate(0, 0.7) * exp.hours * HOUR, 240.0), 52 * HOUR)
+
+
+def run_curve(external_id: str, exp: Experiment, shape: str, num: int) -> TrainingCurve:
+    """The training curve of a run, a function of what its row stores (id, experiment, shape, count).
+
+    The seed draws a run's metrics and logs from it, and the live demo continues them from it:
+    the same steps, loss, learning-rate schedule and throughput on both sides of the handover.
+    """
+    rng = random.Random(f"curve:{external_id}")
+    return training_curve(rng, exp, shape, num, planned_seconds(external_id, exp))
+
+
 def training_curve(rng: random.Random, exp: Experiment, shape: str, num: int, planned: float) -> TrainingCurve:
-    """The curve of a run of `exp` on `num` GPUs of `shape` planned for `planned` s (the live demo uses it too)."""
+    """The curve of a run of `exp` on `num` GPUs of `shape` planned for `planned` s (`run_curve` draws one)."""
     tokens, samples = THROUGHPUT.get(shape, (900, 110))
     per_gpu = tokens if exp.family == "nlp" else samples
     step_seconds = round(rng.uniform(0.4, 2.5), 3)

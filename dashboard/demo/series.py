@@ -87,6 +87,17 @@ class Activity:
     warmup_s: int
 
     @classmethod
+    def for_attempt(
+        cls, external_id: str, attempt: int, start: datetime, end: datetime, failure: str | None
+    ) -> Activity:
+        """The attempt's own activity, drawn from the run's id and the attempt's number alone.
+
+        The seed and the live demo both call this, so the live demo continues a seeded run with
+        its memory footprint and its eval and checkpoint phases, not with another run's.
+        """
+        return cls.make(random.Random(f"activity:{external_id}:{attempt}"), start, end, failure)
+
+    @classmethod
     def make(cls, rng: random.Random, start: datetime, end: datetime, failure: str | None) -> Activity:
         return cls(
             start=start,
@@ -122,6 +133,24 @@ class Activity:
         if elapsed > self.eval_every_s and elapsed % self.eval_every_s < 120:
             return 62.0, memory, 0.8  # eval: forward passes only, smaller batches
         return 95.0, memory, 1.0
+
+
+def node_skew(external_id: str, node_index: int) -> float:
+    """Percentage points a node's busy utilization sits off node 0's: a worse host, a straggling rank.
+
+    One draw per (run, node), no other input: the seed and the live demo give a node the same
+    character, so the node-skew table reads the same before and after the handover.
+    """
+    if node_index == 0:
+        return 0.0
+    return random.Random(f"skew:{external_id}:{node_index}").uniform(-6.0, 1.0)
+
+
+def steady_temperature(profile: GpuProfile, util: float, power_factor: float) -> float:
+    """The temperature a GPU settles at under a load: where `_gpu_fields` moves it to, noise aside."""
+    load = (max(0.0, min(100.0, util)) / 100.0) ** 1.25 * power_factor * 0.975  # 0.975: the mean power draw
+    power = min(profile.idle_watts + (profile.power_limit_watts - profile.idle_watts) * load, profile.power_limit_watts)
+    return 33.0 + 47.0 * power / profile.power_limit_watts
 
 
 def _gpu_fields(
@@ -179,12 +208,25 @@ def _gpu_fields(
 
 
 def raw_samples(
-    rng: random.Random, profile: GpuProfile, activity: Activity, window_start: datetime, gpus: int
+    rng: random.Random,
+    profile: GpuProfile,
+    activity: Activity,
+    window_start: datetime,
+    gpus: int,
+    skew: float = 0.0,
 ) -> Iterator[tuple[int, datetime, dict[str, float | int | None]]]:
-    """1 Hz samples (gpu_index, ts, fields) for every GPU from window_start to the activity's end."""
-    temps = [50.0 + rng.uniform(-3, 5) for _ in range(gpus)]
-    offsets = [rng.uniform(-1.5, 1.0) for _ in range(gpus)]
+    """1 Hz samples (gpu_index, ts, fields) for every GPU from window_start to the activity's end.
+
+    The GPUs start warm, at the temperature the workload holds them at when the window opens:
+    a window that continues an earlier one (the live demo's next minute, the raw window after
+    the seed's rollups) carries on from where that one left off instead of starting cold.
+    `skew` shifts the node's busy utilization (`node_skew`).
+    """
     ts = window_start.replace(microsecond=0)
+    util0, _, power_factor0 = activity.level(max((ts - activity.start).total_seconds(), 0.0))
+    warm = steady_temperature(profile, util0 + skew if util0 > 50 else util0, power_factor0)
+    temps = [warm + rng.uniform(-1.5, 1.5) for _ in range(gpus)]
+    offsets = [rng.uniform(-1.5, 1.0) + skew for _ in range(gpus)]
     while ts < activity.end:
         elapsed = (ts - activity.start).total_seconds()
         util, memory, power_factor = activity.level(elapsed)
@@ -201,16 +243,24 @@ def raw_samples(
 
 
 def minute_rollups(
-    rng: random.Random, profile: GpuProfile, activity: Activity, first_minute: datetime, stop: datetime, gpus: int
+    rng: random.Random,
+    profile: GpuProfile,
+    activity: Activity,
+    first_minute: datetime,
+    stop: datetime,
+    gpus: int,
+    skew: float = 0.0,
 ) -> Iterator[tuple[int, datetime, dict[str, float | int]]]:
     """Per-minute rollups (gpu_index, minute, fields) shaped like GpuMinute, first_minute to stop.
+
+    `skew` shifts the node's busy utilization, as in `raw_samples`.
 
     Each minute looks at the workload four times (every 15 s), so eval and checkpoint dips
     show up in the minimum and the average as they would after folding 60 real samples. Built
     with a few draws per GPU-minute rather than 60 simulated samples: this writes ~300k rows.
     """
     span = profile.power_limit_watts - profile.idle_watts
-    offsets = [(rng.uniform(-1.5, 1.0), rng.uniform(-3.0, 4.0)) for _ in range(gpus)]
+    offsets = [(rng.uniform(-1.5, 1.0) + skew, rng.uniform(-3.0, 4.0)) for _ in range(gpus)]
     minute = first_minute.replace(second=0, microsecond=0)
     while minute < stop:
         covered = min(minute + timedelta(minutes=1), activity.end) - max(minute, activity.start)

@@ -14,8 +14,15 @@
    long-range charts show the demo and agree with its minutes.
 
 Volumes are bounded for speed (`DemoSize`): logs and metrics for the newest ~150 runs, raw
-samples for ~6 live or just-finished runs (first node, last 45 minutes, ~150k rows), and
-minute rollups for the newest ~300 runs (first node, ~300k rows), scaled down with `runs`.
+samples for ~6 live or just-finished runs (every node, at most the last 45 minutes, ~60k
+rows), and minute rollups for the newest ~300 runs (every node over the same span; running
+and just-failed runs for their whole life, the others an equal share; ~210k rows), scaled
+down with `runs`.
+Every node of a run has the same span, so the node-skew table compares like with like.
+
+What the live demo continues is a function of the run's row, not of this seed's generators:
+the training curve (`dashboard.demo.seed.run_curve`), the attempt's activity
+(`Activity.for_attempt`) and each node's skew (`node_skew`).
 
 Demo data is recognisable without a model change: runs carry `is_demo`, personas have
 `@demo.airboard.example` addresses, and a demo team is removed only once no other member or
@@ -42,7 +49,7 @@ from django.utils import timezone
 from billing.models import EgressRecord
 from dashboard.demo.clusters import remove_demo_clusters, write_demo_clusters
 from dashboard.demo.constants import demo_password
-from dashboard.demo.logs import LogContext, node_log
+from dashboard.demo.logs import LogContext, checkpoint_dir, node_log
 from dashboard.demo.seed import (
     ADMIN_USERNAME,
     DEMO_EMAIL_DOMAIN,
@@ -55,9 +62,9 @@ from dashboard.demo.seed import (
     rng_for,
 )
 from dashboard.demo.seed import email as demo_email
-from dashboard.demo.series import PROFILES, Activity, metric_points, minute_rollups, raw_samples
+from dashboard.demo.series import PROFILES, Activity, metric_points, minute_rollups, node_skew, raw_samples
 from dashboard.progress import Progress
-from runs.choices import TelemetrySource
+from runs.choices import RunStatus, TelemetrySource
 from runs.failures import logphrases
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
 from runs.telemetry import envelope_store, utilization
@@ -67,6 +74,9 @@ Log = Callable[[str], object]
 BATCH = 1000
 RAW_WINDOW = timedelta(minutes=45)
 RECENT = timedelta(hours=3)
+# Percent of the minute-rollup budget the featured runs (running, or with 1 Hz samples) may
+# take, for their whole life.
+FEATURED_SHARE = 60
 
 
 @dataclass(frozen=True)
@@ -85,9 +95,9 @@ class DemoSize:
         return cls(
             log_runs=min(runs, max(20, round(150 * share))),
             telemetry_runs=6,
-            raw_sample_cap=int(min(150_000, max(1_500, 150_000 * share))),
+            raw_sample_cap=int(min(60_000, max(8_000, 60_000 * share))),
             rollup_runs=min(runs, max(30, round(300 * share))),
-            rollup_cap=int(min(300_000, max(3_000, 300_000 * share))),
+            rollup_cap=int(min(210_000, max(3_000, 210_000 * share))),
         )
 
 
@@ -320,7 +330,7 @@ def _write_logs(plan: DemoPlan, runs: list[RunPlan], node_ids: dict[tuple[str, i
                     hosts=hosts, node_index=node.index, attempt=attempt.number, start=attempt.started_at,
                     end=_end(attempt, plan.now), status=attempt.status, failure=attempt.failure,
                     failed_node=attempt.failed_node, failed_local_rank=attempt.failed_local_rank, curve=run.curve,
-                    checkpoint_dir=f"/Volumes/main/{run.team}/checkpoints/{run.experiment.slug}/{attempt.mlflow_run_id[:8]}",
+                    checkpoint_dir=checkpoint_dir(run.team, run.experiment_name, attempt.mlflow_run_id),
                     oom_alloc_gib=attempt.oom_alloc_gib, source=run.source,
                 )  # fmt: skip
                 node_id = node_ids[run.pk, attempt.number, node.index]
@@ -385,8 +395,9 @@ def _write_metrics(plan: DemoPlan, runs: list[RunPlan]) -> int:
 
 
 def _activity(plan: DemoPlan, run: RunPlan, attempt: AttemptPlan) -> Activity:
-    rng = rng_for(plan.seed, "activity", run.external_id, attempt.number)
-    return Activity.make(rng, attempt.started_at, _end(attempt, plan.now), attempt.failure)
+    return Activity.for_attempt(
+        run.external_id, attempt.number, attempt.started_at, _end(attempt, plan.now), attempt.failure
+    )
 
 
 def _write_samples(
@@ -394,8 +405,9 @@ def _write_samples(
 ) -> tuple[dict[int, datetime], int]:
     """1 Hz samples for the newest live or just-finished runs (a just-OOMed one first).
 
-    Only the first node and the last RAW_WINDOW of its last attempt, so the total stays near
-    `raw_sample_cap`; returns where each run's raw window starts (rollups stop there).
+    Every node of the last attempt over the same last minutes (at most RAW_WINDOW), so that
+    the total stays near `raw_sample_cap`; returns where each run's raw window starts
+    (rollups stop there).
     """
     recent = [
         r for r in plan.runs
@@ -409,18 +421,21 @@ def _write_samples(
         attempt = run.attempts[-1]
         end = _end(attempt, plan.now)
         gpus = run.gpus_per_node
-        seconds = min(RAW_WINDOW.total_seconds(), left // (len(chosen) - i) // gpus)
+        seconds = min(RAW_WINDOW.total_seconds(), left // (len(chosen) - i) // (gpus * len(attempt.nodes)))
         # Start on a minute boundary, so the rollups written directly end where these begin.
         start = _ceil_minute(max(attempt.started_at, end - timedelta(seconds=seconds)))
         if start >= end:
             continue
-        node_id = node_ids[run.pk, attempt.number, 0]
-        rng = rng_for(plan.seed, "samples", run.external_id)
-        series = raw_samples(rng, PROFILES[run.accelerator_type], _activity(plan, run, attempt), start, gpus)
-        samples = [
-            GpuSample(run_id=run.pk, node_id=node_id, gpu_index=gpu, ts=ts, source=TelemetrySource.DEMO, **fields)
-            for gpu, ts, fields in series
-        ]
+        activity = _activity(plan, run, attempt)
+        samples = []
+        for node in attempt.nodes:
+            rng = rng_for(plan.seed, "samples", run.external_id, node.index)
+            skew = node_skew(run.external_id, node.index)
+            node_id = node_ids[run.pk, attempt.number, node.index]
+            samples += [
+                GpuSample(run_id=run.pk, node_id=node_id, gpu_index=gpu, ts=ts, source=TelemetrySource.DEMO, **fields)
+                for gpu, ts, fields in raw_samples(rng, PROFILES[run.accelerator_type], activity, start, gpus, skew)
+            ]
         store_gpu_samples(samples)
         raw_from[run.pk] = start
         left -= len(samples)
@@ -431,28 +446,40 @@ def _write_samples(
 def _write_rollups(
     plan: DemoPlan, size: DemoSize, node_ids: dict[tuple[str, int, int], int], raw_from: dict[int, datetime]
 ) -> int:
-    """Minute rollups for the newest runs' last attempt, first node, written directly.
+    """Minute rollups for the newest runs' last attempt, every node over the same span, written directly.
 
-    Each run gets an equal share of what is left of `rollup_cap` (single-GPU runs leave some
-    for the 8-GPU ones); a long run keeps its last minutes, where failures happen.
+    Featured runs come first and get their whole life: the running ones (the live demo
+    continues them) and those with 1 Hz samples (the just-failed ones), newest first, at most
+    FEATURED_SHARE % of `rollup_cap` between them. Then each other run gets an equal share of
+    what is left, in rows, so a 64-GPU run covers fewer minutes than a single GPU; a long run
+    keeps its last minutes, where failures happen.
     """
     runs = [r for r in plan.runs if r.accelerator_type and r.attempts[-1].nodes][: size.rollup_runs]
+    is_featured = [r.attempts[-1].status == RunStatus.RUNNING or r.pk in raw_from for r in runs]
+    featured = [r for r, yes in zip(runs, is_featured, strict=True) if yes]
+    others = [r for r, yes in zip(runs, is_featured, strict=True) if not yes]
     left, written = size.rollup_cap, 0
     batch: list[dict[str, object]] = []
-    for i, run in enumerate(runs):
+    for i, run in enumerate(featured + others):
         attempt = run.attempts[-1]
-        gpus = run.gpus_per_node
+        width = run.gpus_per_node * len(attempt.nodes)  # rows a minute of the run costs
+        if i < len(featured):
+            minutes = (size.rollup_cap * FEATURED_SHARE // 100 - (size.rollup_cap - left)) // width
+        else:
+            minutes = left // (len(runs) - i) // width
         stop = raw_from.get(run.pk, _end(attempt, plan.now))
-        minutes = left // (len(runs) - i) // gpus
         first = max(attempt.started_at.replace(second=0), stop - timedelta(minutes=minutes))
         if minutes < 1 or first >= stop:
             continue
-        node_id = node_ids[run.pk, attempt.number, 0]
-        rng = rng_for(plan.seed, "rollups", run.external_id)
         activity = _activity(plan, run, attempt)
         before = len(batch)
-        for gpu, minute, agg in minute_rollups(rng, PROFILES[run.accelerator_type], activity, first, stop, gpus):
-            batch.append({"run_id": run.pk, "node_id": node_id, "gpu_index": gpu, "minute": minute, **agg})
+        for node in attempt.nodes:
+            node_id = node_ids[run.pk, attempt.number, node.index]
+            rng = rng_for(plan.seed, "rollups", run.external_id, node.index)
+            skew = node_skew(run.external_id, node.index)
+            profile = PROFILES[run.accelerator_type]
+            for gpu, minute, agg in minute_rollups(rng, profile, activity, first, stop, run.gpus_per_node, skew):
+                batch.append({"run_id": run.pk, "node_id": node_id, "gpu_index": gpu, "minute": minute, **agg})
         left -= len(batch) - before
         if len(batch) >= 20 * BATCH:  # flush now and then rather than hold 300k rows
             _insert(GpuMinute, batch)

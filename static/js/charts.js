@@ -31,6 +31,31 @@
     });
     out.hoverlabel = Object.assign({ bgcolor: cssVar("--surface"), bordercolor: grid, font: { color: text } }, layout.hoverlabel || {});
     out.legend = Object.assign({}, layout.legend || {}, { font: Object.assign({ color: text }, (layout.legend || {}).font || {}) });
+    return clearOfModebar(out);
+  }
+
+  /* On a phone the modebar (Plotly's toolbar, top right, about 220 px wide) sat on the panel's
+   * title, which starts at the left and runs past the right edge. Below NARROW a titled chart
+   * keeps the modebar's row (its 26 px buttons sit 2 px from the top) above the title: the
+   * title sits just above the plot, and the top margin and the height grow by MODEBAR_ROW,
+   * what the title's margin lacked for it (the plot keeps its size). */
+  var NARROW = window.matchMedia ? window.matchMedia("(max-width: 600px)") : null;
+  var MODEBAR_ROW = 16;
+
+  function clearOfModebar(layout) {
+    var title = layout.title;
+    var text = title && (typeof title === "string" ? title : title.text);
+    if (!NARROW || !NARROW.matches || !text) {
+      return layout;
+    }
+    var out = Object.assign({}, layout);
+    var margin = layout.margin || {};
+    out.margin = Object.assign({}, margin, { t: (margin.t === undefined ? 100 : margin.t) + MODEBAR_ROW });
+    if (layout.height) {
+      out.height = layout.height + MODEBAR_ROW;
+    }
+    out.title = Object.assign({}, typeof title === "string" ? { text: title } : title,
+      { yref: "paper", y: 1, yanchor: "bottom", pad: { b: 6 } });
     return out;
   }
 
@@ -500,6 +525,9 @@
   }
 
   document.addEventListener("DOMContentLoaded", draw);
+  if (NARROW && NARROW.addEventListener) {
+    NARROW.addEventListener("change", restyle);  // a phone turned sideways, a window narrowed
+  }
   if (window.matchMedia) {
     var query = window.matchMedia("(prefers-color-scheme: dark)");
     if (query.addEventListener) {

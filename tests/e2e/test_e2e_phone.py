@@ -92,3 +92,40 @@ def test_the_desktop_nav_shows_every_link_without_a_menu(browsing: Browsing, sce
     assert not page.locator("label.nav-toggle-label", has_text="Menu").is_visible()
     assert page.locator("nav.nav a", has_text="Collectors").is_visible()
     assert page.get_by_role("button", name="Log out").is_visible()
+
+
+# Every drawn chart's modebar and title, as boxes in the viewport (None where a chart has no title).
+CHART_BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+    const box = el => { if (!el) return null; const r = el.getBoundingClientRect();
+                        return {x: r.left, y: r.top, right: r.right, bottom: r.bottom}; };
+    return {id: gd.dataset.figure, chart: box(gd), title: box(gd.querySelector('.gtitle')),
+            modebar: box(gd.querySelector('.modebar'))};
+})"""
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return a["x"] < b["right"] and b["x"] < a["right"] and a["y"] < b["bottom"] and b["y"] < a["bottom"]
+
+
+def test_on_a_phone_the_chart_controls_keep_off_the_panel_titles(browsing: Browsing, scene: Scene) -> None:
+    page = browsing.page
+    page.set_viewport_size(PHONE)
+    browsing.login_as(scene.world.alice)
+    browsing.goto(f"/runs/{scene.running.pk}/")
+    # The GPU panels draw once they come into view.
+    page.locator("#gpu-panels").scroll_into_view_if_needed()
+    page.wait_for_function("() => document.querySelectorAll('#gpu-panels .js-plotly-plot .gtitle').length >= 2")
+    checked = 0
+    for chart in page.locator(".js-plotly-plot").all():
+        # The modebar shows on a tap (hover): measure it as the reader sees it.
+        chart.scroll_into_view_if_needed()
+        chart.hover()
+        boxes = {b["id"]: b for b in page.evaluate(CHART_BOXES)}[chart.get_attribute("data-figure")]
+        # Full width: the chart spans the content column, and the viewport holds it.
+        assert boxes["chart"]["right"] - boxes["chart"]["x"] >= PHONE["width"] - 64, boxes
+        assert boxes["chart"]["x"] >= 0 and boxes["chart"]["right"] <= PHONE["width"], boxes
+        if boxes["title"] and boxes["modebar"]:
+            assert not _overlap(boxes["title"], boxes["modebar"]), boxes
+            checked += 1
+    assert checked >= 2, "the GPU panels, titled, with their modebar"
+    browsing.screenshot("phone-run-charts")
