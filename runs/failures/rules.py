@@ -23,6 +23,8 @@ from typing import Protocol
 
 import re2
 
+from runs.failures import families
+
 ROOT = 0
 SYMPTOM = 1
 EXCEPTION = 2
@@ -81,6 +83,7 @@ LINE_PREFIXES = (
     r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d([.,]\d+)?(Z|[+-]\d\d:?\d\d)?\]?( ?[|:-])?",
     r"\[\d\d:\d\d:\d\d([.,]\d+)?\]",
     r"\[\d+\] ",
+    r"\[task [^\]]{1,40}\]",  # Taskcluster's task log ("[task 2025-01-21T16:30:37.188Z] ")
     r">",
     # A logger's level and time ("ERROR 04-17 23:05:06", vLLM's) and its source ("[core.py:390]").
     r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?",
@@ -105,6 +108,11 @@ def _rule(class_id: str, tier: int, *alternatives: str, in_warning: bool = False
     alternatives = tuple(anchored(alternative) for alternative in alternatives)
     source = "|".join(f"(?:{alternative})" for alternative in alternatives)
     return Rule(class_id, tier, compile_linear(*alternatives), source, in_warning)
+
+
+def _family(family: families.Family) -> Rule:
+    class_id, tier, alternatives, in_warning = family
+    return _rule(class_id, ROOT if tier == families.CAUSE else SYMPTOM, *alternatives, in_warning=in_warning)
 
 
 CLASSES: dict[str, FailureClass] = {
@@ -367,6 +375,9 @@ RULES: tuple[Rule, ...] = (
         r"OutOfDiskError",
         in_warning=True,
     ),
+    # Out of memory by mechanism: the words around an allocator's refusal say host or device.
+    _family(families.MEMORY_HOST),
+    _family(families.MEMORY_DEVICE),
     # Host memory, before the GPU rules: Ray's OutOfMemoryError and its raylet's kills, the JVM's
     # OutOfMemoryError and TensorFlow's OOM on a CPU device are all the host running out.
     _rule(
@@ -451,6 +462,12 @@ RULES: tuple[Rule, ...] = (
         r"Free memory on device .{0,80}? is less than desired GPU memory utilization",
         in_warning=True,
     ),
+    _family(families.MEMORY_UNQUALIFIED),
+    *(_family(family) for family in families.CUDA_CODES),
+    _family(families.SUBMISSION_REFUSED),
+    _family(families.TIME_LIMIT_STATE),
+    _family(families.LOSS_TERMINATED),
+    _family(families.NO_GPU_SUPPORT),
     _rule(
         "illegal_memory_access",
         ROOT,
@@ -729,6 +746,8 @@ RULES: tuple[Rule, ...] = (
         r"(received|got|caught) (signal )?SIGTERM",
         r"SIGTERM (signal )?received",
     ),
+    _family(families.COLLECTIVE_TIMEOUT),
+    _family(families.COLLECTIVE_ERROR),
     _rule(
         "nccl_timeout",
         SYMPTOM,

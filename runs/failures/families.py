@@ -1,0 +1,199 @@
+"""Failure families read by mechanism, whatever a framework's wording: pattern data for `rules.RULES`.
+
+Each family is a cause with one mechanism and many wordings, written so that a wording no rule
+has seen still lands in its class:
+
+* out of memory, device or host decided by the words around it (`MEMORY_*`): any allocator's
+  refusal ("out of memory", "insufficient memory", "failed to allocate", "allocation failure",
+  "allocating <= available", OOM) is the host's when the line names host memory (host, RAM,
+  the paging file, swap, pinned memory) and the device's when it names a device (CUDA, a GPU,
+  device memory, cudaMalloc, OpenCL, HIP); with neither, an allocator's refusal in a GPU run is
+  the device's (Caffe's `Check failed: ... out of memory`, CuPy's `Out of memory allocating`);
+* CUDA runtime and driver error codes by number (`CUDA_CODES`): the number says the cause
+  however a framework prints it (`CUDA error 700`, glog's `cudaSuccess (2 vs. 0)`);
+* collective communication (`COLLECTIVE_*`): a peer that closed or reset the connection, a
+  transport's full-mesh connect failing (Gloo), a stall inspector's ranks that never joined
+  (Horovod), in NCCL's, Gloo's, MPI's and Horovod's words;
+* a scheduler refusing a submission (`SUBMISSION_REFUSED`), against a time limit reached after
+  the run started (`TIME_LIMIT_STATE`: Slurm's TIMEOUT state as any reporter prints it);
+* a training loop stopped on an invalid loss (`LOSS_TERMINATED`);
+* a build or machine without the GPU support asked for (`NO_GPU_SUPPORT`).
+
+Context words are joined by `.*`, not a bounded `.{0,N}`: RE2 unrolls a bound into N copies of
+the states, and with alternations on both sides that doubled the 300,000-line log's CPU time; the
+line is cut at `classify.MAX_SCAN_CHARS` anyway.
+
+The rules are data only (class, tier, alternatives, in_warning): `rules.py` compiles them in its
+order, so this module imports nothing of the classifier and adds no import cycle.
+"""
+
+from __future__ import annotations
+
+CAUSE = "cause"  # rules.ROOT
+SYMPTOM = "symptom"  # rules.SYMPTOM
+
+# (class_id, tier, alternatives, in_warning)
+Family = tuple[str, str, tuple[str, ...], bool]
+
+# An allocator's refusal, in any framework's words.
+_REFUSED = (
+    r"(out of (device |host |gpu |system |physical )?memory"
+    r"|(insufficient|not enough) (device |host |gpu |system )?memory"
+    r"|(fail(ed|ure|s)?|unable|can'?t|cannot) (to )?allocat\w*"
+    r"|(memory |buffer )?allocation (failed|failure|error)"
+    r"|memory allocation fail\w*"
+    r"|error allocating \d+ bytes"
+    r"|allocating <= available"
+    r"|\bOOM\b)"
+)
+# Words that put the memory on the host.
+_HOST = (
+    r"(\[?\bHOST\b\]?|\bhost memory|\bRAM\b|paging file|\bswap\b|system memory|\bCPU\b|cpu memory"
+    r"|\bpinned\b|page-locked|Host(Alloc|Malloc|Register)|MallocHost)"
+)
+# Words that put it on a device (a GPU or another accelerator).
+_DEVICE = (
+    r"(\bCUDA|\bcuda\w*|\bGPU|\bgpu\w*|device memory|device buffer|on device|\bVRAM\b|OpenCL|\bcl_mem"
+    r"|\bHIP\b|\bhip\w+|ROCm|cudaMalloc\w*|cuMem\w*|\bcupy\b|\bNPU\b|\bTPU\b)"
+)
+
+MEMORY_HOST: Family = (
+    "host_oom",
+    CAUSE,
+    (
+        _REFUSED + r".*" + _HOST,
+        _HOST + r".*" + _REFUSED,
+        r"(out of|insufficient|not enough) (host|system|physical|cpu) memory",
+        # Windows' commit limit (WinError 1455): the paging file is the host's memory.
+        r"paging file is too small",
+        r"\bWinError 1455\b",
+    ),
+    True,
+)
+MEMORY_DEVICE: Family = (
+    "cuda_oom",
+    CAUSE,
+    (
+        _REFUSED + r".*" + _DEVICE,
+        _DEVICE + r".*" + _REFUSED,
+        r"(out of|insufficient|not enough) (device|gpu|accelerator) memory",
+        # OpenCL's CL_MEM_OBJECT_ALLOCATION_FAILURE (-4) and CL_OUT_OF_RESOURCES, in words.
+        r"Memory Object Allocation Failure",
+        r"CL_MEM_OBJECT_ALLOCATION_FAILURE",
+    ),
+    True,
+)
+# An allocator's refusal that names neither: in a GPU training run, the device's. Not read in a
+# warning (TensorFlow's BFC allocator warns that it "ran out of memory" and then carries on).
+MEMORY_UNQUALIFIED: Family = (
+    "cuda_oom",
+    CAUSE,
+    (
+        r"out of memory allocating",
+        r"\bmemory allocation failed\b",
+        r"\ballocating <= available\b",
+        r"\bfailed to allocate \d+(\.\d+)? ?([KMGT]i?B|bytes)\b",
+    ),
+    False,
+)
+
+
+def _cuda_code(*numbers: int) -> tuple[str, ...]:
+    """A CUDA runtime or driver error code, however it is printed."""
+    alternation = "|".join(str(n) for n in numbers)
+    return (
+        rf"\bCUDA[ _]?(error|err|failure|status|result)\w*( code)?\s*[:=#]?\s*\(?({alternation})\)?(\D|$)",
+        rf"\bcuda(Success|Error\w*) \(({alternation}) vs\. 0\)",  # glog's CHECK_EQ(error, cudaSuccess)
+        rf"\bCUresult\s*[:=]?\s*({alternation})\b",
+    )
+
+
+CUDA_CODES: tuple[Family, ...] = (
+    ("cuda_oom", CAUSE, _cuda_code(2), True),  # cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY
+    # cudaErrorIllegalAddress, IllegalInstruction, MisalignedAddress, LaunchFailure.
+    ("illegal_memory_access", CAUSE, _cuda_code(700, 715, 716, 719), True),
+    ("device_assert", CAUSE, _cuda_code(710), True),  # cudaErrorAssert
+    ("gpu_hardware", CAUSE, _cuda_code(214, 220, 714), True),  # ECC, NVLink, hardware stack
+    # InsufficientDriver, NoDevice, NoKernelImageForDevice, UnsupportedPtxVersion, CompatNotSupported.
+    ("dependency_error", CAUSE, _cuda_code(35, 100, 209, 222, 804), True),
+)
+
+# Libraries and transports of collective communication, as their lines name them.
+_COLLECTIVE = (
+    r"(\bNCCL\b|\bgloo\b|\bc10d\b|ProcessGroup\w*|\bhorovod\b|\bMPI(_\w+)?\b|\bmpirun\b|\bORTE\b|\bUCX\b"
+    r"|\bibverbs\b|socket\.h:|pair\.cc:|\bNet ?:|NET/\w+)"
+)
+_PEER_LOST = (
+    r"(connection (was )?(closed|reset|refused|lost)|closed by (the )?(remote )?peer|reset by peer"
+    r"|Broken pipe|peer (closed|hung up|disconnected))"
+)
+COLLECTIVE_ERROR: Family = (
+    "nccl_error",
+    SYMPTOM,
+    (
+        _COLLECTIVE + r".*" + _PEER_LOST,
+        r"connectFullMesh failed",
+        r"\b(NCCL|gloo)\b.*Call to (bind|connect|accept|listen|recv|send) failed",
+    ),
+    True,
+)
+COLLECTIVE_TIMEOUT: Family = (
+    "nccl_timeout",
+    SYMPTOM,
+    (
+        # Horovod's stall inspector: ranks that submitted a collective waiting for the rest.
+        r"waiting for (the )?remainder of ranks",
+        r"stall_inspector\.cc",
+        r"\bStalled ranks\b",
+        r"(timed out|timeout) waiting for (all |the )?(other |remaining )?(ranks|peers|workers)\b",
+    ),
+    True,
+)
+
+# A scheduler refusing the submission itself: the job never ran (capacity, by the corpus's
+# convention: the queue or its controller said no).
+SUBMISSION_REFUSED: Family = (
+    "capacity_unavailable",
+    CAUSE,
+    (
+        r"\b(sbatch|salloc|srun|qsub|bsub|msub)\b.*(submission failed|submit error|job rejected"
+        r"|Unable to allocate resources)",
+        r"Batch job submission failed",
+        r"\bjob submission (failed|refused|rejected)\b",
+    ),
+    False,
+)
+# Slurm's TIMEOUT state as a workflow tool reports it (`{'2254': 'TIMEOUT'}`, `state TIMEOUT`).
+TIME_LIMIT_STATE: Family = (
+    "timeout",
+    CAUSE,
+    (
+        r"\b(status|state|sacct)\w*\b.*['\"](?-i:TIMEOUT|TIMED_OUT)['\"]",
+        r"\btimes out after \d+(\.\d+)? ?(minutes?|hours?|days?)\b",
+    ),
+    False,
+)
+# A training loop that stopped itself on a loss it could not use (Keras' TerminateOnNaN, a
+# trainer's check for a non-finite loss).
+LOSS_TERMINATED: Family = (
+    "nan_divergence",
+    CAUSE,
+    (
+        r"invalid loss,? terminating",
+        r"terminat\w* (training )?(on|due to|because of) (a )?(nan|inf|invalid|non-finite) loss",
+        r"\bloss (is|became|was) (not finite|non-finite|invalid)\b",
+    ),
+    True,
+)
+# A build or machine without the GPU support the run asked for: the installed software, not the run.
+NO_GPU_SUPPORT: Family = (
+    "dependency_error",
+    CAUSE,
+    (
+        r"(GPU|CUDA|cuDNN|NCCL|OpenCL|ROCm)\b.*\bnot (enabled|compiled|built|supported) (in|with|for) this build",
+        r"Recompile with .*(GPU|CUDA|OpenCL)",
+        r"\b(built|compiled) without (GPU|CUDA|cuDNN|NCCL|OpenCL) support",
+        r"\bNVIDIA driver\b.*\b(not (found|installed|loaded)|missing)\b",
+    ),
+    True,
+)
