@@ -31,6 +31,19 @@ TEMPLATE_KEYS = frozenset({"hovertemplate", "texttemplate"})
 PLAIN_TYPES = frozenset({int, float, bool, type(None)})
 
 
+class PlotlyMarkup(str):
+    """Pseudo-HTML a builder wrote (a title's smaller note, a line break), which `escaped` keeps.
+
+    Build it with `plotly_markup`, which escapes every value put into the template: only the
+    builder's own tags stay tags.
+    """
+
+
+def plotly_markup(template: str, **values: object) -> PlotlyMarkup:
+    """`template.format(**values)` with each value escaped by `plotly_text`, kept as markup."""
+    return PlotlyMarkup(template.format(**{name: plotly_text(str(value)) for name, value in values.items()}))
+
+
 def plotly_text(text: str) -> str:
     """`text` as Plotly shows it literally: Plotly reads trace names, labels and hover values as
     pseudo-HTML (`<a href>`, `<b>`) and decodes `&lt;`, `&gt;` and `&amp;` back for display."""
@@ -44,7 +57,9 @@ def escaped(figure: Any, key: str | None = None) -> Any:
     Every figure leaves through here (the `_figure.html` partial, the chart JSON endpoint).
     """
     if isinstance(figure, str):
-        return figure if key in TEMPLATE_KEYS else plotly_text(figure)
+        if key in TEMPLATE_KEYS or isinstance(figure, PlotlyMarkup):
+            return figure
+        return plotly_text(figure)
     if isinstance(figure, dict):
         return {name: escaped(value, name) for name, value in figure.items()}
     if isinstance(figure, list | tuple):

@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import Count, FloatField, Func, Max, Q
 from django.utils import timezone
 
-from dashboard.figures import base_layout
+from dashboard.figures import base_layout, plotly_markup
 from runs.choices import RunEventKind, RunStatus
 from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, Node, Run, RunEvent
 from runs.telemetry import blocks
@@ -359,7 +359,9 @@ def _gpu_figure(
     else:
         tier_note = f"per-{tier} min/max"
     layout = time_layout(
-        f"{title} <span style='font-size:12px'>· {tier_note} · UTC</span>", y_title, series_count=len(traces)
+        plotly_markup("{title} <span style='font-size:12px'>· {note} · UTC</span>", title=title, note=tier_note),
+        y_title,
+        series_count=len(traces),
     )
     # A vertical spike line at the hovered time: with charts.js's shared hover, one crosshair
     # runs through every GPU panel of the run page.

@@ -45,6 +45,7 @@ import numpy as np
 from django.db.models import Avg, Count, ExpressionWrapper, FloatField, Max, Min, Q, Sum, Value
 from django.db.models.functions import Floor
 
+from dashboard.figures import PlotlyMarkup, plotly_markup
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, Run, RunEnvelope
 from runs.telemetry import blocks, charts, envelope_store
 from runs.telemetry.downsample import Tier, tier_step
@@ -422,13 +423,12 @@ def envelope_figure(env: Envelope, node: int | None = None) -> Figure | None:
     if env.worst is not None:
         word = "lowest" if env.worst.low else "highest"
         mean, others = env.worst.mean / scale, env.worst.others / scale
-        worst = (
-            f"<br><span style='font-size:11px'>{word}: {env.worst.name} averaged "
-            f"{mean:.{digits}f} {unit}; the others {others:.{digits}f} {unit}</span>"
-        )
-    layout = charts.time_layout(
-        f"{title} <span style='font-size:12px'>· {note}</span>{worst}", y_title, series_count=3, height=340
-    )
+        worst = plotly_markup(
+            "<br><span style='font-size:11px'>{word}: {name} averaged {mean} {unit}; the others {others} {unit}</span>",
+            word=word, name=env.worst.name, mean=f"{mean:.{digits}f}", others=f"{others:.{digits}f}", unit=unit,
+        )  # fmt: skip
+    heading = plotly_markup("{title} <span style='font-size:12px'>· {note}</span>", title=title, note=note)
+    layout = charts.time_layout(PlotlyMarkup(heading + worst), y_title, series_count=3, height=340)
     layout["margin"] = {**layout["margin"], "t": 62 if worst else 44}
     layout["showlegend"] = False
     layout["xaxis"] = {**layout["xaxis"], "showspikes": True, "spikemode": "across", "spikesnap": "cursor",

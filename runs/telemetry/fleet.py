@@ -19,6 +19,7 @@ from django.db.models import Case, F, FloatField, Sum, When
 from django.utils import timezone
 
 from dashboard import access
+from dashboard.figures import plotly_markup
 from runs.choices import RunStatus
 from runs.models import GpuHour, GpuMinute
 from runs.telemetry.charts import Figure, plotly_time, time_layout
@@ -185,7 +186,10 @@ def history_figure(rows: list[tuple[str, datetime, float | None, int]], label: s
         trace["y"].append(None if mean is None else round(mean, 1))
     if not traces:
         return None
-    layout = time_layout(f"GPU utilization by {label} <span style='font-size:12px'>· hourly mean · UTC</span>", "%",
+    heading = plotly_markup(
+        "GPU utilization by {label} <span style='font-size:12px'>· hourly mean · UTC</span>", label=label
+    )
+    layout = time_layout(heading, "%",
                      series_count=len(traces))  # fmt: skip
     layout["yaxis"]["range"] = [0, 105]
     return {"data": list(traces.values()), "layout": layout}
