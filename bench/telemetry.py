@@ -105,6 +105,18 @@ def tree_hwm_kb(pid: int) -> int:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live children so far."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -238,7 +250,7 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
     make_runs(tag, n_runs)
     key = ApiKey.issue(Group.objects.get(name="bench"), ApiKeyRole.INGEST, name=tag)[1]
     port = free_port()
-    spawn([str(BIN / "gunicorn"), "dashboard.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.web_workers),
+    web = spawn([str(BIN / "gunicorn"), "dashboard.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.web_workers),
            "--timeout", "120"], env, tmp / "gunicorn.log")  # fmt: skip
     # SQLite has one writer: more worker processes would only queue on its lock.
     pool = str(args.worker_concurrency) if env.get("DATABASE_URL", "").startswith("postgres") else "1"
@@ -268,6 +280,7 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
         if response.status_code not in (200, 202):
             raise RuntimeError(f"batch {index}: {response.status_code} {response.text[:300]}")
 
+    cpu = (time.process_time(), tree_cpu_s(web.pid), tree_cpu_s(worker.pid))
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as clients:
         list(clients.map(post, range(batches)))
@@ -282,11 +295,18 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
         time.sleep(0.2)
     elapsed = time.perf_counter() - started
     hwm.append(tree_hwm_kb(worker.pid))
+    used = [
+        after - before
+        for before, after in zip(cpu, (time.process_time(), tree_cpu_s(web.pid), tree_cpu_s(worker.pid)), strict=True)
+    ]
     left = pending.count()
     rate = args.samples / elapsed
     print(f"[1] ingest: {args.samples:,} samples in {batches} batches, HTTP accept {posted:.1f} s, "
           f"end to end {elapsed:.1f} s -> {rate:,.0f} samples/s ({left} batches unfinished)")  # fmt: skip
     print(f"    worker peak RSS (VmHWM) at each quarter: {', '.join(f'{k / 1024:.0f} MB' for k in hwm)}")
+    sender, web_ms, worker_ms = (seconds / batches * 1000 for seconds in used)
+    print(f"    CPU per batch: senders (this process) {sender:.0f} ms, web {web_ms:.0f} ms, worker {worker_ms:.0f} ms "
+          "(the database's own not counted)")  # fmt: skip
     if connection.vendor != "postgresql":
         return {"ingest_rate": rate}
     rows = stored_rows(tag)
