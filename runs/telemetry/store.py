@@ -369,18 +369,24 @@ def _rebuild(tier: Tier, keys: Iterable[BucketKey]) -> int:
     written = 0
     for chunk in _chunks(keys):
         cte, params = _keys_cte(chunk, tier.step)
+        # The whole chunk's span as constants too: PostgreSQL then plans for the raw table's
+        # day partitions it covers only, instead of all of them (~12 ms of planning a batch).
+        adapt = connection.ops.adapt_datetimefield_value
+        span = [adapt(min(key[3] for key in chunk)), adapt(max(key[3] for key in chunk) + tier.step)]
+        time_field = f"s.{quote(tier.time_field)}"
         # Only our own constants and quoted table names are formatted in; every value is bound.
-        # `WHERE 1 = 1`: SQLite would read the ON of the upsert as the join's without a WHERE.
+        # `WHERE` before GROUP BY: SQLite would otherwise read the upsert's ON as the join's.
         sql = (
             f"{cte} INSERT INTO {target} (run_id, node_id, gpu_index, {quote(tier.bucket_field)}, {columns}) "  # noqa: S608
             f"SELECT k.run_id, k.node_id, k.gpu_index, k.bucket, {selected} FROM k JOIN {source} s "
             f"ON s.run_id = k.run_id AND s.node_id = k.node_id AND s.gpu_index = k.gpu_index "
-            f"AND s.{quote(tier.time_field)} >= k.bucket AND s.{quote(tier.time_field)} < k.bucket_end WHERE 1 = 1 "
+            f"AND {time_field} >= k.bucket AND {time_field} < k.bucket_end "
+            f"WHERE {time_field} >= %s AND {time_field} < %s "
             f"GROUP BY k.run_id, k.node_id, k.gpu_index, k.bucket "
             f"ON CONFLICT (run_id, node_id, gpu_index, {quote(tier.bucket_field)}) DO UPDATE SET {updates}{keep_fuller}"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql, params + span)
             written += max(cursor.rowcount, 0)
     return written
 
