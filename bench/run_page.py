@@ -56,7 +56,7 @@ from django.test import Client
 from runs import ingest
 from runs.choices import AcceleratorType, BatchKind, RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, LogChunk, Node, Run
-from runs.telemetry import blocks, utilization
+from runs.telemetry import blocks, envelope_store, utilization
 
 TEAM = "bench-run-page"
 RANGES = ("15m", "1h", "6h", "24h", "all")
@@ -171,6 +171,7 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
             text = "".join(f"step {i} loss {2.5 - i / 1e4:.4f} node {node.index}\n" for i in range(2000))
             LogChunk.objects.create(node=node, seq=0, text=text, line_count=2000)
     utilization.rebuild()  # the COPYed minutes into the runs' summaries
+    envelope_store.rebuild(Run.objects.filter(team=team).values_list("pk", flat=True))  # and into the runs' envelopes
     began = time.perf_counter()
     folded = 0
     while True:

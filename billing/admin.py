@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.contrib import admin
 
 from billing.models import (
@@ -15,6 +17,18 @@ from billing.models import (
     PolicyVersion,
     UsagePolicy,
 )
+from billing.prices.money import format_usd
+
+
+def money(field: str, description: str) -> object:
+    """A list column showing a money field as every page does (`format_usd`: "$6,254.12")."""
+
+    @admin.display(description=description, ordering=field)
+    def column(obj: object) -> str:
+        value = getattr(obj, field)
+        return format_usd(Decimal(value)) if value is not None else "-"
+
+    return column
 
 
 @admin.register(AcceleratorPrice)
@@ -50,7 +64,7 @@ class EgressRecordAdmin(admin.ModelAdmin):
 
 @admin.register(UsagePolicy)
 class UsagePolicyAdmin(admin.ModelAdmin):
-    list_display = ("name", "budget_usd", "period", "action", "updated_at")
+    list_display = ("name", money("budget_usd", "budget"), "period", "action", "updated_at")
     search_fields = ("name",)
     filter_horizontal = ("teams",)
 
@@ -73,7 +87,7 @@ class AlertChannelAdmin(admin.ModelAdmin):
 
 @admin.register(BudgetAlert)
 class BudgetAlertAdmin(admin.ModelAdmin):
-    list_display = ("policy", "period_start", "kind", "threshold", "spend_usd", "fired_at")
+    list_display = ("policy", "period_start", "kind", "threshold", money("spend_usd", "spend"), "fired_at")
     list_select_related = ("policy",)
 
 

@@ -404,22 +404,49 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "runs/run_detail.html", ctx)
 
 
+# Line numbers a log window may start at (?start=, ?before=, ?line=): beyond any real log.
+MAX_LINE_NUMBER = 10**12
+# The log viewer's window parameters, in the order they win when several are given.
+LOG_WINDOW_KEYS = ("line", "start", "before")
+
+
 @login_required
 def run_log_view(request: HttpRequest, pk: int) -> HttpResponse:
     """The run page's log viewer alone (?attempt=&node=&q= as the page reads them): logs.js swaps it in.
 
     Switching a node's log reads that log only, not the page's charts, costs and figures again.
+    It shows a window of INLINE_LINE_LIMIT lines: the tail by default, ?start=N from line N,
+    ?before=N the lines before N (the viewer's "earlier lines"), ?line=N the window around line N
+    (a #LN link); a value that is not a line number is a 400 naming it.
     """
     run = get_object_or_404(Run.objects.for_user(request.user), pk=pk)
+    window: dict[str, int] = {}
+    for key in LOG_WINDOW_KEYS:
+        value = request.GET.get(key, "")
+        if not value:
+            continue
+        number = compare.small_number(value, MAX_LINE_NUMBER)
+        if not number:
+            message = f"{key} must be a line number from 1 to {MAX_LINE_NUMBER}."
+            return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+        window[key] = number
+    start, before = window.get("start"), window.get("before")
+    if "line" in window:
+        start, before = max(1, window["line"] - INLINE_LINE_LIMIT // 2), None
+    elif start is not None:
+        before = None
     attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
     node = _selected_node(attempts, request.GET.get("attempt"), request.GET.get("node"))
     query = request.GET.get("q", "")[:MAX_QUERY_LENGTH]
+    log = None
+    if node:
+        log = build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT, start=start, before=before)
     ctx = {
         "run": run,
         "attempts": attempts,
         "log_node": node,
         "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
-        "log": build_log_view(chunk_texts(node), query, limit=INLINE_LINE_LIMIT) if node else None,
+        "log": log,
         "log_query": query,
     }
     response = render(request, "runs/_log_section.html", ctx)

@@ -7,6 +7,7 @@ see vision's data; sam is staff and sees everything.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -197,6 +198,31 @@ def stop_worker(worker: WorkerProcess) -> None:
     stop_process(worker.process, timeout=20)
 
 
+# A task's lines in the worker's INFO log: one "received", then one of the endings.
+TASK_RECEIVED = re.compile(r"Task [\w.]+\[([0-9a-f-]+)\] received")
+TASK_ENDED = re.compile(r"Task [\w.]+\[([0-9a-f-]+)\] (?:succeeded|raised|retry|ignored|rejected)")
+WORKER_QUEUES = ("ingest", "collect", "billing", "alerts")
+
+
+def worker_is_idle(worker: WorkerProcess) -> bool:
+    """Nothing waits in the broker's queues and every task the worker received has ended."""
+    from dashboard.celery import app
+
+    with app.connection_for_read() as conn:
+        for name in WORKER_QUEUES:
+            try:
+                if conn.default_channel.queue_declare(queue=name, passive=True).message_count:
+                    return False
+            except conn.channel_errors:  # no such queue yet: nothing was ever sent to it
+                continue
+    log = worker.log()
+    return sorted(TASK_RECEIVED.findall(log)) == sorted(TASK_ENDED.findall(log))
+
+
+# The session's worker, once a test has started it.
+SESSION_WORKERS: list[WorkerProcess] = []
+
+
 @pytest.fixture(scope="session")
 def celery_worker(
     django_db_setup: None, django_db_blocker, tmp_path_factory: pytest.TempPathFactory
@@ -204,8 +230,27 @@ def celery_worker(
     """One real worker process for the session, consuming from the real broker."""
     with django_db_blocker.unblock():
         worker = start_worker(tmp_path_factory.mktemp("worker"))
+    SESSION_WORKERS.append(worker)
     yield worker
+    SESSION_WORKERS.remove(worker)
     stop_worker(worker)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Before a test's database is flushed, let the session's worker finish what the test queued.
+
+    A test that posts through the live site queues batches even when it does not wait for them;
+    the session's worker (started by an earlier test) picks them up. Its writes racing the
+    flush's TRUNCATE deadlock on PostgreSQL, the flush fails, and the next test starts on the
+    last one's rows. Only transactional tests commit, so only they can have queued anything.
+    """
+    transactional = any(
+        name in item.fixturenames for name in ("transactional_db", "live_server", "celery_worker")
+    ) or any(m.kwargs.get("transaction") for m in item.iter_markers("django_db"))
+    if transactional and SESSION_WORKERS and SESSION_WORKERS[0].process.poll() is None:
+        wait_for(lambda: worker_is_idle(SESSION_WORKERS[0]), timeout=60, interval=0.05)
+    yield
 
 
 # --- A stand-in Databricks workspace and a log directory (collector tests) -----------------

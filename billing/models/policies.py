@@ -44,26 +44,36 @@ class UsagePolicy(models.Model):
     description = models.TextField(blank=True)
     teams = models.ManyToManyField(Group, related_name="usage_policies", blank=True)
     budget_usd = models.DecimalField(
-        max_digits=14, decimal_places=2, null=True, blank=True, help_text="Blank: no budget, constraints only."
-    )
-    period = models.CharField(max_length=16, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH)
+        "budget (USD)", max_digits=14, decimal_places=2, null=True, blank=True,
+        help_text="Blank: no budget, constraints only.",
+    )  # fmt: skip
+    period = models.CharField("budget period", max_length=16, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH)
     period_start_day = models.PositiveSmallIntegerField(
+        "period starts on day",
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(28)],
         help_text="Day of the month a period starts (1-28, so every month has it).",
     )
-    alert_thresholds = models.JSONField(default=default_alert_thresholds, blank=True)
-    forecast_thresholds = models.JSONField(default=default_forecast_thresholds, blank=True)
-    action = models.CharField(max_length=16, choices=SpentAction.choices, default=SpentAction.NOTIFY)
-    allowed_accelerator_types = models.JSONField(default=list, blank=True, help_text="Empty: any type.")
-    max_num_accelerators = models.PositiveIntegerField(null=True, blank=True)
-    max_timeout_minutes = models.PositiveIntegerField(null=True, blank=True)
-    max_retries = models.PositiveIntegerField(null=True, blank=True)
-    allowed_regions = models.JSONField(default=list, blank=True, help_text="Empty: any region.")
-    allow_cross_region = models.BooleanField(default=True)
-    idle_gpu_percent = models.FloatField(null=True, blank=True, help_text="Blank: no idle-GPU rule.")
-    idle_warn_minutes = models.PositiveIntegerField(null=True, blank=True)
-    idle_cancel_minutes = models.PositiveIntegerField(null=True, blank=True)
+    alert_thresholds = models.JSONField("spend alerts (% of budget)", default=default_alert_thresholds, blank=True)
+    forecast_thresholds = models.JSONField(
+        "forecast alerts (% of budget)", default=default_forecast_thresholds, blank=True
+    )
+    action = models.CharField(
+        "when the budget is spent", max_length=16, choices=SpentAction.choices, default=SpentAction.NOTIFY
+    )
+    allowed_accelerator_types = models.JSONField(
+        "allowed accelerator types", default=list, blank=True, help_text="Empty: any type."
+    )
+    max_num_accelerators = models.PositiveIntegerField("most accelerators a run may use", null=True, blank=True)
+    max_timeout_minutes = models.PositiveIntegerField("longest timeout a run may set (minutes)", null=True, blank=True)
+    max_retries = models.PositiveIntegerField("most retries a run may set", null=True, blank=True)
+    allowed_regions = models.JSONField("allowed regions", default=list, blank=True, help_text="Empty: any region.")
+    allow_cross_region = models.BooleanField("allow GPUs from another region", default=True)
+    idle_gpu_percent = models.FloatField(
+        "GPUs count as idle below (% utilization)", null=True, blank=True, help_text="Blank: no idle-GPU rule."
+    )
+    idle_warn_minutes = models.PositiveIntegerField("warn after idle for (minutes)", null=True, blank=True)
+    idle_cancel_minutes = models.PositiveIntegerField("cancel after idle for (minutes)", null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

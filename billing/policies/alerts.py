@@ -30,7 +30,7 @@ from billing.choices import AlertKind, ChannelKind, DeliveryStatus
 from billing.costs import reports
 from billing.models import AlertChannel, BudgetAlert, Delivery, UsagePolicy
 from billing.policies.budget import PolicyStatus
-from billing.prices.money import to_cents
+from billing.prices.money import format_usd, to_cents
 from dashboard.outbound import REFUSED, SIGNATURE_HEADER, redact_url, send, sign
 
 logger = logging.getLogger(__name__)
@@ -57,12 +57,14 @@ def _money(value: Decimal | None) -> str | None:
 def alert_notice(alert: BudgetAlert) -> Notice:
     """The subject, text and payload of a budget alert."""
     name, budget = alert.policy.name, _money(alert.budget_usd)
+    # The text is read by people, so its money is as the pages print it; the payload's is a number.
+    spent, shown_budget = format_usd(alert.spend_usd), format_usd(alert.budget_usd)
     if alert.kind == AlertKind.FORECAST:
-        text = (f"Policy {name} is forecast to spend ${_money(alert.forecast_usd)} this period, over "
-                f"{alert.threshold}% of its ${budget} budget (${_money(alert.spend_usd)} spent so far).")  # fmt: skip
+        text = (f"Policy {name} is forecast to spend {format_usd(alert.forecast_usd)} this period, over "
+                f"{alert.threshold}% of its {shown_budget} budget ({spent} spent so far).")  # fmt: skip
     else:
-        text = (f"Policy {name} has spent ${_money(alert.spend_usd)}, {alert.threshold}% or more of its "
-                f"${budget} budget for the period from {alert.period_start}.")  # fmt: skip
+        text = (f"Policy {name} has spent {spent}, {alert.threshold}% or more of its "
+                f"{shown_budget} budget for the period from {alert.period_start}.")  # fmt: skip
     payload = {
         "event": "budget_alert", "policy": name, "kind": alert.kind, "threshold": alert.threshold,
         "period_start": alert.period_start.isoformat(), "spend_usd": _money(alert.spend_usd),

@@ -137,10 +137,17 @@ class PolicyStatus:
         return None if self.budget is None else self.budget - self.spend
 
     @property
-    def percent(self) -> Decimal | None:
+    def share(self) -> Decimal | None:
+        """Spend over budget, unrounded (1 = all of it): what the policy list sorts by."""
         if not self.budget:
             return None
-        return (self.spend * 100 / self.budget).quantize(Decimal("0.1"), rounding=ROUND_HALF_EVEN)
+        return self.spend / self.budget
+
+    @property
+    def percent(self) -> Decimal | None:
+        """`share` as the pages print it: a percent to one place."""
+        share = self.share
+        return None if share is None else (share * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_EVEN)
 
     @property
     def exhausted(self) -> bool:
@@ -261,21 +268,25 @@ def burn_down_figure(status: PolicyStatus) -> dict[str, Any] | None:
         x.append(_plot_time(min(utc_midnight(day + timedelta(days=1)), now)))
         cumulative.append(round(float(total), 2))
         day += timedelta(days=1)
-    spend_line = {"type": "scatter", "mode": "lines+markers", "name": "Spend", "x": x, "y": cumulative}
+    # Hover money as the pages print it (`format_usd`: "$6,254.12"), not Plotly's "$6254.12".
+    money = "%{x}<br>%{fullData.name}: $%{y:,.2f}<extra></extra>"
+    spend_line = {"type": "scatter", "mode": "lines+markers", "name": "Spend", "x": x, "y": cumulative,
+                  "hovertemplate": money}  # fmt: skip
     data: list[dict[str, Any]] = [spend_line]
     ends = [_plot_time(period_start), _plot_time(period_end)]
     if status.budget is not None:
         data.append({"type": "scatter", "mode": "lines", "name": "Budget", "x": ends,
-                     "y": [float(status.budget)] * 2, "line": {"dash": "dash"}})  # fmt: skip
+                     "y": [float(status.budget)] * 2, "line": {"dash": "dash"}, "hovertemplate": money})  # fmt: skip
     if status.forecast is not None:
         data.append({"type": "scatter", "mode": "lines", "name": "Forecast", "x": [x[-1], ends[1]],
-                     "y": [cumulative[-1], float(status.forecast)], "line": {"dash": "dot"}})  # fmt: skip
+                     "y": [cumulative[-1], float(status.forecast)], "line": {"dash": "dot"},
+                     "hovertemplate": money})  # fmt: skip
     layout = base_layout(
         height=260,
         top=10,
         right=10,
         xaxis={"title": {"text": "Day (UTC)"}, "type": "date", "range": ends},
-        yaxis={"title": {"text": "USD"}, "tickprefix": "$", "rangemode": "tozero"},
+        yaxis={"title": {"text": "USD"}, "tickprefix": "$", "tickformat": ",.2~f", "rangemode": "tozero"},
     )
     return {"data": data, "layout": layout}
 
@@ -482,7 +493,7 @@ def admit(workload: Workload, team: Group, *, region: str | None = None, now: da
                 Violation(
                     "budget",
                     f"Policy {name} has spent {format_usd(spend)} "
-                    f"of its ${policy.budget_usd} budget for the period that "
+                    f"of its {format_usd(policy.budget_usd)} budget for the period that "
                     f"ends {period_bounds(policy, now.date())[1]}; wait for the next period or ask "
                     f"a policy admin to raise the budget.",
                 )

@@ -24,6 +24,7 @@ from django.utils import timezone
 from billing.choices import EnforcementKind, EnforcementOutcome, SpentAction
 from billing.models import PolicyAction, UsagePolicy
 from billing.policies import alerts, budget, pushed
+from billing.prices.money import format_usd
 from runs import cancel
 from runs.choices import RunEventKind
 from runs.models import GpuMinute, Run, RunEvent
@@ -71,7 +72,8 @@ def enforce_policy(policy: UsagePolicy, now: datetime) -> tuple[int, list[Policy
     fired = alerts.fire(status, now)
     actions: list[PolicyAction] = []
     if status.exhausted and policy.action == SpentAction.CANCEL:
-        reason = f"policy {policy.name} spent its ${policy.budget_usd} budget for the period from {status.period_start}"
+        spent = format_usd(policy.budget_usd)
+        reason = f"policy {policy.name} spent its {spent} budget for the period from {status.period_start}"
         running = budget.running_runs(policy, budget.covered_team_ids(policy))
         # Another team's pushed data, which no collector confirmed, never cancels a run (SECURITY.md).
         parts = pushed.pushed_spend(status) if running else None

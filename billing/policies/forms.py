@@ -13,6 +13,7 @@ from django.core.validators import URLValidator, validate_email
 
 from billing.choices import ChannelKind
 from billing.models import AlertChannel, UsagePolicy
+from billing.policies.versions import setting_label
 from dashboard import access
 from dashboard.outbound import destination_problem
 from dashboard.regions import region_problem
@@ -91,6 +92,13 @@ class PolicyForm(forms.ModelForm):
             "max_timeout_minutes", "max_retries", "allowed_regions", "allow_cross_region", "idle_gpu_percent",
             "idle_warn_minutes", "idle_cancel_minutes",
         ]  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The fields declared above take their label from the model as the others do, so the
+        # form, the admin and the history page (billing.policies.history) name a setting alike.
+        for name in self.declared_fields:
+            self.fields[name].label = setting_label(name)
 
     def clean_databricks_policy_id(self) -> str:
         value = (self.cleaned_data.get("databricks_policy_id") or "").strip().lower()

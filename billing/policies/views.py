@@ -7,6 +7,8 @@ page never tells whether another team's policy exists.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -14,12 +16,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
-from billing.policies import budget, pushed
+from billing.policies import budget, pushed, versions
 from billing.policies import split as policy_split
 from billing.policies.forms import MANAGE_POLICIES, ChannelForm, PolicyForm, can_manage_policies
+from billing.prices.money import ZERO
 from dashboard import access
 from dashboard.csv_export import csv_response
 from runs.models import Run
@@ -50,12 +53,19 @@ POLICY_CSV_HEADER = [
 ]  # fmt: skip
 
 
+def by_share_used(status: budget.PolicyStatus) -> tuple[bool, bool, Decimal, str]:
+    """Sort key of the policy list: spent budgets first (`exhausted`, what enforcement acts on), then
+    by the share of the budget used (`PolicyStatus.share`), highest first; policies without a budget last."""
+    share = status.share
+    return (not status.exhausted, share is None, -(share or ZERO), status.policy.name)
+
+
 @login_required
 def policy_list(request: HttpRequest) -> HttpResponse:
     rows = []
     visible = visible_policies(request).prefetch_related("teams").order_by("name")
+    statuses = sorted((budget.evaluate(policy) for policy in visible), key=by_share_used)
     if request.GET.get("format") == "csv":
-        statuses = (budget.evaluate(policy) for policy in visible)
         return csv_response("budget.csv", POLICY_CSV_HEADER, (
             [s.policy.name, ", ".join(t.name for t in s.policy.teams.all()) or "every team", s.period_start,
              s.period_end, s.budget, s.spend, s.percent, s.remaining,
@@ -64,9 +74,8 @@ def policy_list(request: HttpRequest) -> HttpResponse:
              s.billed.figure.label if s.billed else "", s.ENFORCED_BY]
             for s in statuses
         ))  # fmt: skip
-    for policy in visible:
-        status = budget.evaluate(policy)
-        figure = budget.burn_down_figure(status)
+    for status in statuses:
+        policy, figure = status.policy, budget.burn_down_figure(status)
         rows.append({"policy": policy, "status": status, "figure": figure, "figure_id": f"burn-{policy.pk}"})
     ctx = {"rows": rows, "can_manage": can_manage_policies(request.user), "current": "policy_list"}
     return render(request, "billing/policy_list.html", ctx)
@@ -175,20 +184,29 @@ def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
 @login_required
 def policy_versions(request: HttpRequest, pk: int) -> HttpResponse:
     policy = _policy(request, pk)
-    versions = policy.versions.select_related("user").order_by("-number")
-    ctx = {"policy": policy, "versions": versions, "can_manage": can_manage_policies(request.user),
+    ctx = {"policy": policy, "versions": versions.history(policy), "can_manage": can_manage_policies(request.user),
            "current": "policy_list"}  # fmt: skip
     return render(request, "billing/policy_versions.html", ctx)
 
 
+# The rollback form's confirmation field: a POST without it shows the confirmation page instead.
+CONFIRM = "confirm"
+
+
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def policy_rollback(request: HttpRequest, pk: int, number: int) -> HttpResponse:
+    """GET, or a POST without `confirm`: what the rollback would change, and a button to confirm
+    it (a plain form, so it works without JavaScript). A POST with `confirm` rolls back."""
     policy = _policy(request, pk)
     _require_admin(request)
     version = policy.versions.filter(number=number).first()
     if version is None:
         raise Http404("No such version.")
+    if request.method != "POST" or request.POST.get(CONFIRM) != "yes":
+        ctx = {"policy": policy, "version": version, "changes": versions.rollback_changes(policy, version),
+               "confirm": CONFIRM, "current": "policy_list"}  # fmt: skip
+        return render(request, "billing/policy_rollback.html", ctx)
     new = budget.rollback(policy, version, request.user)
     if new is None:
         messages.info(request, f"The policy already matches version {number}.")

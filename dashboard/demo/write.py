@@ -60,7 +60,7 @@ from dashboard.progress import Progress
 from runs.choices import TelemetrySource
 from runs.failures import logphrases
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run
-from runs.telemetry import utilization
+from runs.telemetry import envelope_store, utilization
 from runs.telemetry.store import refresh_hours, store_gpu_samples
 
 Log = Callable[[str], object]
@@ -142,6 +142,7 @@ def seed_demo(
         clock.phase("hours", f"{counts['gpu hours']} hour rollups from the minute rollups")
         # Most minutes were written directly, not by refresh_minutes: sum them into the runs' summaries.
         utilization.rebuild(Run.objects.filter(is_demo=True).values_list("pk", flat=True))
+        envelope_store.rebuild(Run.objects.filter(is_demo=True).values_list("pk", flat=True))  # and their envelopes
     log("Done: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f" in {time.perf_counter() - clock.start:.1f}s.")
     # Printed here, once: the password is this workspace's own (var/demo_password).
     log(f"Log in as alice (or admin, staff) with password {demo_password()!r}.")

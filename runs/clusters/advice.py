@@ -39,7 +39,7 @@ from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from billing.costs.run_costs import breakdowns_for_runs
-from billing.prices.money import to_cents
+from billing.prices.money import format_usd, to_cents
 from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, accelerator_count_problem
 from runs.clusters.costs import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
 from runs.failures.logphrases import LOG_PHRASES, catch_up
@@ -272,9 +272,9 @@ def low_util_multi_gpu(run: Run, evidence: Evidence) -> Finding | None:
     why = f"Mean GPU utilization was {mean:.0f}% over {run.num_accelerators} GPUs"
     cost = evidence.run_cost.get(run.pk)
     if cost is not None and fewer < run.num_accelerators:
-        was = to_cents(cost)
+        was, would = format_usd(cost), format_usd(scaled(cost, fewer, run.num_accelerators))
         gpus = f"{fewer} GPU{'s' if fewer != 1 else ''}"
-        why += f"; on {gpus} it would have cost about ${scaled(cost, fewer, run.num_accelerators)} instead of ${was}"
+        why += f"; on {gpus} it would have cost about {would} instead of {was}"
     return _run_finding(
         run, "low_util_multi_gpu", why + ".",
         "Train on a single machine (or fewer GPUs) when possible; fix the input pipeline before adding GPUs.",

@@ -15,6 +15,14 @@ scheduler, platform or framework the log comes from), so the figures can be spli
 log came from and when, not only at random. An optional `ROOT_CAUSES.tsv` beside SOURCES.md
 (`file<TAB>line`) gives the root-cause line of a log, to check the evidence line against.
 
+What counts as a log (the same rule in every wave): at least one of its lines is program output,
+copied as the program printed it (whole or cut; an issue title that is an error message copied
+verbatim counts). A row whose every line is in a person's own words (an issue title or a
+reporter's sentence that describes the failure, even one that quotes a message inside it) is
+prose: its SOURCES.md note carries `[prose]`, decided from the thread when it is labelled, before
+the classifier runs. Prose rows are kept and classified but measured apart (`Case.prose`): the
+classifier reads program output, and a sentence is not a run's log.
+
 `score` classifies every file and `report` prints the parts with per-class precision and
 recall. `bench/classify.py` and `tests/runs/failures/test_classify.py` both call it, so the figure a test
 asserts is the figure a person reruns.
@@ -34,6 +42,7 @@ PARTS = ("tuning", "held-out", "fresh")
 SOURCE_ROW = re.compile(
     r"^\|\s*(?P<file>[\w-]+/[\w.-]+\.log)\s*\|\s*(?P<source>[^|]*?)\s*\|\s*(?P<part>[\w-]+)\s*\|\s*$"
 )
+PROSE_MARK = "[prose]"  # in a row's note: no line of the log is program output
 WAVE_START = re.compile(r"^Added on (?P<date>\d{4}-\d\d-\d\d)")
 
 # Where a log comes from, first match wins: the scheduler or platform that ran it (its words
@@ -84,6 +93,7 @@ class Case:
     wave: str = "w0"
     ecosystem: str = "pytorch"
     root_cause: str = ""
+    prose: bool = False  # no line of program output: measured apart (the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -143,7 +153,7 @@ def load_corpus(root: Path) -> list[Case]:
     Raises ValueError for a log with no row, a row for a missing log, or an unknown part: a
     corpus whose split cannot be read is not measured at all.
     """
-    rows: dict[str, tuple[str, str, str]] = {}
+    rows: dict[str, tuple[str, str, str, bool]] = {}
     # A wave folder of its own (`wave-<date>/`) is one wave, named by its folder.
     wave = root.name if root.name.startswith("wave-") else "w0"
     waves = 0
@@ -154,19 +164,28 @@ def load_corpus(root: Path) -> list[Case]:
             wave = f"w{waves} ({started['date']})"
         match = SOURCE_ROW.match(line)
         if match and match["file"] != "file":
-            rows[match["file"]] = (thread_of(match["source"]), match["part"], wave)
+            rows[match["file"]] = (thread_of(match["source"]), match["part"], wave, PROSE_MARK in match["source"])
     root_causes = _root_causes(root)
     cases = []
     for path in sorted(root.glob("*/*.log")):
         name = str(path.relative_to(root))
         if name not in rows:
             raise ValueError(f"{name} has no row in SOURCES.md")
-        thread, part, log_wave = rows.pop(name)
+        thread, part, log_wave, prose = rows.pop(name)
         if part not in PARTS:
             raise ValueError(f"{name}: part {part!r} is not one of {PARTS}")
         text = path.read_bytes().decode("utf-8", errors="replace")
         cases.append(
-            Case(path, path.parent.name, thread, part, log_wave, ecosystem_of(thread, text), root_causes.get(name, ""))
+            Case(
+                path,
+                path.parent.name,
+                thread,
+                part,
+                log_wave,
+                ecosystem_of(thread, text),
+                root_causes.get(name, ""),
+                prose,
+            )
         )
     if rows:
         raise ValueError(f"SOURCES.md names logs that do not exist: {sorted(rows)}")

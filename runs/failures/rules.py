@@ -322,7 +322,16 @@ RULES: tuple[Rule, ...] = (
         # Kubernetes Jobs (activeDeadlineSeconds), SageMaker, Vertex AI, Azure ML, Databricks.
         r"(?-i:\bDeadlineExceeded\b)",
         r"active longer than (the )?specified deadline",
+        # Anything that ran past its allowance, however the platform words the limit: Kubernetes'
+        # kubelet ("Pod was active on the node longer than the specified deadline"), Argo, Batch.
+        r"\b(ran|run|running|was active|active|alive) .{0,40}?\blonger than (the |its )?"
+        r"(specified |allowed |configured |maximum |max |requested )?(deadline|time ?limit|wall ?time|run ?time)",
         r"MaxRuntimeExceeded",
+        # A status field whose value is a time limit (Azure ML's `"status": "RUN_TIMEOUT"`,
+        # Slurm's `State: TIMEOUT`, a workflow's `phase: TimedOut`); the key may be quoted.
+        r"\b(phase|status|state|job ?state|result|conclusion|outcome|reason)['\"]?\s*[:=]\s*['\"]?"
+        r"(?-i:([A-Z]+_)?(TIMEOUT|TIMED_OUT|TIME_LIMIT|TimedOut|Timeout|TimeLimit(Exceeded)?))\b",
+        r"longer than (the |its )?max(imum)? (allowed |configured )?(time|duration|run ?time)\b",
         r"MaxRuntimeInSeconds",
         r"exceed\w* (its |the )?(max(imum)?[ _]?duration|timeout( period| limit)?|time ?out of)",
         r"(job|run|task|training) (was )?(stopped|cancel+ed|terminated|killed) (because|as|after) it "
@@ -383,6 +392,12 @@ RULES: tuple[Rule, ...] = (
         r"OOMKilled",
         # A native allocator's abort (Rust's, the C++ runtime's), the kernel refusing memory.
         r"memory allocation of \d+ bytes failed",
+        # Pinned (page-locked) host memory and the C allocator refusing: host memory, whatever
+        # the framework (MindSpore's "cudaHostAlloc failed, ret[2], out of memory").
+        r"\b(cudaHostAlloc|cudaMallocHost|cuMemHostAlloc|hipHostMalloc)\b.{0,60}?(fail\w*|out of memory)",
+        r"(pinned|page-locked|host) memory.{0,40}?(out of memory|alloc\w* failed)",
+        r"\bmemory malloc failed\b",
+        r"\bmalloc(\(\))? failed\b",
         r"std::bad_alloc",
         r"Cannot allocate memory",
         r"\[Errno 12\]",
@@ -479,7 +494,12 @@ RULES: tuple[Rule, ...] = (
         r"(larger|bigger) than (the )?2 ?Gi?B",
         r"(Cannot|can'?t|failed to) serialize (the )?(protocol buffer|proto\b|message)",
         r"proto(buf)? (size|message) (is )?(larger|too large|exceeds)",
-        r"message (is )?too (large|long|big)",
+        r"message (is |was )?too (large|long|big)",
+        # protobuf's parser halting on its byte limit ("A protocol message was rejected because it
+        # was too big (more than 67108864 bytes)"); an HTTP or RPC body over the server's limit.
+        r"(protocol )?message was rejected because it was too (big|large)",
+        r"\b413\b.{0,20}?(Request Entity|Payload|Content) Too Large",
+        r"(request|payload|entity|body|content) (size )?(is |was )?too large\b",
         # gRPC's message-size limit ("Received message larger than max (210771146 vs. 104857600)").
         r"(Received|Sent|Trying to send) message larger than max",
         r"message larger than max",
@@ -566,6 +586,10 @@ RULES: tuple[Rule, ...] = (
         # `loss: nan`, `loss=nan`, a logged table's `| loss | nan |`, a column glued to its name
         # (`average_loss : nan`, `IDLoss=nan`).
         r"loss\w*['\"]?\s*[:=|]\s*['\"]?(nan|inf)\b",
+        # The objective under any name (`softmaxcost nan,nan`, `cost = nan`), separated or not.
+        r"(loss|cost)\w*['\"]?\s*[:=|]?\s*['\"]?(nan|-?inf)\b",
+        r"\b(loss|cost)(es)? (is|are|became|becomes|become|goes|went|turns?|turned|gets?|got|jumps?|jumped)"
+        r"( to)? (a |an )?(nan|inf)\b",
         r"\b(outputs?|logits|gradients?|activations?|weights?|predictions?) "
         r"(is|are|became|become|contains?) (a )?nan\b",
         r"\bnan\b.{0,40}\bstop(ping)? (the )?training\b",
@@ -623,10 +647,21 @@ RULES: tuple[Rule, ...] = (
         r"Quota failure",
         r"following quotas are exceeded",
         r"exceeds the allowed maximum of \d+",
+        # A refusal that asks for a quota increase is a quota used up, in any cloud's words
+        # ("If you would like to increase this quota, create a new Azure support request").
+        r"\b(increase|raise) (this|the|your) (\w+ )?quota\b",
+        r"\brequest (a |an )?quota increase\b",
+        r"quota\b.{0,120}?\bis \d+,? (whereas|but|and|while) \d+ (are|is) (currently )?"
+        r"(reserved|used|in use|allocated)",
+        r"(?-i:\b(Max|Maximum)\w*(Cores|Instances|Nodes|Gpus|GPUs|Quota|Capacity)\w*(Reached|Exceeded)\b)",
         # Kubernetes: no node can take the pod ("0/4 nodes are available: 4 Insufficient ...").
         r"\d+/\d+ nodes are available",
         r"Insufficient nvidia\.com/gpu",
         r"(?-i:\bFailedScheduling\b)",
+        # A pod description cut before its events: the PodScheduled condition is False, or the
+        # reason is Unschedulable.
+        r"(?-i:^\s*PodScheduled\s+False\b)",
+        r"(?-i:\bUnschedulable\b)",
         r"no nodes available to schedule",
         r"Cannot schedule pods",
         # Slurm and PBS refusing the request outright.
@@ -669,6 +704,7 @@ RULES: tuple[Rule, ...] = (
         r"TaskCancelledError",
         r"user requested (stop|cancel\w*|termination)",
         r"Interrupted by user",
+        r"(?-i:\bInterruptException\b)",  # Julia's Ctrl+C
         r"\b(job|run|task|trial) (has been |was )?cancel+ed\b",
         r"^\W*\^C",
     ),
@@ -683,7 +719,10 @@ RULES: tuple[Rule, ...] = (
         "cancelled",
         SYMPTOM,
         r"Received (1|2|15) death signal",
-        r"SignalException: Process \d+ got signal: (1|2|15)\b",
+        r"SignalException: Process \d+ got signal: (1|2|3|15)\b",
+        # torchrun's agent raises SignalException only for the signals it traps from outside
+        # (SIGTERM, SIGINT, SIGHUP, SIGQUIT): its name alone, the message cut, is such a stop.
+        r"(?-i:\bSignalException)\s*$",
         # The agent passing on the SIGHUP or SIGINT it got (on a failure of its own it sends SIGTERM).
         r"closing signal SIG(HUP|INT)\b",
         # A process told to stop from outside (a scheduler, a person, a preemption).
@@ -745,6 +784,25 @@ RULES: tuple[Rule, ...] = (
         r"(exit(ed)? with (exit )?code|status of)\s*[:=]?\s*(139|-11)\b",
         r"Signal 11\b",
     ),
+    # SIGILL: the CPU met an instruction it lacks (a wheel built for AVX-512 on an older CPU, a
+    # binary for another architecture). A GPU's "illegal instruction was encountered" is a
+    # kernel fault, claimed above by illegal_memory_access.
+    _rule(
+        "dependency_error",
+        SYMPTOM,
+        r"(?-i:^\W*Illegal instruction\b)",
+        r"(signal 4|signal: 4)\b.{0,20}?Illegal instruction",
+        r"\bIllegal instruction \(core dumped\)",
+        r"\bSIGILL\b",
+        r"(exit|return|status) ?code(\s+is|\s*[:=])?\s*(132|-4)\b",
+    ),
+    # Exit status 140 (128 + SIGUSR2): the signal LSF sends at a job's run limit (TERM_RUNLIMIT), and
+    # the status Nextflow and nf-core read as a scheduler's time-limit kill on LSF and Slurm.
+    _rule(
+        "timeout",
+        SYMPTOM,
+        r"\bexit(ed)? (with )?(exit )?(status|code)\W{0,4}140\b",
+    ),
     _rule(
         "host_oom",
         SYMPTOM,
@@ -753,6 +811,9 @@ RULES: tuple[Rule, ...] = (
         r"Signal 9\b",
         r"\bSIGKILL\b",
         r"^\W*(Killed|已杀死|Getötet|Processus arrêté)\W*$",  # the shell's report of a SIGKILL, in its locale
+        # The same report from a script's shell, with the job's pid and command ("run.sh: line 62:
+        # 8698 Killed   /path/to/cmd ...", "[1]+  Killed   python train.py").
+        r"(?-i:(^|: line \d+:)\s*(\[\d+\][+-]?\s+)?\d*\s*Killed\s+\S)",
         r"killed by si\w*: Killed",
     ),
     _rule(
@@ -766,6 +827,21 @@ RULES: tuple[Rule, ...] = (
         r"\bFATAL\b",
         # glog's fatal prefix (F1222 11:45:09.434870 8013 file.cc:646] ...) and its checks.
         r"(?-i:^\W*F\d{4} \d\d:\d\d:\d\d)",
+        # ... and anywhere in a line (behind a progress bar's carriage return), with its whole
+        # header: F<MMDD> <time> <thread> <file>:<line>] (absl prints the time as seconds).
+        r"(?-i:(^|[^\w.])F\d{4} \d\d:\d\d:\d\d[\d.]*\s+\d+ [\w.+/-]+:\d+\] )",
+        # gRPC's status codes: google.api_core's exceptions with the HTTP status ("InvalidArgument:
+        # 400 ...", "FailedPrecondition: 400", "NotFound: 404"), grpc's `StatusCode.UNAVAILABLE`, and
+        # absl's `status: INTERNAL: ...`.
+        r"(?-i:\b(InvalidArgument|FailedPrecondition|PermissionDenied|NotFound|AlreadyExists|Unauthenticated|"
+        r"Unauthorized|Forbidden|BadRequest|Conflict|InternalServerError|ServiceUnavailable|Unknown|Aborted|"
+        r"OutOfRange|Unimplemented|DataLoss|GatewayTimeout|TooManyRequests|ResourceExhausted|Cancelled|"
+        r"BadGateway|MethodNotAllowed|RetryError):\s*[45]\d\d\b)",
+        r"(?-i:\bStatusCode\.(UNKNOWN|INVALID_ARGUMENT|NOT_FOUND|ALREADY_EXISTS|PERMISSION_DENIED|"
+        r"FAILED_PRECONDITION|ABORTED|OUT_OF_RANGE|UNIMPLEMENTED|INTERNAL|UNAVAILABLE|DATA_LOSS|"
+        r"UNAUTHENTICATED)\b)",
+        r"(?-i:\b(Non-OK-status|status): (INVALID_ARGUMENT|FAILED_PRECONDITION|INTERNAL|UNAVAILABLE|"
+        r"UNIMPLEMENTED|DATA_LOSS|ABORTED|UNKNOWN|NOT_FOUND|PERMISSION_DENIED|OUT_OF_RANGE):)",
         r"Check failed: ",
         # The launcher's summary of a worker that failed without a telling signal.
         r"exits with return code = -?\d+",
@@ -776,6 +852,16 @@ RULES: tuple[Rule, ...] = (
         # TensorFlow 1's way of naming an op's error ("AbortedError (see above for traceback): ...").
         r"(?-i:\w+Error) \(see above for traceback\)",
         r"Horovod has been shut down",
+        # An exception named alone on its line (a title, or a message cut off): `pkg.mod.SomeError`.
+        r"(?-i:^\W*([A-Za-z_]\w*\.)*[A-Z]\w*(Error|Exception)\W*$)",
+        # An exception chain (Java, Nextflow, Python's "The above exception was the direct cause").
+        r"(?-i:^\W*Caused by:\s*\S)",
+        r"The above exception was the direct cause of the following exception",
+        # c10's native exception report ("Exception raised from c10_cuda_check_implementation at ...").
+        r"Exception raised from \S+ at \S+:\d+",
+        # The JVM's and Rust's uncaught-exception reports.
+        r"Exception in thread \"[^\"]*\" [\w.$]+",
+        r"thread '[^']*' panicked at",
     ),
     # An abnormal end with no named cause: a signal, a non-zero exit status, a scheduler's kill.
     # Tier TRACEBACK: any named cause or symptom elsewhere in the log outranks them.
@@ -784,6 +870,10 @@ RULES: tuple[Rule, ...] = (
         TRACEBACK,
         r"Traceback \(most recent call last\)",
         r"(?-i:^\s*ERROR\b)",
+        r"(?-i:^\W*\[(ERROR|FATAL|CRITICAL)\])",  # a logger's level in brackets ("[ERROR] MD(...)")
+        # A script's shell reporting a job's abnormal end ("job.sh: line 9: 4242 Aborted (core dumped) ./a").
+        r"(?-i:(^|: line \d+:)\s*(\[\d+\][+-]?\s+)?\d+\s+(Aborted|Terminated|Bus error|Illegal instruction|"
+        r"Floating point exception|Hangup|Segmentation fault)\b)",
         r"(?-i:\bFAILED\b)",
         r"core dumped",
         r"(?-i:^\W*(Aborted|Terminated|Bus error|Illegal instruction|Floating point exception)\b)",
@@ -802,6 +892,38 @@ RULES: tuple[Rule, ...] = (
         r"\bjob killed\b",
         r"\bTERM_\w+: job killed",
         r"(?-i:\bBackoffLimitExceeded\b)",
+        # A status field set to a failure: Kubernetes' and Argo's `phase: Failed`, a scheduler's
+        # `State: FAILED`, a workflow's `status: error`, an orchestrator's `Reason: Error`.
+        # The value as a family: a word of failure in any case, alone or in a compound
+        # (RUN_FAILED, SYSTEM_ERROR, JobFailed); a dead or lost actor, node or task (Ray's
+        # `state: DEAD`). The key may be quoted (`"status": "FAILED"`).
+        r"\b(phase|status|state|job ?state|result|conclusion|outcome|reason)['\"]?\s*[:=]\s*['\"]?"
+        r"(?-i:([A-Z]+_)*(FAILED|FAILURE|FAIL|ERROR|ERRORED|CRASHED|KILLED|ABORTED|EVICTED|DEAD|LOST|OUT_OF_MEMORY)"
+        r"|([A-Z][a-z]+)?(Failed|Failure|Error|Errored|Crashed|Killed|Aborted|Evicted|Dead|Lost)"
+        r"|failed|failure|error|errored|crashed|killed|aborted|dead|lost)\b",
+        # An exit status in any punctuation ("terminated with an error exit status (140)", "[exit 2]").
+        r"\bexit (status|code)\s*[(\[]\s*-?[1-9]\d*\s*[)\]]",
+        r"\b(terminated|exited|died|stopped|ended|quit|crashed) (unexpectedly|abnormally|prematurely|"
+        r"with an? (error|failure|exception|non-?zero))\b",
+        # Something that ran failed, as its supervisor says: a pod, a job, a step, a process.
+        r"^\W*(the |a |an |my )?[a-z-]*\s?(pod|job|task|step|process|container|worker|replica|workflow|stage|trial|"
+        r"actor|training|run|experiment|command|script|program)\b[^.:]{0,60}? (has |have |had |was |is )?"
+        r"(failed|crashed|errored)\b",
+        r"\bfailed with (the |an? )?(message|error|exception|exit|status|code|return|signal)\b",
+        r"\bfailed:\s*[1-9]\d*\b",  # a workflow's progress line counting failed tasks
+        # An error line behind any prefix ("Error: ...", "error: ...", "Error executing process").
+        r"(?-i:^\W*(Error|error|ERROR|Fatal|fatal)\s*[:!]\s*[^\d\s.%-])",  # not a metric ("error: 0.12")
+        r"(?-i:^\W*(Error|ERROR) \w+ing\b)",
+        r"(?-i:\b(CrashLoopBackOff|Evicted)\b)",
+        # An exception named inside a line (a title, a sentence, behind a prefix no rule strips).
+        r"(?-i:\b([a-z_]\w*\.)*[A-Z]\w*(Error|Exception): +[^\d\s])",
+        r"\b(returncode|return code|returned)\s*[:=]?\s*-?[1-9]\d*\b",
+        # glibc's and the C++ runtime's aborts on a corrupted heap or stack.
+        r"double free or corruption",
+        r"\b(free|malloc|realloc|munmap_chunk)\(\): (invalid|corrupted)",
+        r"stack smashing detected",
+        r"Back-off restarting failed container",
+        r"\bExit_status\s*=\s*-?[1-9]\d*",  # PBS/Torque's accounting of a job that did not exit 0
         r"srun: error: .{0,120}?(Exited|Killed|Terminated|task \d+|failed on node)",
         r"_job_complete: JobId=\d+ WTERMSIG \d+",  # slurmctld: the job ended on a signal
         r"(?-i:slurmstepd: error)",

@@ -28,6 +28,7 @@ from runs.models.telemetry import (
     GpuSample,
     GpuSampleBlock,
     GpuStreak,
+    RunEnvelope,
     RunUtilization,
     mean_utilization,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "Node",
     "PostMortem",
     "Run",
+    "RunEnvelope",
     "RunEvent",
     "RunQuerySet",
     "RunUtilization",

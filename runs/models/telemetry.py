@@ -283,3 +283,80 @@ class GpuStreak(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}@{self.last_ts.isoformat()}"
+
+
+class RunEnvelope(models.Model):
+    """Every GPU of a run folded into one row per minute (or hour): the run page's envelope, kept on the write path.
+
+    Per field: the lowest `_min` and highest `_max` of the GPUs' rollups of that minute (hour),
+    the sum of their averages `_sum` and how many GPUs had one `_n` (the mean across GPUs is
+    `_sum / _n`, and buckets of several rows add up exactly). Written by
+    runs/telemetry/envelope_store.py from GpuMinute (`seconds` 60) and GpuHour (3600) each time
+    those are, so a 64-GPU run's 24-hour panel reads 1,440 rows, not 92,160.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="envelopes", db_index=False)
+    seconds = models.PositiveIntegerField(help_text="60: a minute of GpuMinute rows; 3600: an hour of GpuHour rows.")
+    start = models.DateTimeField(help_text="Start of the minute or hour, UTC.")
+    gpus = models.PositiveIntegerField(default=0, help_text="GPU rollup rows folded into this one.")
+    utilization_gpu_min = models.FloatField(null=True, blank=True)
+    utilization_gpu_max = models.FloatField(null=True, blank=True)
+    utilization_gpu_sum = models.FloatField(null=True, blank=True)
+    utilization_gpu_n = models.PositiveIntegerField(default=0)
+    utilization_memory_min = models.FloatField(null=True, blank=True)
+    utilization_memory_max = models.FloatField(null=True, blank=True)
+    utilization_memory_sum = models.FloatField(null=True, blank=True)
+    utilization_memory_n = models.PositiveIntegerField(default=0)
+    memory_used_bytes_min = models.FloatField(null=True, blank=True)
+    memory_used_bytes_max = models.FloatField(null=True, blank=True)
+    memory_used_bytes_sum = models.FloatField(null=True, blank=True)
+    memory_used_bytes_n = models.PositiveIntegerField(default=0)
+    power_watts_min = models.FloatField(null=True, blank=True)
+    power_watts_max = models.FloatField(null=True, blank=True)
+    power_watts_sum = models.FloatField(null=True, blank=True)
+    power_watts_n = models.PositiveIntegerField(default=0)
+    temperature_c_min = models.FloatField(null=True, blank=True)
+    temperature_c_max = models.FloatField(null=True, blank=True)
+    temperature_c_sum = models.FloatField(null=True, blank=True)
+    temperature_c_n = models.PositiveIntegerField(default=0)
+    sm_clock_mhz_min = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_max = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_sum = models.FloatField(null=True, blank=True)
+    sm_clock_mhz_n = models.PositiveIntegerField(default=0)
+    sm_active_min = models.FloatField(null=True, blank=True)
+    sm_active_max = models.FloatField(null=True, blank=True)
+    sm_active_sum = models.FloatField(null=True, blank=True)
+    sm_active_n = models.PositiveIntegerField(default=0)
+    tensor_active_min = models.FloatField(null=True, blank=True)
+    tensor_active_max = models.FloatField(null=True, blank=True)
+    tensor_active_sum = models.FloatField(null=True, blank=True)
+    tensor_active_n = models.PositiveIntegerField(default=0)
+    pcie_tx_kbps_min = models.FloatField(null=True, blank=True)
+    pcie_tx_kbps_max = models.FloatField(null=True, blank=True)
+    pcie_tx_kbps_sum = models.FloatField(null=True, blank=True)
+    pcie_tx_kbps_n = models.PositiveIntegerField(default=0)
+    pcie_rx_kbps_min = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps_max = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps_sum = models.FloatField(null=True, blank=True)
+    pcie_rx_kbps_n = models.PositiveIntegerField(default=0)
+    nvlink_tx_kbps_min = models.FloatField(null=True, blank=True)
+    nvlink_tx_kbps_max = models.FloatField(null=True, blank=True)
+    nvlink_tx_kbps_sum = models.FloatField(null=True, blank=True)
+    nvlink_tx_kbps_n = models.PositiveIntegerField(default=0)
+    nvlink_rx_kbps_min = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps_max = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps_sum = models.FloatField(null=True, blank=True)
+    nvlink_rx_kbps_n = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # One row per run, tier and bucket; envelope_store upserts on it, the page reads a range of it.
+            models.UniqueConstraint(fields=["run", "seconds", "start"], name="runenvelope_natural_key"),
+        ]
+        indexes = [
+            # Retention deletes the minute rows past AIRBOARD_TELEMETRY_MINUTE_DAYS, oldest first.
+            models.Index(fields=["start"], name="runenvelope_start_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.seconds}s@{self.start.isoformat()}"

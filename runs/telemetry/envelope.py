@@ -15,12 +15,16 @@ Where the work happens, by tier (`pick_tier`):
                                             numpy arrays (every field asked at once), and
                                             hot rows grouped by bucket in SQL, only in the
                                             node-minutes no block covers
-    minute   <= 4w minutes                  GpuMinute grouped by bucket in SQL
-    hour     longer                         GpuHour grouped by bucket in SQL
+    minute   <= 4w minutes                  the whole run: RunEnvelope minutes (its GPUs folded
+                                            on the write path, runs/telemetry/envelope_store.py)
+                                            grouped by bucket in SQL; one node: GpuMinute
+    hour     longer                         the same with RunEnvelope hours / GpuHour
 
 An empty tier falls back as `charts.gpu_series` does (rollups not written yet -> finer; raw
-pruned -> minutes). One query per tier read, one for the per-GPU means, whatever the number of
-GPUs or fields; the database hands back at most `width` rows a query.
+pruned -> minutes; no folded rows in the window -> GpuMinute / GpuHour folded here with the same
+`envelope_store.gpu_fold`). One query per tier read, one for the per-GPU means, whatever the
+number of GPUs or fields; the database hands back at most `width` rows a query, and at the
+minute and hour tiers reads one row a bucket for the whole run whatever its number of GPUs.
 
 Hot rows are read only where no block covers the node-minute: compaction deletes the rows it
 folds, and until vacuum has run their index entries still point at dead tuples; a read of a
@@ -41,8 +45,8 @@ import numpy as np
 from django.db.models import Avg, Count, ExpressionWrapper, FloatField, Max, Min, Q, Sum, Value
 from django.db.models.functions import Floor
 
-from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, Run
-from runs.telemetry import blocks, charts
+from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, Run, RunEnvelope
+from runs.telemetry import blocks, charts, envelope_store
 from runs.telemetry.downsample import Tier, tier_step
 from runs.telemetry.labels import gpu_label
 
@@ -57,8 +61,9 @@ MAX_WIDTH = 2000
 RAW_MAX_SECONDS = 2000
 # Minute rows per series the minute tier reads at most, per pixel; longer windows read hours.
 MINUTE_ROWS_PER_PIXEL = 4
-# The per-GPU means that name the worst GPU come from minute rollups up to this window, from hours beyond.
-WORST_FROM_MINUTES = timedelta(hours=6)
+# The per-GPU means that name the worst GPU come from minute rollups up to this window, from hours beyond:
+# a 6-hour window of a 64-GPU run is 23,040 minute rows (52 ms, 4x the 1-GPU run) but 448 hour rows.
+WORST_FROM_MINUTES = timedelta(hours=2)
 # Fields where the lowest GPU is the worst (an idle GPU); for the others the highest (hottest, fullest).
 LOW_IS_WORSE = frozenset({"utilization_gpu", "sm_active", "tensor_active", "utilization_memory", "sm_clock_mhz"})
 # OR-ed (node, time span) terms of the hot-row read at most; more holes read the window whole.
@@ -172,17 +177,23 @@ def _read_rollups(
     run: Run, fields: Sequence[str], tier: Tier, start: datetime, end: datetime, acc: _Buckets, t0: float, w: float,
     node_ids: Collection[int] | None,
 ) -> None:  # fmt: skip
-    model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
     # A bucket that starts before `start` still overlaps it: widen the lower bound by one row.
-    rows = model.objects.filter(run=run, **{f"{time_field}__gt": start - tier_step(tier), f"{time_field}__lte": end})
+    after = start - tier_step(tier)
+    if node_ids is None:
+        # The whole run: its GPUs already folded per minute (hour) on the write path, one row a bucket.
+        seconds = envelope_store.MINUTE if tier == "minute" else envelope_store.HOUR
+        folded = RunEnvelope.objects.filter(run=run, seconds=seconds, start__gt=after, start__lte=end)
+        grouped = folded.annotate(b=_bucket_expression("start", t0, w)).values("b")
+        acc.add_rows(list(grouped.annotate(**envelope_store.bucket_fold(fields)).order_by()), fields)
+        if not acc.empty:
+            return
+    # One node, or rollups written without their fold: every GPU's rows, folded here the same way.
+    model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
+    rows = model.objects.filter(run=run, **{f"{time_field}__gt": after, f"{time_field}__lte": end})
     if node_ids is not None:
         rows = rows.filter(node_id__in=node_ids)
-    aggregates: dict[str, Any] = {}
-    for f in fields:
-        aggregates |= {f"lo_{f}": Min(f"{f}_min"), f"hi_{f}": Max(f"{f}_max"), f"sum_{f}": Sum(f"{f}_avg"),
-                       f"n_{f}": Count(f"{f}_avg")}  # fmt: skip
-    grouped = rows.annotate(b=_bucket_expression(time_field, t0, w)).values("b").annotate(**aggregates).order_by()
-    acc.add_rows(list(grouped), fields)
+    grouped = rows.annotate(b=_bucket_expression(time_field, t0, w)).values("b")
+    acc.add_rows(list(grouped.annotate(**envelope_store.gpu_fold(fields)).order_by()), fields)
 
 
 def _minute_floor(ts: datetime) -> datetime:
@@ -252,12 +263,17 @@ def _worst(
     run: Run, fields: Sequence[str], start: datetime, end: datetime, node_ids: Collection[int] | None,
     names: dict[int, tuple[int, int, str]],
 ) -> tuple[int, dict[str, Worst | None]]:  # fmt: skip
-    """(GPUs in scope, field -> worst GPU) from each GPU's mean over the window: one grouped rollup query."""
+    """(GPUs in scope, field -> worst GPU) from each GPU's mean over the window: one grouped rollup query.
+
+    Windows over WORST_FROM_MINUTES read hour rollups, so the mean may take in up to half an hour
+    before the window's start; the query reads GPUs x hours rows, not GPUs x minutes.
+    """
     if end - start <= WORST_FROM_MINUTES:
-        model, time_field, step = GpuMinute, "minute", timedelta(minutes=1)
+        model, time_field, after = GpuMinute, "minute", start - timedelta(minutes=1)
     else:
-        model, time_field, step = GpuHour, "hour", timedelta(hours=1)
-    rows = model.objects.filter(run=run, **{f"{time_field}__gt": start - step, f"{time_field}__lte": end})
+        # The hours whose middle lies in the window: the first hour counts when it is at least half inside.
+        model, time_field, after = GpuHour, "hour", start - timedelta(minutes=30, microseconds=1)
+    rows = model.objects.filter(run=run, **{f"{time_field}__gt": after, f"{time_field}__lte": end})
     if node_ids is not None:
         rows = rows.filter(node_id__in=node_ids)
     means = list(rows.values("node_id", "gpu_index").annotate(**{f: Avg(f"{f}_avg") for f in fields}).order_by())

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.models import GpuMinute, GpuSample, GpuSampleBlock
-from runs.telemetry import partitions, utilization
+from runs.telemetry import envelope_store, partitions, utilization
 
 # Rows per delete: small enough for a short transaction, large enough that a day's worth of a
 # large fleet (8 GPUs x 1 Hz x 500 runs = 345M rows) goes in a bounded number of statements.
@@ -102,6 +102,8 @@ def prune_raw_samples(
     # A block is kept until its whole minute is past the cutoff.
     blocks_deleted = _delete_before(GpuSampleBlock, "minute", cutoff - timedelta(minutes=1), batch_size, max_batches)
     minutes_deleted = _delete_before(GpuMinute, "minute", minute_cutoff(now), batch_size, max_batches)
+    # The run envelope's minutes go with the minutes they fold (its hours stay, as GpuHour).
+    envelope_store.prune_minutes(minute_cutoff(now), batch_size, max_batches)
     deleted = batches = 0
     while max_batches is None or batches < max_batches:
         ids = list(GpuSample.objects.filter(ts__lt=cutoff).order_by("ts").values_list("id", flat=True)[:batch_size])

@@ -11,6 +11,7 @@ GPU telemetry is kept in three tiers, shaped like Sentry's TSDB rollups:
     raw, cold   GpuSampleBlock  AIRBOARD_TELEMETRY_RAW_DAYS (14)     blocks.compact_samples (from hot)
     minute      GpuMinute       AIRBOARD_TELEMETRY_MINUTE_DAYS (30)  refresh_minutes (from hot raw)
     hour        GpuHour         as long as the run                   refresh_hours (from minutes)
+    envelope    RunEnvelope     as the minutes / hours it folds      the same two (envelope_store)
 
 The raw tier's two parts are described in runs/telemetry/blocks.py: a batch that reaches into a
 compacted minute reopens it first, so a minute's rollup is always rebuilt from hot rows only.
@@ -31,7 +32,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
-from runs.telemetry import blocks, streaks, utilization
+from runs.telemetry import blocks, envelope_store, streaks, utilization
 
 # Rows per INSERT statement: 1,000 x 24 columns stays under PostgreSQL's 65,535 bind
 # parameters and SQLite's 32,766.
@@ -418,6 +419,7 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
        database (`_rebuild`), read them again.
     3. Add each run's difference, after minus before, to its summary: a key left as it was
        (its samples pruned) counts once on each side and adds nothing.
+    4. Refold the run envelope of those minutes across the run's GPUs (envelope_store.refresh).
     """
     keys = set(keys)
     if not keys:
@@ -427,12 +429,18 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
         before = _minute_utilization(keys)
         written = _rebuild(MINUTES, keys)
         utilization.add(utilization.difference(before, _minute_utilization(keys)))
+        # Under the same run locks: a worker writing other GPUs of the run's minute folds after this one.
+        envelope_store.refresh({(key[0], key[3]) for key in keys}, envelope_store.MINUTE)
     return written
 
 
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
     """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups.
 
-    An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`).
+    An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`). Then the
+    run envelope of those hours is refolded from them (runs/telemetry/envelope_store.py).
     """
-    return _rebuild(HOURS, set(keys))
+    keys = set(keys)
+    written = _rebuild(HOURS, keys)
+    envelope_store.refresh({(key[0], key[3]) for key in keys}, envelope_store.HOUR)
+    return written

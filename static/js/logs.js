@@ -3,11 +3,31 @@
  * are), the URL follows (history.pushState; the back button restores it through popstate);
  * elsewhere, and without JavaScript through the Show button, the form reloads the page.
  * Changing the attempt drops the node choice, because node indexes belong to one attempt.
+ *
+ * The fragment holds a window of the log (the tail by default): its "earlier" / "later" links
+ * (data-log-page) swap in the next window the same way (?before=, ?start=), and a link to a
+ * line (#L123) asks for the window around it (?line=123), then marks and scrolls to it.
  */
 (function () {
   "use strict";
 
-  var LOG_KEYS = ["attempt", "node", "q"];
+  var LOG_KEYS = ["attempt", "node", "q", "start", "before", "line"];
+  var WINDOW_KEYS = ["start", "before", "line"];
+
+  function hashLine() {
+    return /^#L\d+$/.test(location.hash) ? location.hash.slice(2) : "";
+  }
+
+  function showHashLine(body) {
+    var number = hashLine();
+    var line = number && body.querySelector("#L" + number);
+    if (!line) {
+      return;
+    }
+    body.querySelectorAll(".line-target").forEach(function (old) { old.classList.remove("line-target"); });
+    line.classList.add("line-target");
+    line.scrollIntoView({ block: "center" });
+  }
 
   function logKey(search) {
     var params = new URLSearchParams(search);
@@ -27,6 +47,7 @@
         body.innerHTML = html;
         body.dataset.swaps = String(Number(body.dataset.swaps || 0) + 1);
         wire(body);
+        showHashLine(body);
         if (push) {
           var params = new URLSearchParams(location.search);
           var chosen = new URLSearchParams(query);
@@ -77,6 +98,22 @@
         });
       }
     });
+    if (body && body.contains(scope)) {
+      scope.querySelectorAll("a[data-log-page]").forEach(function (link) {
+        link.addEventListener("click", function (event) {
+          event.preventDefault();
+          var params = new URLSearchParams(new URL(link.href, location.href).search);
+          var query = new URLSearchParams();
+          LOG_KEYS.forEach(function (name) { if (params.get(name)) { query.set(name, params.get(name)); } });
+          swap(body, query.toString(), true).then(function () {
+            var pre = body.querySelector("pre.log");
+            if (pre) {
+              pre.scrollTop = params.get("start") ? 0 : pre.scrollHeight;
+            }
+          });
+        });
+      });
+    }
   }
 
   /* The run page ships without its log (data-lazy): it comes once the GPU panels above the
@@ -90,6 +127,10 @@
     var params = new URLSearchParams(location.search);
     var query = new URLSearchParams();
     LOG_KEYS.forEach(function (name) { if (params.get(name)) { query.set(name, params.get(name)); } });
+    // A link to a line (#L123) asks for the window around it, unless the URL names a window.
+    if (hashLine() && !WINDOW_KEYS.some(function (name) { return params.get(name); })) {
+      query.set("line", hashLine());
+    }
     swap(body, query.toString(), false);
   }
 

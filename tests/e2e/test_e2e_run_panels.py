@@ -1,7 +1,8 @@
 """The run page's GPU panels in Chromium: data per panel, linked zoom, switches without a page load.
 
 A two-node, 8-GPU run with two days of minute rollups (stored as ingest writes them,
-through store.refresh_minutes' own tables) and one GPU's one-minute spike on the second day.
+through store.refresh_minutes' own tables, then folded across GPUs as the ingest path folds them)
+and one GPU's one-minute spike on the second day.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from playwright.sync_api import expect
 
 from runs.choices import RunStatus
 from runs.models import GpuHour, GpuMinute
+from runs.telemetry import envelope_store
 from tests.conftest import make_run
 from tests.e2e.conftest import Browsing, Scene
 
@@ -48,6 +50,7 @@ def big_run(scene: Scene):
                                      temperature_c_max=61.0))  # fmt: skip
     GpuMinute.objects.bulk_create(minutes, batch_size=5000)
     GpuHour.objects.bulk_create(hours)
+    envelope_store.rebuild([run.pk])
     return run
 
 

@@ -124,7 +124,7 @@ def test_log_lines_with_numbers_and_the_tail_cap(world: World, run: Run, monkeyp
     assert '<a class="ln" href="#L25">25</a>step 25 loss=0.25' in html
     assert 'id="L16"' in html
     assert 'id="L15"' not in html  # only the last 10 lines inline
-    assert "Showing the last 10" in html
+    assert "Showing lines 16\u201325" in html and "15 earlier lines" in html
     assert "download=1" in html
 
 

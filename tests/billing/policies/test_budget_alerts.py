@@ -157,7 +157,7 @@ def test_forecast_alert(world) -> None:
     status = budget.evaluate(policy, now)
     assert status.forecast == Decimal("3000.00")
     assert [(a.kind, a.threshold) for a in alerts.fire(status, now)] == [(AlertKind.FORECAST, 100)]
-    assert "forecast to spend $3000" in mail.outbox[0].body
+    assert "forecast to spend $3,000.00" in mail.outbox[0].body
     assert alerts.fire(budget.evaluate(policy, now), now) == []
 
 

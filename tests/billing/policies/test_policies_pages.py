@@ -116,16 +116,19 @@ def test_edit_diff_and_rollback(world, policy) -> None:
     assert changed["budget_usd"] == ("1000.00", "1500.00")
     assert changed["max_retries"] == (None, 2)
     page = sam.get(urls(policy)["versions"]).content.decode()
-    assert "Version 2" in page and "1500.00" in page and "Roll back to version 1" in page
+    assert "Version 2" in page and "$1,500.00" in page and "Roll back to version 1" in page
     # Saving the same values again makes no version.
     sam.post(urls(policy)["edit"], data)
     assert policy.versions.count() == 2
-    # Rollback needs POST (and CSRF from a browser).
-    assert sam.get(reverse("policy_rollback", args=[policy.pk, 1])).status_code == 405
+    # Rollback is confirmed first (a GET, or a POST without `confirm`, changes nothing); the
+    # confirming POST needs CSRF from a browser.
+    rollback = reverse("policy_rollback", args=[policy.pk, 1])
+    assert sam.get(rollback).status_code == 200 and sam.post(rollback).status_code == 200
+    assert policy.versions.count() == 2
     csrf = Client(enforce_csrf_checks=True)
     csrf.force_login(world.sam)
-    assert csrf.post(reverse("policy_rollback", args=[policy.pk, 1])).status_code == 403
-    assert sam.post(reverse("policy_rollback", args=[policy.pk, 1])).status_code == 302
+    assert csrf.post(rollback, {"confirm": "yes"}).status_code == 403
+    assert sam.post(rollback, {"confirm": "yes"}).status_code == 302
     policy.refresh_from_db()
     assert policy.budget_usd == Decimal("1000") and policy.max_retries is None and policy.period == "month"
     v3 = policy.versions.get(number=3)

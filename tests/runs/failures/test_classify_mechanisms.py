@@ -125,11 +125,19 @@ def test_a_deletion_is_explained_by_the_reason_that_follows_it() -> None:
     assert classify_file("cancelled/cbio_cluster_403_deleted_by_root.log")[0].class_id == "cancelled"
 
 
-def test_a_signal_that_ended_an_mpi_rank_is_an_abnormal_end() -> None:
-    # horovod/horovod#926: "exited on signal 4 (Illegal instruction)" is no longer silence.
-    verdict, _ = classify_file("dependency_error/horovod_926_illegal_instruction.log")
-    assert verdict.class_id == "other"
-    assert "exited on signal 4" in verdict.evidence
+@pytest.mark.parametrize(
+    ("name", "expected_line"),
+    [
+        # horovod/horovod#926: a binary built with AVX on a CPU without it, as MPI reports it.
+        ("dependency_error/horovod_926_illegal_instruction.log", "exited on signal 4 (Illegal instruction)"),
+        # tensorflow/tensorflow#62342: the shell's report of the same signal.
+        ("dependency_error/tf_62342_illegal.log", "Illegal instruction (core dumped)"),
+    ],
+)
+def test_sigill_is_a_cpu_the_binary_does_not_fit(name: str, expected_line: str) -> None:
+    verdict, _ = classify_file(name)
+    assert verdict.class_id == "dependency_error"
+    assert expected_line in verdict.evidence
 
 
 def test_a_loggers_level_with_a_ctrl_c_glued_on_is_not_a_warning_class() -> None:

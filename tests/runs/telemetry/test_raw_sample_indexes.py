@@ -1,5 +1,5 @@
 """The raw sample table keeps only the indexes something reads: each one is paid for by every
-sample the ingest inserts (issue 34). Its run_id index went (runs.0020): the natural key
+sample the ingest inserts (issue 34). Its run_id index went (runs.0021): the natural key
 (run, node, GPU, ts) leads with the run, and a run's samples are read as one range of it."""
 
 from __future__ import annotations
