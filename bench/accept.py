@@ -61,12 +61,13 @@ def measure(root: Path, batches: int, size: int, profile: bool) -> dict[str, flo
     from django.test import Client
 
     from dashboard.models import ApiKey, ApiKeyRole
+    from runs.choices import RunSource
     from runs.models import Attempt, Node, Run
 
     call_command("migrate", verbosity=0)
     team, _ = Group.objects.get_or_create(name="bench-accept")
     external_id = f"bench-accept-{time.time_ns()}"
-    run = Run.objects.create(team=team, external_id=external_id)
+    run = Run.objects.create(team=team, source=RunSource.LOCAL, external_id=external_id)  # a key's default source
     Node.objects.create(attempt=Attempt.objects.create(run=run, number=1), index=0)
     key = ApiKey.issue(team, ApiKeyRole.INGEST, name="bench")[1]
     client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")

@@ -10,6 +10,9 @@ Usage (from the repository root):
 Figures printed:
   1. samples/s through the real ingest path: HTTP (gunicorn) -> IngestBatch -> Celery worker ->
      database, and the worker's peak RSS (VmHWM) at each quarter of the load (flat = no leak).
+     On PostgreSQL also a raw COPY of the same rows (the worker's columns, text built beforehand)
+     into a table without indexes, before and after the ingest, and the ingest's fraction of the
+     faster of the two: the ceiling one machine's database sets, measured beside it.
   2. the same kind of values into a local `mlflow server` (SQLite) with log_batch, values/s.
   3. server time for the utilization and memory chart data of one 8-GPU run of
      --chart-samples samples (downsampled path) vs MLflow's get-history-bulk-interval for
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import shutil
 import signal
@@ -38,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +105,18 @@ def tree_hwm_kb(pid: int) -> int:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live children so far."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -125,17 +140,21 @@ def setup_django(env: dict[str, str]) -> None:
 
 
 def make_runs(prefix: str, count: int, running: bool = True) -> list:
-    """`count` running 8xH100 runs of a 'bench' team, one attempt and node each."""
+    """`count` running 8xH100 runs of a 'bench' team, one attempt and node each.
+
+    Source `local`: the one an ingest key's samples name when they give none.
+    """
     from django.contrib.auth.models import Group
 
-    from runs.choices import AcceleratorType, RunStatus
+    from runs.choices import AcceleratorType, RunSource, RunStatus
     from runs.models import Attempt, Node, Run
 
     team, _ = Group.objects.get_or_create(name="bench")
     now = datetime.now(UTC)
     runs = Run.objects.bulk_create(
-        Run(team=team, external_id=f"{prefix}-{i}", accelerator_type=AcceleratorType.H100_8, num_accelerators=8,
-            gpus_per_node=8, status=RunStatus.RUNNING if running else RunStatus.SUCCEEDED, started_at=now)
+        Run(team=team, source=RunSource.LOCAL, external_id=f"{prefix}-{i}", accelerator_type=AcceleratorType.H100_8,
+            num_accelerators=8, gpus_per_node=8, status=RunStatus.RUNNING if running else RunStatus.SUCCEEDED,
+            started_at=now)
         for i in range(count)
     )  # fmt: skip
     attempts = Attempt.objects.bulk_create(Attempt(run=r, number=1, status=r.status) for r in runs)
@@ -146,8 +165,80 @@ def make_runs(prefix: str, count: int, running: bool = True) -> list:
 # --- 1. ingest ------------------------------------------------------------------------
 
 
+def raw_copy_rate(rows: list[tuple], batch: int = BATCH) -> float:
+    """Rows/s of a plain COPY of `rows` (INSERT_COLUMNS order) into a fresh table without indexes.
+
+    The text is formatted before the clock starts, and each `batch` rows are one COPY and one
+    commit, as the worker writes them: what is timed is PostgreSQL taking the rows, nothing of Python.
+    """
+    from django.db import connection, transaction
+
+    from runs.telemetry.store import INSERT_COLUMNS
+
+    columns = ", ".join(INSERT_COLUMNS)
+    table = f"bench_raw_copy_{os.getpid()}"
+
+    def cell(value: object) -> str:
+        return "\\N" if value is None else value.isoformat() if isinstance(value, datetime) else str(value)
+
+    texts = ["".join("\t".join(cell(v) for v in row) + "\n" for row in rows[i : i + batch]).encode()
+             for i in range(0, len(rows), batch)]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        cursor.execute(f"CREATE TABLE {table} AS SELECT {columns} FROM runs_gpusample WITH NO DATA")  # noqa: S608
+    try:
+        started = time.perf_counter()
+        for text in texts:
+            with (
+                transaction.atomic(),
+                connection.cursor() as cursor,
+                cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
+            ):
+                copy.write(text)
+        elapsed = time.perf_counter() - started
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE {table}")
+    return len(rows) / elapsed
+
+
+def stored_rows(tag: str) -> list[tuple]:
+    """The bench's ingested samples as the worker wrote them (INSERT_COLUMNS order)."""
+    from runs.models import GpuSample
+    from runs.telemetry.store import INSERT_COLUMNS
+
+    return list(GpuSample.objects.filter(run__external_id__startswith=f"{tag}-").values_list(*INSERT_COLUMNS))
+
+
+def sample(tag: str, n: int, instants: list, seconds_per_run: int) -> dict:
+    """The bench's n-th sample, as the API takes it; `instants[s]` is its run's second s (datetime or text)."""
+    run, rest = divmod(n, GPUS * seconds_per_run)
+    second, gpu = divmod(rest, GPUS)
+    return {"run": f"{tag}-{run}", "gpu": gpu, "ts": instants[second],
+            "utilization_gpu": (n * 7) % 100, "memory_used_bytes": 40_000_000_000 + n % 1000,
+            "memory_total_bytes": 80_000_000_000, "power_watts": 600.0, "temperature_c": 70.0}  # fmt: skip
+
+
+def copy_rows(tag: str, count: int, instants: list[datetime], seconds_per_run: int) -> list[tuple]:
+    """The rows the worker stores for the bench's `count` samples (INSERT_COLUMNS order), built here."""
+    from runs.models import Node
+    from runs.telemetry.store import INSERT_COLUMNS
+
+    found = Node.objects.filter(attempt__run__external_id__startswith=f"{tag}-")
+    ids = {
+        ext: (run, node) for ext, run, node in found.values_list("attempt__run__external_id", "attempt__run_id", "pk")
+    }
+    rows = []
+    for n in range(count):
+        s = sample(tag, n, instants, seconds_per_run)
+        values = {**s, "run_id": ids[s["run"]][0], "node_id": ids[s["run"]][1], "gpu_index": s["gpu"], "source": "nvml"}
+        rows.append(tuple(values.get(name) for name in INSERT_COLUMNS))
+    return rows
+
+
 def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> dict[str, float]:
     from django.contrib.auth.models import Group
+    from django.db import connection
 
     from dashboard.models import ApiKey, ApiKeyRole
     from runs.choices import BatchStatus
@@ -159,7 +250,7 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
     make_runs(tag, n_runs)
     key = ApiKey.issue(Group.objects.get(name="bench"), ApiKeyRole.INGEST, name=tag)[1]
     port = free_port()
-    spawn([str(BIN / "gunicorn"), "dashboard.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.web_workers),
+    web = spawn([str(BIN / "gunicorn"), "dashboard.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.web_workers),
            "--timeout", "120"], env, tmp / "gunicorn.log")  # fmt: skip
     # SQLite has one writer: more worker processes would only queue on its lock.
     pool = str(args.worker_concurrency) if env.get("DATABASE_URL", "").startswith("postgres") else "1"
@@ -168,17 +259,16 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
     wait_http(f"http://127.0.0.1:{port}/api/v1/docs")
     start_ts = datetime.now(UTC) - timedelta(seconds=seconds_per_run + 60)
 
-    def body(index: int) -> str:
-        first = index * BATCH
-        rows = []
-        for n in range(first, min(first + BATCH, args.samples)):
-            run, rest = divmod(n, GPUS * seconds_per_run)
-            second, gpu = divmod(rest, GPUS)
-            rows.append({"run": f"{tag}-{run}", "gpu": gpu, "ts": (start_ts + timedelta(seconds=second)).isoformat(),
-                         "utilization_gpu": (n * 7) % 100, "memory_used_bytes": 40_000_000_000 + n % 1000,
-                         "memory_total_bytes": 80_000_000_000, "power_watts": 600.0,
-                         "temperature_c": 70.0})  # fmt: skip
-        return json.dumps({"source": "nvml", "samples": rows})
+    instants = [start_ts + timedelta(seconds=second) for second in range(seconds_per_run)]
+    if connection.vendor == "postgresql":
+        before = raw_copy_rate(copy_rows(tag, args.samples, instants, seconds_per_run))
+    stamps = [instant.isoformat() for instant in instants]
+
+    def body(index: int) -> bytes:
+        """One request's body; the senders build it as cheaply as they can, on the same CPUs as the server."""
+        last = min((index + 1) * BATCH, args.samples)
+        rows = [sample(tag, n, stamps, seconds_per_run) for n in range(index * BATCH, last)]
+        return orjson.dumps({"source": "nvml", "samples": rows})
 
     session = requests.Session()
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
@@ -190,6 +280,7 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
         if response.status_code not in (200, 202):
             raise RuntimeError(f"batch {index}: {response.status_code} {response.text[:300]}")
 
+    cpu = (time.process_time(), tree_cpu_s(web.pid), tree_cpu_s(worker.pid))
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as clients:
         list(clients.map(post, range(batches)))
@@ -204,12 +295,28 @@ def bench_ingest(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> di
         time.sleep(0.2)
     elapsed = time.perf_counter() - started
     hwm.append(tree_hwm_kb(worker.pid))
+    used = [
+        after - before
+        for before, after in zip(cpu, (time.process_time(), tree_cpu_s(web.pid), tree_cpu_s(worker.pid)), strict=True)
+    ]
     left = pending.count()
     rate = args.samples / elapsed
     print(f"[1] ingest: {args.samples:,} samples in {batches} batches, HTTP accept {posted:.1f} s, "
           f"end to end {elapsed:.1f} s -> {rate:,.0f} samples/s ({left} batches unfinished)")  # fmt: skip
     print(f"    worker peak RSS (VmHWM) at each quarter: {', '.join(f'{k / 1024:.0f} MB' for k in hwm)}")
-    return {"ingest_rate": rate}
+    sender, web_ms, worker_ms = (seconds / batches * 1000 for seconds in used)
+    print(f"    CPU per batch: senders (this process) {sender:.0f} ms, web {web_ms:.0f} ms, worker {worker_ms:.0f} ms "
+          "(the database's own not counted)")  # fmt: skip
+    if connection.vendor != "postgresql":
+        return {"ingest_rate": rate}
+    rows = stored_rows(tag)
+    after = raw_copy_rate(rows)  # read back: the very rows the worker stored
+    copy = max(before, after)
+    fraction = rate / copy
+    print(f"    raw COPY of the same {len(rows):,} rows ({BATCH:,} a COPY, no indexes): {before:,.0f} rows/s before "
+          f"the ingest, {after:,.0f} after; ingest is {fraction:.1%} of the faster "
+          f"(target >= 10%: {'met' if fraction >= 0.10 else 'NOT met'}); load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    return {"ingest_rate": rate, "copy_rate": copy, "copy_fraction": fraction}
 
 
 # --- 2 + 3. MLflow and charts ---------------------------------------------------------

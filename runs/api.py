@@ -6,9 +6,6 @@ Anything outside that answers 404, exactly as a run that does not exist.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from operator import itemgetter
 from typing import Any, Literal
@@ -288,22 +285,6 @@ def _accept_batch(request: HttpRequest, kind: str, rows: list[list[Any]], source
     return Status(200 if duplicate else 202, batch.answer(duplicate))
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a batch's 50,000-odd dicts and lists are built.
-
-    They hold no cycles (reference counting frees them), but their allocation triggers the
-    collector again and again over everything the process holds: ~15% of the accept path.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _validated_samples(body: bytes) -> dict[str, Any]:
     """The batch as dicts, checked exactly as GpuSampleBatchIn checks it, or a 422 naming every bad field.
 
@@ -352,7 +333,7 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
         return agent_door.push_dropping(request)
     Access(request).require_write()
     body = request.body
-    with _gc_paused():
+    with ingest.gc_paused():
         payload = _validated_samples(body)
         samples = payload["samples"]  # every field present: absent ones hold GpuSampleIn's defaults
         runs, errors = batch_runs(request, samples, "samples", key=_sample_key)

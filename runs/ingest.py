@@ -7,12 +7,14 @@ run backwards.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
-from django.db.models import JSONField, Max, Q, Value
+from django.db.models import JSONField, Max, Q, TextField, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -558,22 +560,64 @@ def _ts(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
+def _batch_body(batch_id: int) -> dict[str, Any]:
+    """A recorded batch's rows, read as the database's JSON text and decoded by orjson.
+
+    JSONField would decode the 10,000 rows with json.loads: ~65 ms a batch, a fifth of a
+    worker's Python time, against ~15 for orjson. A number orjson cannot hold (an integer
+    past 64 bits) takes json.loads, as before.
+    """
+    text = IngestBatch.objects.filter(pk=batch_id).values_list(Cast("rows", TextField()), flat=True).get()
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch's 50,000-odd dicts and lists are built.
+
+    They hold no cycles (reference counting frees them), but their allocation triggers the
+    collector again and again over everything the process holds: ~15% of the accept path,
+    and ~40% of a worker's Python time for a batch (186 -> 107 ms).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def process_batch(batch_id: int) -> StoreResult | None:
     """Write a recorded batch's rows; safe to run twice (the natural keys skip what is stored)."""
-    batch = IngestBatch.objects.filter(pk=batch_id).first()
+    with gc_paused():
+        return _process_batch(batch_id)
+
+
+def _process_batch(batch_id: int) -> StoreResult | None:
+    batch = IngestBatch.objects.filter(pk=batch_id).defer("rows").first()
     if batch is None or batch.status == BatchStatus.DONE:
         return None
-    body = batch.rows
+    body = _batch_body(batch_id)
     rows: list[list[Any]] = body["rows"]
     if batch.kind == BatchKind.GPU_SAMPLES:
         source = body.get("source") or TelemetrySource.API
         width = len(SAMPLE_COLUMNS)
         ts_at = SAMPLE_COLUMNS.index("ts")
+        # The GPUs of a node share their instants: each is parsed once.
+        stamps: dict[str, datetime] = {}
         samples = []
         for row in rows:
             # Rows recorded before a column was added are shorter: the missing tail stays NULL.
             sample = [*row, *([None] * (width - len(row)))]
-            sample[ts_at] = _ts(sample[ts_at])
+            stamp = sample[ts_at]
+            ts = stamps.get(stamp)
+            if ts is None:
+                ts = stamps[stamp] = _ts(stamp)
+            sample[ts_at] = ts
             sample.append(source)
             samples.append(sample)
         result = store_sample_rows(samples)

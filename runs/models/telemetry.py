@@ -13,7 +13,9 @@ from runs.models.record import Node, Run
 class GpuSample(models.Model):
     """One GPU of one node at one instant. Units: percent, bytes, watts, Celsius, MHz."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_samples")
+    # No index of its own: the natural key leads with the run, and every index is write cost
+    # on the hottest insert there is (runs/telemetry/store.py).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_samples", db_index=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_samples")
     gpu_index = models.PositiveSmallIntegerField()
     ts = models.DateTimeField()

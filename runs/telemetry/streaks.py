@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from runs.models import GpuStreak
@@ -83,9 +84,15 @@ def advance(rows: Sequence[Sequence[Any]]) -> int:
     if not rows:
         return 0
     by_series: dict[SeriesKey, list[tuple[datetime, bool, bool]]] = {}
+    series, ts_of, values_of = itemgetter(0, 1, 2), itemgetter(_AT["ts"]), itemgetter(*(_AT[n] for n in STALL_FIELDS))
     for row in rows:
-        marks = _marks([row[_AT[name]] for name in STALL_FIELDS])
-        by_series.setdefault((row[0], row[1], row[2]), []).append((row[_AT["ts"]], *marks))
+        sample = (ts_of(row), *_marks(values_of(row)))
+        key = series(row)
+        samples = by_series.get(key)
+        if samples is None:
+            by_series[key] = [sample]
+        else:
+            samples.append(sample)
     run_ids = {key[0] for key in by_series}
     node_ids = {key[1] for key in by_series}
     stored = {
