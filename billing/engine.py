@@ -76,7 +76,7 @@ def run_costs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Run
     runs = list(runs)
     as_of = utc(now or timezone.now(), "now")
     breakdowns = breakdowns_for_runs(runs, now=as_of)
-    billed = per_run(runs, now=as_of) if runs else {}
+    billed = per_run(runs, now=as_of, breakdowns=breakdowns) if runs else {}
     return {
         run.pk: RunCostAnswer(breakdowns[run.pk], billed[run.pk] if billed[run.pk].records else None) for run in runs
     }

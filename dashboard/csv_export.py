@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from itertools import islice
 from typing import IO, Any
 
 from django.db import connection, transaction
@@ -124,8 +125,17 @@ def sql_cell(queryset: QuerySet[Any], name: str) -> Expression:
     raise TypeError(f"no SQL cell for {name} ({type(field).__name__})")
 
 
+# Cells a download adds to each row after its own: (header, row id -> the row's added cells).
+Added = tuple[Sequence[str], Callable[[list[int]], dict[int, list[object]]]]
+
+
 def copy_streaming_response(
-    filename: str, header: Sequence[str], queryset: QuerySet[Any], *, in_index_order: bool = False
+    filename: str,
+    header: Sequence[str],
+    queryset: QuerySet[Any],
+    *,
+    in_index_order: bool = False,
+    added: Added | None = None,
 ) -> StreamingHttpResponse:
     """`csv_streaming_response`'s file, its rows written by PostgreSQL (COPY ... TO STDOUT).
 
@@ -143,13 +153,18 @@ def copy_streaming_response(
     sorted by experiment: 378 against 561 ms), so it stays the default.
     """
     sql, params = queryset.query.sql_with_params()
-    chunks = _copy_chunks(header, sql, params, in_index_order)
+    chunks = _copy_chunks(header, sql, params, in_index_order, added)
     response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{_safe_name(filename)}"'
     return response
 
 
-def _copy_chunks(header: Sequence[str], sql: str, params: Sequence[Any], in_index_order: bool) -> Iterator[bytes]:
+def _copy_chunks(
+    header: Sequence[str], sql: str, params: Sequence[Any], in_index_order: bool, added: Added | None = None
+) -> Iterator[bytes]:
+    """The file in chunks. With `added`, the COPY's rows (each led by its id) are read whole, since
+    the connection answers no other query until the COPY ends, then given their added cells
+    (`_with_added`) in the same transaction: its DateStyle is the one the cells' queries read."""
     head = io.StringIO()
     csv.writer(head, lineterminator="").writerow([cell(h) for h in header])  # ended by the join below
     rows: list[bytes] = [head.getvalue().encode()]
@@ -167,13 +182,50 @@ def _copy_chunks(header: Sequence[str], sql: str, params: Sequence[Any], in_inde
         cursor.execute(settings, [COPY_WORK_MEM])
         statement = connection.ops.compose_sql(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params)
         with cursor.copy(statement) as copy:
+            if added is not None:
+                rows += [row[:-1].tobytes() for row in copy]
             for row in copy:
                 rows.append(row[:-1].tobytes())  # bytes: held memoryviews are GC-tracked (a full collection a download)
                 if len(rows) > STREAM_CHUNK_ROWS:
                     yield b"\r\n".join(rows) + b"\r\n"
                     rows = []
+        if added is not None:
+            yield from _with_added(iter(rows), *added)
+            return
     if rows:
         yield b"\r\n".join(rows) + b"\r\n"
+
+
+def _with_added(
+    rows: Iterator[bytes], header: Sequence[str], cells: Callable[[list[int]], dict[int, list[object]]]
+) -> Iterator[bytes]:
+    """COPY's rows, each led by its id, as the file `csv_streaming_response` writes with the added cells.
+
+    The header first (`header` after COPY's own), then per STREAM_CHUNK_ROWS rows: their ids
+    handed to `cells` at once, and each row without its id followed by its cells, written by
+    Python's csv writer through `cell()`: a row's cells quote alone, so the bytes are the ones
+    the Python writer writes for the whole row. A row whose id `cells` does not know (deleted
+    meanwhile) gets empty cells.
+    """
+    head = next(rows)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="")
+    writer.writerow([cell(h) for h in header])
+    pending = head + b"," + buffer.getvalue().encode() + b"\r\n"  # sent with the first rows, as the Python writer does
+    blank = [None] * len(header)
+    while chunk := list(islice(rows, STREAM_CHUNK_ROWS)):
+        split = [row.split(b",", 1) for row in chunk]
+        found = cells([int(key) for key, _ in split])
+        lines = []
+        for key, rest in split:
+            buffer.seek(0)
+            buffer.truncate()
+            writer.writerow([cell(v) for v in found.get(int(key), blank)])
+            lines.append(rest + b"," + buffer.getvalue().encode())
+        yield pending + b"\r\n".join(lines) + b"\r\n"
+        pending = b""
+    if pending:
+        yield pending
 
 
 def iso_datetime(value: datetime) -> str:

@@ -10,7 +10,7 @@ stale, not as a busy GPU) and the cost so far, read from the one cost engine
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -93,6 +93,22 @@ def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glanc
             cost=costs[run.pk],
         )
     return result
+
+
+# The run list's CSV columns for what the table's glance cells show (runs/_glance.html, _glance_cost.html):
+# the last minute's utilization of the hour, the last sample, the cost so far and the bill beside it.
+CSV_HEADER = ["gpu_utilization_percent", "last_sample_at", "cost_usd", "cost_kind", "billed_usd"]
+
+
+def csv_cells(run_ids: Sequence[int], now: datetime) -> dict[int, list[object]]:
+    """Per run id, the CSV_HEADER cells: the numbers of `glances`, which the table reads, for the same `now`."""
+    runs = Run.objects.filter(pk__in=list(run_ids))
+    out = {}
+    for pk, found in glances(runs, now=now).items():
+        estimate, billed = found.cost.estimate, found.cost.billed_figure
+        out[pk] = [found.last_utilization, found.last_sample_at, estimate.usd, estimate.kind,
+                   None if billed is None else billed.usd]  # fmt: skip
+    return out
 
 
 def sparkline(points: list[tuple[datetime, float]], start: datetime, end: datetime) -> tuple[str, ...]:
