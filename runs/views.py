@@ -227,16 +227,14 @@ def runs_csv(
     (PostgreSQL): COPY writes the run's own cells from the `cell()` rules in SQL (`sql_cell`),
     ~0.3 s at 100,000 runs where reading tuples and writing them in Python took 1.3 s; else
     tuples are read in chunks and written by the one Python writer. The glance cells come from
-    `glance.csv_cells` for every STREAM_CHUNK_ROWS runs on both paths: the table's own numbers.
+    `glance.CsvCells` for every STREAM_CHUNK_ROWS runs on both paths: the table's own numbers.
     Both write the same bytes (tests/dashboard/test_csv_copy.py). `in_index_order`: `runs` are
     the visible runs in the default order, filtered at most by date (`index_ordered`), which the
     COPY reads from run_submitted_id_idx in one process instead of sorting them.
     """
     filename = f"runs-{now:%Y-%m-%d}.csv"
 
-    def added(run_ids: list[int]) -> dict[int, list[object]]:
-        return glance.csv_cells(run_ids, now)
-
+    added = glance.CsvCells(now)
     if by_database:
         cells = [SqlIntegerCell(F("pk")), *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
