@@ -21,10 +21,11 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
 from billing.costs.failed import price_book
-from billing.costs.figures import stored_figures
+from billing.costs.figures import stored_figures, usable
 from billing.costs.reports import CostFilters
 from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
 from billing.costs.spend import TeamMonth, team_month
@@ -96,6 +97,10 @@ class RunFigures:
     def __init__(self, now: datetime | None = None) -> None:
         self.now = utc(now or timezone.now(), "now")
         self.book = price_book()  # once a download, not once a chunk
+
+    def stored(self) -> tuple[Q, str, str]:
+        """For a query of runs: which runs' stored figure is usable, and its usd and kind columns."""
+        return usable(self.book), "cost_figure__usd", "cost_figure__kind"
 
     def of(self, run_ids: Iterable[int]) -> dict[int, tuple[Decimal, str, Decimal | None]]:
         ids = list(run_ids)

@@ -113,6 +113,13 @@ class SqlIntegerCell(Func):
     template = "(%(expressions)s)::text"
 
 
+class SqlDecimalCell(Func):
+    """An exact decimal as `cell()` writes one: its digits without trailing zeros (PostgreSQL 13+)."""
+
+    output_field = TextField()
+    template = "trim_scale(%(expressions)s)::text"
+
+
 def sql_cell(queryset: QuerySet[Any], name: str) -> Expression:
     """The SQL that writes column `name` of `queryset` (a field path such as "team__name") as `cell()` would."""
     field = queryset.query.resolve_ref(name).output_field
@@ -125,7 +132,8 @@ def sql_cell(queryset: QuerySet[Any], name: str) -> Expression:
     raise TypeError(f"no SQL cell for {name} ({type(field).__name__})")
 
 
-# Cells a download adds to each row after its own: (header, row id -> the row's added cells).
+# Cells a download adds after a row's own, for the rows SQL cannot write them: (header, row ids ->
+# each row's added cells). See `_with_added`.
 Added = tuple[Sequence[str], Callable[[list[int]], dict[int, list[object]]]]
 
 
@@ -162,7 +170,7 @@ def copy_streaming_response(
 def _copy_chunks(
     header: Sequence[str], sql: str, params: Sequence[Any], in_index_order: bool, added: Added | None = None
 ) -> Iterator[bytes]:
-    """The file in chunks. With `added`, the COPY's rows (each led by its id) are read whole, since
+    """The file in chunks. With `added`, the COPY's rows (each led by its id and flag) are read whole, since
     the connection answers no other query until the COPY ends, then given their added cells
     (`_with_added`) in the same transaction: its DateStyle is the one the cells' queries read."""
     head = io.StringIO()
@@ -199,29 +207,32 @@ def _copy_chunks(
 def _with_added(
     rows: Iterator[bytes], header: Sequence[str], cells: Callable[[list[int]], dict[int, list[object]]]
 ) -> Iterator[bytes]:
-    """COPY's rows, each led by its id, as the file `csv_streaming_response` writes with the added cells.
+    """COPY's rows as the file `csv_streaming_response` writes, some rows' last cells from Python.
 
-    The header first (`header` after COPY's own), then per STREAM_CHUNK_ROWS rows: their ids
-    handed to `cells` at once, and each row without its id followed by its cells, written by
-    Python's csv writer through `cell()`: a row's cells quote alone, so the bytes are the ones
-    the Python writer writes for the whole row. A row whose id `cells` does not know (deleted
-    meanwhile) gets empty cells.
+    Each row is led by its id and a flag, then its cells, the last len(`header`) of them the
+    added ones. A row flagged 0 has them from SQL. A row flagged 1 has them replaced: per
+    STREAM_CHUNK_ROWS rows, the flagged rows' ids go to `cells` at once, and each such row gets
+    them from Python's csv writer through `cell()`. What SQL wrote there must hold no comma,
+    quote or line break (numbers, times, fixed words), so the row's own cells end at the
+    len(`header`)-th comma from its end. Every cell quotes alone, so the bytes are the ones the
+    Python writer writes for the whole row. A row whose id `cells` does not know (deleted
+    meanwhile) gets them empty.
     """
-    head = next(rows)
+    blank = [None] * len(header)
+    pending = next(rows) + b"\r\n"  # the header, sent with the first rows as the Python writer does
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="")
-    writer.writerow([cell(h) for h in header])
-    pending = head + b"," + buffer.getvalue().encode() + b"\r\n"  # sent with the first rows, as the Python writer does
-    blank = [None] * len(header)
     while chunk := list(islice(rows, STREAM_CHUNK_ROWS)):
-        split = [row.split(b",", 1) for row in chunk]
-        found = cells([int(key) for key, _ in split])
+        split = [row.split(b",", 2) for row in chunk]
+        found = cells([int(key) for key, flag, _ in split if flag == b"1"])
         lines = []
-        for key, rest in split:
-            buffer.seek(0)
-            buffer.truncate()
-            writer.writerow([cell(v) for v in found.get(int(key), blank)])
-            lines.append(rest + b"," + buffer.getvalue().encode())
+        for key, flag, rest in split:
+            if flag == b"1":
+                buffer.seek(0)
+                buffer.truncate()
+                writer.writerow([cell(v) for v in found.get(int(key), blank)])
+                rest = rest.rsplit(b",", len(header))[0] + b"," + buffer.getvalue().encode()
+            lines.append(rest)
         yield pending + b"\r\n".join(lines) + b"\r\n"
         pending = b""
     if pending:

@@ -14,10 +14,27 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Avg, Count, OuterRef, Subquery
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    DateTimeField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.expressions import Expression
+from django.db.models.lookups import GreaterThan
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, RunFigures, run_costs
+from dashboard.csv_export import SqlDatetimeCell, SqlDecimalCell, SqlTextCell
 from runs.models import GpuHour, GpuMinute, Node, Run
 from runs.telemetry import underuse
 
@@ -115,6 +132,26 @@ class CsvCells:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.costs = RunFigures(now)
+
+    def sql(self) -> tuple[Expression, list[Expression]]:
+        """The CSV_HEADER cells as SQL, for COPY (dashboard.csv_export's rules), and the flag of the
+        rows whose cells must come from `__call__` instead ("1"; else "0").
+
+        SQL writes a row whole when the run has no minute in the window (no utilization to show:
+        its last sample is the probe `_recent` makes for a silent run, whose minute is read the
+        same way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a
+        run has no billed usage, so no bill). Every other row's cells are replaced.
+        """
+        since = (self.now - WINDOW).replace(second=0, microsecond=0)
+        usable, usd, kind = self.costs.stored()
+        recent = Exists(GpuMinute.objects.filter(run_id=OuterRef("pk"), minute__gte=since))
+        flag = Case(When(Q(recent) | ~usable, then=Value("1")), default=Value("0"), output_field=TextField())
+        newest = GpuMinute.objects.filter(run_id=OuterRef("pk")).order_by("-minute").values("minute")[:1]
+        end = ExpressionWrapper(Subquery(newest) + Value(timedelta(minutes=1)), output_field=DateTimeField())
+        now = Value(self.now, output_field=DateTimeField())
+        last = Case(When(GreaterThan(end, now), then=now), default=end)  # LEAST would skip a NULL
+        nothing = Value(None, output_field=TextField())
+        return flag, [nothing, SqlDatetimeCell(last), SqlDecimalCell(F(usd)), SqlTextCell(F(kind)), nothing]
 
     def __call__(self, run_ids: Sequence[int]) -> dict[int, list[object]]:
         runs = list(Run.objects.filter(pk__in=list(run_ids)).only("pk"))

@@ -208,7 +208,6 @@ CSV_HEADER = [
     "region", "home_region", "submitted_at", "started_at", "ended_at", "duration_seconds", "mlflow_run_id",
     *glance.CSV_HEADER,
 ]  # fmt: skip
-RUN_COLUMNS = len(CSV_HEADER) - len(glance.CSV_HEADER)
 
 
 # What the CSV reads of each run (team by name): tuples, not 100,000 model instances.
@@ -223,23 +222,25 @@ def runs_csv(
 ) -> StreamingHttpResponse:
     """The filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
-    A running run's duration counts up to `now`, the same instant for every row. `by_database`
-    (PostgreSQL): COPY writes the run's own cells from the `cell()` rules in SQL (`sql_cell`),
-    ~0.3 s at 100,000 runs where reading tuples and writing them in Python took 1.3 s; else
-    tuples are read in chunks and written by the one Python writer. The glance cells come from
-    `glance.CsvCells` for every STREAM_CHUNK_ROWS runs on both paths: the table's own numbers.
-    Both write the same bytes (tests/dashboard/test_csv_copy.py). `in_index_order`: `runs` are
-    the visible runs in the default order, filtered at most by date (`index_ordered`), which the
-    COPY reads from run_submitted_id_idx in one process instead of sorting them.
+    A running run's duration counts up to `now`, the same instant for every row. The glance
+    cells (utilization, last sample, cost: `glance.CsvCells`) are the table's numbers.
+    `by_database` (PostgreSQL): COPY writes the cells from the `cell()` rules in SQL (`sql_cell`),
+    the glance cells too for a run with no utilization this hour and a stored cost figure still
+    the engine's (`CsvCells.sql`), the others' from `CsvCells` every STREAM_CHUNK_ROWS runs;
+    else tuples are read in chunks and written by the one Python writer, the glance cells from
+    `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/test_csv_copy.py).
+    `in_index_order`: `runs` are the visible runs in the default order, filtered at most by date
+    (`index_ordered`), which the COPY reads from run_submitted_id_idx in one process.
     """
     filename = f"runs-{now:%Y-%m-%d}.csv"
 
     added = glance.CsvCells(now)
     if by_database:
-        cells = [SqlIntegerCell(F("pk")), *(sql_cell(runs, name) for name in CSV_FIELDS)]
+        flag, glance_cells = added.sql()
+        cells = [SqlIntegerCell(F("pk")), flag, *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
         return copy_streaming_response(
-            filename, CSV_HEADER[:RUN_COLUMNS], runs.values_list(*cells), in_index_order=in_index_order,
+            filename, CSV_HEADER, runs.values_list(*cells, *glance_cells), in_index_order=in_index_order,
             added=(glance.CSV_HEADER, added),
         )  # fmt: skip
 

@@ -87,6 +87,11 @@ def backfill(as_of: datetime, limit: int = BACKFILL) -> int:
     return stored
 
 
+def usable(book: str) -> Q:
+    """Runs whose stored figure is still the engine's answer (`book`: today's `price_book()`)."""
+    return _settled() & ~_stale(book)
+
+
 def stored_figures(run_ids: Iterable[int], book: str | None = None) -> dict[int, tuple[Decimal, str]]:
     """Per run id whose stored figure is still the engine's answer: (usd, kind); the others are absent.
 
@@ -96,5 +101,5 @@ def stored_figures(run_ids: Iterable[int], book: str | None = None) -> dict[int,
     ids = list(run_ids)
     if not ids:
         return {}
-    usable = Run.objects.filter(_settled(), pk__in=ids).exclude(_stale(book or price_book()))
-    return {pk: (usd, kind) for pk, usd, kind in usable.values_list("pk", "cost_figure__usd", "cost_figure__kind")}
+    found = Run.objects.filter(usable(book or price_book()), pk__in=ids)
+    return {pk: (usd, kind) for pk, usd, kind in found.values_list("pk", "cost_figure__usd", "cost_figure__kind")}
