@@ -30,7 +30,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.expressions import Expression
-from django.db.models.lookups import GreaterThan
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, RunFigures, run_costs
@@ -146,10 +146,9 @@ class CsvCells:
         usable, usd, kind = self.costs.stored()
         recent = Exists(GpuMinute.objects.filter(run_id=OuterRef("pk"), minute__gte=since))
         flag = Case(When(Q(recent) | ~usable, then=Value("1")), default=Value("0"), output_field=TextField())
-        newest = GpuMinute.objects.filter(run_id=OuterRef("pk")).order_by("-minute").values("minute")[:1]
-        end = ExpressionWrapper(Subquery(newest) + Value(timedelta(minutes=1)), output_field=DateTimeField())
-        now = Value(self.now, output_field=DateTimeField())
-        last = Case(When(GreaterThan(end, now), then=now), default=end)  # LEAST would skip a NULL
+        end = ExpressionWrapper(F("minute") + Value(timedelta(minutes=1)), output_field=DateTimeField())
+        newest = GpuMinute.objects.filter(run_id=OuterRef("pk")).order_by("-minute")
+        last = Subquery(newest.values(end=Least(end, Value(self.now, output_field=DateTimeField())))[:1])
         nothing = Value(None, output_field=TextField())
         return flag, [nothing, SqlDatetimeCell(last), SqlDecimalCell(F(usd)), SqlTextCell(F(kind)), nothing]
 

@@ -19,7 +19,7 @@ window is cut to the run's telemetry (`charts.extent`), so a window of centuries
 a run has and no more; the answer names the window it read.
 
 Scoped as the pages are (`dashboard.api.find_run`): another team's run answers 404, as an
-unknown id does. Values are in their stored units (`UNITS`).
+unknown id does. Values are in their stored units (`UNITS`). For users: docs/run-telemetry-api.md.
 """
 
 from __future__ import annotations
