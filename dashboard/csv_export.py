@@ -15,7 +15,6 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from itertools import islice
 from typing import IO, Any
 
 from django.db import connection, transaction
@@ -132,9 +131,9 @@ def sql_cell(queryset: QuerySet[Any], name: str) -> Expression:
     raise TypeError(f"no SQL cell for {name} ({type(field).__name__})")
 
 
-# Cells a download adds after a row's own, for the rows SQL cannot write them: (header, row ids ->
-# each row's added cells). See `_with_added`.
-Added = tuple[Sequence[str], Callable[[list[int]], dict[int, list[object]]]]
+# Cells a download adds after a row's own, for the rows SQL cannot write them: (header, the ids
+# of those rows, row ids -> each row's added cells). See `_splice`.
+Added = tuple[Sequence[str], QuerySet[Any], Callable[[list[int]], dict[int, list[object]]]]
 
 
 def copy_streaming_response(
@@ -170,9 +169,9 @@ def copy_streaming_response(
 def _copy_chunks(
     header: Sequence[str], sql: str, params: Sequence[Any], in_index_order: bool, added: Added | None = None
 ) -> Iterator[bytes]:
-    """The file in chunks. With `added`, the COPY's rows (each led by its id and flag) are read whole, since
-    the connection answers no other query until the COPY ends, then given their added cells
-    (`_with_added`) in the same transaction: its DateStyle is the one the cells' queries read."""
+    """The file in chunks. With `added`, each COPY row is led by its id and a flag (`_splice`),
+    and the flagged rows' added cells are read before the COPY (the connection answers no
+    other query while it runs), in the same transaction: its DateStyle is the one they read."""
     head = io.StringIO()
     csv.writer(head, lineterminator="").writerow([cell(h) for h in header])  # ended by the join below
     rows: list[bytes] = [head.getvalue().encode()]
@@ -188,55 +187,51 @@ def _copy_chunks(
         if in_index_order:
             settings += ", set_config('max_parallel_workers_per_gather', '0', true)"
         cursor.execute(settings, [COPY_WORK_MEM])
+        splice = _splice(*added) if added is not None else None
         statement = connection.ops.compose_sql(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params)
         with cursor.copy(statement) as copy:
-            if added is not None:
-                rows += [row[:-1].tobytes() for row in copy]
             for row in copy:
-                rows.append(row[:-1].tobytes())  # bytes: held memoryviews are GC-tracked (a full collection a download)
+                # bytes: held memoryviews are GC-tracked (a full collection a download)
+                rows.append(row[:-1].tobytes() if splice is None else splice(row[:-1].tobytes()))
                 if len(rows) > STREAM_CHUNK_ROWS:
                     yield b"\r\n".join(rows) + b"\r\n"
                     rows = []
-        if added is not None:
-            yield from _with_added(iter(rows), *added)
-            return
     if rows:
         yield b"\r\n".join(rows) + b"\r\n"
 
 
-def _with_added(
-    rows: Iterator[bytes], header: Sequence[str], cells: Callable[[list[int]], dict[int, list[object]]]
-) -> Iterator[bytes]:
-    """COPY's rows as the file `csv_streaming_response` writes, some rows' last cells from Python.
+def _splice(
+    header: Sequence[str], flagged: QuerySet[Any], cells: Callable[[list[int]], dict[int, list[object]]]
+) -> Callable[[bytes], bytes]:
+    """A COPY row (id, flag, its cells, the last len(`header`) of them the added ones) as the file's row.
 
-    Each row is led by its id and a flag, then its cells, the last len(`header`) of them the
-    added ones. A row flagged 0 has them from SQL. A row flagged 1 has them replaced: per
-    STREAM_CHUNK_ROWS rows, the flagged rows' ids go to `cells` at once, and each such row gets
-    them from Python's csv writer through `cell()`. What SQL wrote there must hold no comma,
-    quote or line break (numbers, times, fixed words), so the row's own cells end at the
-    len(`header`)-th comma from its end. Every cell quotes alone, so the bytes are the ones the
-    Python writer writes for the whole row. A row whose id `cells` does not know (deleted
-    meanwhile) gets them empty.
+    A row flagged 0 has its added cells from SQL. A row flagged 1 (its id among `flagged`, read
+    first, STREAM_CHUNK_ROWS ids a `cells` call) has them replaced by `cells`' answer, written
+    by Python's csv writer through `cell()`. What SQL wrote there must hold no comma, quote or
+    line break (numbers, times, fixed words), so the row's own cells end at the len(`header`)-th
+    comma from its end. Every cell quotes alone, so the bytes are the ones the Python writer
+    writes for the whole row. A row flagged but not found (changed in between) gets them empty.
     """
-    blank = [None] * len(header)
-    pending = next(rows) + b"\r\n"  # the header, sent with the first rows as the Python writer does
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="")
-    while chunk := list(islice(rows, STREAM_CHUNK_ROWS)):
-        split = [row.split(b",", 2) for row in chunk]
-        found = cells([int(key) for key, flag, _ in split if flag == b"1"])
-        lines = []
-        for key, flag, rest in split:
-            if flag == b"1":
-                buffer.seek(0)
-                buffer.truncate()
-                writer.writerow([cell(v) for v in found.get(int(key), blank)])
-                rest = rest.rsplit(b",", len(header))[0] + b"," + buffer.getvalue().encode()
-            lines.append(rest)
-        yield pending + b"\r\n".join(lines) + b"\r\n"
-        pending = b""
-    if pending:
-        yield pending
+    ids = list(flagged)
+    written: dict[bytes, bytes] = {}
+    for i in range(0, len(ids), STREAM_CHUNK_ROWS):
+        for key, values in cells(ids[i : i + STREAM_CHUNK_ROWS]).items():
+            buffer.seek(0)
+            buffer.truncate()
+            writer.writerow([cell(v) for v in values])
+            written[str(key).encode()] = buffer.getvalue().encode()
+    blank = b"," * (len(header) - 1)
+    count = len(header)
+
+    def splice(row: bytes) -> bytes:
+        key, flag, rest = row.split(b",", 2)
+        if flag == b"0":
+            return rest
+        return rest.rsplit(b",", count)[0] + b"," + written.get(key, blank)
+
+    return splice
 
 
 def iso_datetime(value: datetime) -> str:

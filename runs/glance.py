@@ -135,7 +135,7 @@ class CsvCells:
 
     def sql(self) -> tuple[Expression, list[Expression]]:
         """The CSV_HEADER cells as SQL, for COPY (dashboard.csv_export's rules), and the flag of the
-        rows whose cells must come from `__call__` instead ("1"; else "0").
+        rows whose cells must come from `__call__` instead ("1"; else "0": csv_export._splice).
 
         SQL writes a row whole when the run has no minute in the window (no utilization to show:
         its last sample is the probe `_recent` makes for a silent run, whose minute is read the
