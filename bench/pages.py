@@ -323,6 +323,7 @@ def main() -> None:
         f"/runs/{failed.pk}/failure/", f"/runs/{newest.pk}/telemetry.json", "/runs/fleet/", "/runs/advice/",
         "/runs/failures/", "/runs/postmortems/", "/runs/clusters/", "/costs/", "/api/v1/runs",
         f"/api/v1/runs/{newest.external_id}?source={newest.source}",
+        f"/api/v1/runs/{newest.external_id}/telemetry?source={newest.source}&field=utilization_gpu&field=power_watts",
     ]  # fmt: skip
     print(f"{runs.count():,} runs, {GpuHour.objects.count():,} hour and {GpuMinute.objects.count():,} minute rollups")
     print(f"load average {os.getloadavg()}")

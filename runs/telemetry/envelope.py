@@ -143,8 +143,12 @@ class _Buckets:
                 n = row[f"n_{f}"]
                 if not n:
                     continue
-                self.lo[f][b] = min(self.lo[f][b], row[f"lo_{f}"])
-                self.hi[f][b] = max(self.hi[f][b], row[f"hi_{f}"])
+                # Rollup rows with a mean and no min or max (written by hand, not from samples):
+                # the mean stands for both rather than the band failing.
+                mean = row[f"sum_{f}"] / n
+                low, high = row[f"lo_{f}"], row[f"hi_{f}"]
+                self.lo[f][b] = min(self.lo[f][b], mean if low is None else low)
+                self.hi[f][b] = max(self.hi[f][b], mean if high is None else high)
                 self.sum[f][b] += row[f"sum_{f}"]
                 self.count[f][b] += n
 

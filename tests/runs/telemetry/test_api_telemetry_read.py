@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from dashboard.models import ApiKeyRole
-from runs.models import ROLLUP_FIELDS, GpuSample
+from runs.models import ROLLUP_FIELDS, GpuMinute, GpuSample
 from runs.telemetry import api as telemetry_api
 from runs.telemetry import charts, envelope
 from runs.telemetry.store import store_gpu_samples
@@ -197,3 +197,17 @@ def test_the_endpoint_is_in_the_openapi_document_with_its_parameters(world: Worl
     names = {p["name"] for p in operation["parameters"]}
     assert {"field", "start", "end", "points", "step", "view", "node", "source"} <= names
     assert set(telemetry_api.UNITS) == set(ROLLUP_FIELDS)
+
+
+def test_rollups_with_a_mean_and_no_band_still_answer(world: World) -> None:
+    """Minute rollups loaded without their min and max (by hand, as bench/pages.py writes power) answer, not 500."""
+    run, nodes = two_nodes(world)
+    GpuMinute.objects.bulk_create(
+        GpuMinute(run=run, node=nodes[0], gpu_index=g, minute=T0 + timedelta(minutes=m), samples=60,
+                  power_watts_avg=600.0 + g)
+        for g in range(2) for m in range(90)
+    )  # fmt: skip
+    body = world.api(world.vision, ApiKeyRole.READ).get(URL, {"field": "power_watts"}).json()
+    points = body["fields"][0]["points"]
+    mean = (600.0 + 601.0) / 2  # a bucket's rows grouped: the mean of both GPUs stands for its band
+    assert len(points) == 90 and {(p["mean"], p["min"], p["max"]) for p in points} == {(mean, mean, mean)}
