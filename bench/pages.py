@@ -157,8 +157,10 @@ def enrich(team: Group, now: datetime) -> None:
        100,000 / 3 times would only take minutes.
     3. A year of cost rollups, written by the beat's own pass (`billing.costs.rollups.refresh_changed`),
        which prices every run with the cost engine, and stores the failed runs' failed-attempt
-       cost (`billing.costs.failed`; backfilled on a workspace rolled up before it existed).
+       cost (`billing.costs.failed`) and the settled runs' cost figures (`billing.costs.figures`),
+       each backfilled on a workspace rolled up before it existed.
     """
+    from billing.costs import figures
     from billing.costs.failed import BACKFILL, backfill
     from billing.costs.rollups import refresh_changed
     from billing.models import AcceleratorPrice, CostDaily
@@ -170,6 +172,7 @@ def enrich(team: Group, now: datetime) -> None:
         load_default_prices()
         print("  loaded the default price book", flush=True)
     failed = Run.objects.filter(team=team, status=RunStatus.FAILED)
+    runs_count = Run.objects.filter(team=team).count()
     if not FailureAnalysis.objects.filter(run__team=team).exists():
         began = time.perf_counter()
         # Workspaces built before the attempts carried the run's state message, as the Jobs API gives it.
@@ -211,6 +214,16 @@ def enrich(team: Group, now: datetime) -> None:
         stored += batch
     if stored:
         print(f"  failed-attempt costs stored for {stored:,} runs in {time.perf_counter() - began:.0f} s", flush=True)
+    # The settled runs' cost figures the run list's CSV reads (billing.costs.figures): what the
+    # beat's passes store, and backfill on a workspace rolled up before they existed.
+    began = time.perf_counter()
+    stored = 0
+    for _ in range(runs_count // figures.BACKFILL + 2):
+        if not (batch := figures.backfill(now)):
+            break
+        stored += batch
+    if stored:
+        print(f"  cost figures stored for {stored:,} settled runs in {time.perf_counter() - began:.0f} s", flush=True)
     # What autovacuum leaves a settled database with: the build's updates had left as many dead
     # rows as live ones in runs_run (99,819 of 100,000), and no visibility map for index-only scans.
     # Quick once done (3 s on a vacuumed workspace).
@@ -310,6 +323,7 @@ def main() -> None:
         f"/runs/{failed.pk}/failure/", f"/runs/{newest.pk}/telemetry.json", "/runs/fleet/", "/runs/advice/",
         "/runs/failures/", "/runs/postmortems/", "/runs/clusters/", "/costs/", "/api/v1/runs",
         f"/api/v1/runs/{newest.external_id}?source={newest.source}",
+        f"/api/v1/runs/{newest.external_id}/telemetry?source={newest.source}&field=utilization_gpu&field=power_watts",
     ]  # fmt: skip
     print(f"{runs.count():,} runs, {GpuHour.objects.count():,} hour and {GpuMinute.objects.count():,} minute rollups")
     print(f"load average {os.getloadavg()}")

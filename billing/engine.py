@@ -18,10 +18,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
+from billing.costs.failed import price_book
+from billing.costs.figures import stored_figures, usable
 from billing.costs.reports import CostFilters
 from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
 from billing.costs.spend import TeamMonth, team_month
@@ -32,8 +36,8 @@ from billing.reconcile.matching import BilledFigure, per_run
 from runs.models import Run
 
 __all__ = [
-    "BilledSpend", "RunCostAnswer", "TeamSpend", "billed_between", "billed_by_team", "billed_by_team_and_policy",
-    "policy_billed", "run_cost", "run_costs", "team_months",
+    "BilledSpend", "RunCostAnswer", "RunFigures", "TeamSpend", "billed_between", "billed_by_team",
+    "billed_by_team_and_policy", "policy_billed", "run_cost", "run_costs", "team_months",
 ]  # fmt: skip
 
 
@@ -76,10 +80,38 @@ def run_costs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Run
     runs = list(runs)
     as_of = utc(now or timezone.now(), "now")
     breakdowns = breakdowns_for_runs(runs, now=as_of)
-    billed = per_run(runs, now=as_of) if runs else {}
+    billed = per_run(runs, now=as_of, breakdowns=breakdowns) if runs else {}
     return {
         run.pk: RunCostAnswer(breakdowns[run.pk], billed[run.pk] if billed[run.pk].records else None) for run in runs
     }
+
+
+class RunFigures:
+    """Many runs' cost as the runs table shows it, a chunk at a time: the run list's CSV.
+
+    `of(run_ids)` answers per run (estimate usd, its kind, billed usd or None), the numbers of
+    `run_costs`: the stored figure where it is still the engine's answer
+    (`billing.costs.figures.stored_figures`), every other run priced by `run_costs` at `now`.
+    """
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = utc(now or timezone.now(), "now")
+        self.book = price_book()  # once a download, not once a chunk
+
+    def stored(self) -> tuple[Q, str, str]:
+        """For a query of runs: which runs' stored figure is usable, and its usd and kind columns."""
+        return usable(self.book), "cost_figure__usd", "cost_figure__kind"
+
+    def of(self, run_ids: Iterable[int]) -> dict[int, tuple[Decimal, str, Decimal | None]]:
+        ids = list(run_ids)
+        out: dict[int, tuple[Decimal, str, Decimal | None]] = {
+            pk: (usd, kind, None) for pk, (usd, kind) in stored_figures(ids, self.book).items()
+        }
+        rest = Run.objects.filter(pk__in=[pk for pk in ids if pk not in out])
+        for pk, answer in run_costs(rest, now=self.now).items():
+            billed = answer.billed_figure
+            out[pk] = (answer.estimate.usd, answer.estimate.kind, None if billed is None else billed.usd)
+        return out
 
 
 def run_cost(run: Run, now: datetime | None = None) -> RunCostAnswer:

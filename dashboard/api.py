@@ -191,6 +191,23 @@ def resolve_runs(request: HttpRequest, refs: Iterable[tuple[str, str]]) -> dict[
     return {(r.source, r.external_id): r for r in runs if (r.source, r.external_id) in wanted}
 
 
+def find_run(request: HttpRequest, external_id: str, source: str | None, runs: QuerySet[Run] | None = None) -> Run:
+    """The run a read names by its external id (and source), among the caller's teams; `runs`
+    narrows or prefetches. 404 when the teams have none (another team's run answers exactly as
+    an unused id), 409 when several sources have a run with that id and `source` is not given."""
+    found = (Run.objects.all() if runs is None else runs).filter(
+        team__in=Access(request).teams(), external_id=external_id
+    )
+    if source:
+        found = found.filter(source=source)
+    first_two = list(found[:2])
+    if not first_two:
+        raise HttpError(404, f"No run {external_id!r} in your teams.")
+    if len(first_two) > 1:
+        raise HttpError(409, f"Several sources have a run {external_id!r}; add ?source=serverless|classic|local.")
+    return first_two[0]
+
+
 def check_count(rows: list[Any], what: str) -> None:
     cap = settings.AIRBOARD_MAX_SAMPLES_PER_BATCH
     if len(rows) > cap:

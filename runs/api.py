@@ -28,7 +28,7 @@ from pydantic import ValidationError as PydanticValidationError
 from billing.engine import RunCostAnswer, run_cost, run_costs
 from billing.policies.budget import naming_problem
 from dashboard import fair_ingest
-from dashboard.api import Access, InvalidRows, batch_runs, bearer, check_count, read_auth
+from dashboard.api import Access, InvalidRows, batch_runs, bearer, check_count, find_run, read_auth
 from dashboard.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
@@ -110,15 +110,7 @@ def _with_attempts(qs: QuerySet[Run]) -> QuerySet[Run]:
 
 
 def _get_run(request: HttpRequest, external_id: str, source: str | None) -> Run:
-    runs = _visible_runs(request).filter(external_id=external_id)
-    if source:
-        runs = runs.filter(source=source)
-    found = list(_with_attempts(runs)[:2])
-    if not found:
-        raise HttpError(404, f"No run {external_id!r} in your teams.")
-    if len(found) > 1:
-        raise HttpError(409, f"Several sources have a run {external_id!r}; add ?source=serverless|classic|local.")
-    return found[0]
+    return find_run(request, external_id, source, _with_attempts(Run.objects.all()))
 
 
 @router.post(

@@ -10,14 +10,31 @@ stale, not as a busy GPU) and the cost so far, read from the one cost engine
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Avg, Count, OuterRef, Subquery
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    DateTimeField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.expressions import Expression
+from django.db.models.functions import Least
 from django.utils import timezone
 
-from billing.engine import RunCostAnswer, run_costs
+from billing.engine import RunCostAnswer, RunFigures, run_costs
+from dashboard.csv_export import SqlDatetimeCell, SqlDecimalCell, SqlTextCell
 from runs.models import GpuHour, GpuMinute, Node, Run
 from runs.telemetry import underuse
 
@@ -50,6 +67,27 @@ def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glanc
     if not runs:
         return {}
     now = now or timezone.now()
+    since, per_minute, last_minutes = _recent(runs, now)
+    costs = run_costs(runs, now=now)
+    result = {}
+    for run in runs:
+        points = per_minute.get(run.pk, [])
+        last_at = last_minutes.get(run.pk)
+        stale = run.status == "running" and (last_at is None or now - last_at > STALE_AFTER)
+        result[run.pk] = Glance(
+            segments=sparkline(points, since, now),
+            last_utilization=points[-1][1] if points else None,
+            last_sample_at=last_at,
+            stale=stale,
+            cost=costs[run.pk],
+        )
+    return result
+
+
+def _recent(
+    runs: list[Run], now: datetime
+) -> tuple[datetime, dict[int, list[tuple[datetime, float]]], dict[int, datetime]]:
+    """(window start, per run its (minute, mean utilization) in the window, per run its last sample's time)."""
     since = (now - WINDOW).replace(second=0, microsecond=0)
     ids = [run.pk for run in runs]
     per_minute: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
@@ -76,23 +114,52 @@ def glances(runs: Iterable[Run], now: datetime | None = None) -> dict[int, Glanc
             for pk, minute in Run.objects.filter(pk__in=silent).values_list("pk", Subquery(newest))
             if minute is not None
         )
-    costs = run_costs(runs, now=now)
-    result = {}
-    for run in runs:
-        points = per_minute.get(run.pk, [])
-        last = last_minutes.get(run.pk)
-        last_at = last + timedelta(minutes=1) if last else None  # the end of that minute's samples
-        if last_at and last_at > now:
-            last_at = now
-        stale = run.status == "running" and (last_at is None or now - last_at > STALE_AFTER)
-        result[run.pk] = Glance(
-            segments=sparkline(points, since, now),
-            last_utilization=points[-1][1] if points else None,
-            last_sample_at=last_at,
-            stale=stale,
-            cost=costs[run.pk],
-        )
-    return result
+    # The end of that minute's samples, never after now.
+    last_at = {pk: min(minute + timedelta(minutes=1), now) for pk, minute in last_minutes.items()}
+    return since, per_minute, last_at
+
+
+# The run list's CSV columns for what the table's glance cells show (runs/_glance.html, _glance_cost.html):
+# the last minute's utilization of the hour, the last sample, the cost so far and the bill beside it.
+CSV_HEADER = ["gpu_utilization_percent", "last_sample_at", "cost_usd", "cost_kind", "billed_usd"]
+
+
+class CsvCells:
+    """The CSV_HEADER cells of many runs, a chunk at a time, for one `now`: the numbers the table
+    reads, utilization and last sample as `glances` finds them, cost from the cost engine
+    (`billing.engine.RunFigures`: the stored figure of a settled run, the others priced)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.costs = RunFigures(now)
+
+    def sql(self) -> tuple[Expression, list[Expression]]:
+        """The CSV_HEADER cells as SQL, for COPY (dashboard.csv_export's rules), and the flag of the
+        rows whose cells must come from `__call__` instead ("1"; else "0": csv_export._splice).
+
+        SQL writes a row whole when the run has no minute in the window (no utilization to show:
+        its last sample is the probe `_recent` makes for a silent run, whose minute is read the
+        same way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a
+        run has no billed usage, so no bill). Every other row's cells are replaced.
+        """
+        since = (self.now - WINDOW).replace(second=0, microsecond=0)
+        usable, usd, kind = self.costs.stored()
+        recent = Exists(GpuMinute.objects.filter(run_id=OuterRef("pk"), minute__gte=since))
+        flag = Case(When(Q(recent) | ~usable, then=Value("1")), default=Value("0"), output_field=TextField())
+        end = ExpressionWrapper(F("minute") + Value(timedelta(minutes=1)), output_field=DateTimeField())
+        newest = GpuMinute.objects.filter(run_id=OuterRef("pk")).order_by("-minute")
+        last = Subquery(newest.values(end=Least(end, Value(self.now, output_field=DateTimeField())))[:1])
+        nothing = Value(None, output_field=TextField())
+        return flag, [nothing, SqlDatetimeCell(last), SqlDecimalCell(F(usd)), SqlTextCell(F(kind)), nothing]
+
+    def __call__(self, run_ids: Sequence[int]) -> dict[int, list[object]]:
+        runs = list(Run.objects.filter(pk__in=list(run_ids)).only("pk"))
+        _, per_minute, last_at = _recent(runs, self.now)
+        out = {}
+        for pk, (usd, kind, billed) in self.costs.of(run.pk for run in runs).items():
+            points = per_minute.get(pk)
+            out[pk] = [points[-1][1] if points else None, last_at.get(pk), usd, kind, billed]
+        return out
 
 
 def sparkline(points: list[tuple[datetime, float]], start: datetime, end: datetime) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
+from itertools import islice
 
 from django.conf import settings
 from django.contrib import messages
@@ -27,6 +28,7 @@ from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
 from dashboard.csv_export import (
+    STREAM_CHUNK_ROWS,
     SqlIntegerCell,
     copy_streaming_response,
     csv_response,
@@ -199,10 +201,12 @@ def _columns(sort: str) -> list[dict[str, str | None]]:
     return columns
 
 
-# The run list as CSV (?format=csv): every run the filters match, not one page of them.
+# The run list as CSV (?format=csv): every run the filters match, not one page of them; the
+# table's glance columns (utilization, cost: glance.CSV_HEADER) after the run's own.
 CSV_HEADER = [
     "external_id", "status", "team", "experiment_name", "creator", "accelerator_type", "num_accelerators",
     "region", "home_region", "submitted_at", "started_at", "ended_at", "duration_seconds", "mlflow_run_id",
+    *glance.CSV_HEADER,
 ]  # fmt: skip
 
 
@@ -218,25 +222,44 @@ def runs_csv(
 ) -> StreamingHttpResponse:
     """The filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
-    A running run's duration counts up to `now`, the same instant for every row. `by_database`
-    (PostgreSQL): COPY writes the rows from the `cell()` rules in SQL (`sql_cell`), ~0.3 s at
-    100,000 runs where reading tuples and writing them in Python took 1.3 s; else tuples are read
-    in chunks and written by the one Python writer. Both write the same bytes
-    (tests/dashboard/test_csv_copy.py). `in_index_order`: `runs` are the visible runs in the
-    default order, filtered at most by date (`index_ordered`), which the COPY reads from
-    run_submitted_id_idx in one process instead of sorting them.
+    A running run's duration counts up to `now`, the same instant for every row. The glance
+    cells (utilization, last sample, cost: `glance.CsvCells`) are the table's numbers.
+    `by_database` (PostgreSQL): COPY writes the cells from the `cell()` rules in SQL (`sql_cell`),
+    the glance cells too for a run with no utilization this hour and a stored cost figure still
+    the engine's (`CsvCells.sql`), the others' from `CsvCells` every STREAM_CHUNK_ROWS runs;
+    else tuples are read in chunks and written by the one Python writer, the glance cells from
+    `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/test_csv_copy.py).
+    `in_index_order`: `runs` are the visible runs in the default order, filtered at most by date
+    (`index_ordered`), which the COPY reads from run_submitted_id_idx in one process.
     """
     filename = f"runs-{now:%Y-%m-%d}.csv"
+
+    added = glance.CsvCells(now)
     if by_database:
-        cells = [sql_cell(runs, name) for name in CSV_FIELDS]
+        flag, glance_cells = added.sql()
+        cells = [SqlIntegerCell(F("pk")), flag, *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
-        return copy_streaming_response(filename, CSV_HEADER, runs.values_list(*cells), in_index_order=in_index_order)
+        flagged = runs.annotate(glance_flag=flag).filter(glance_flag="1").order_by().values_list("pk", flat=True)
+        return copy_streaming_response(
+            filename, CSV_HEADER, runs.values_list(*cells, *glance_cells), in_index_order=in_index_order,
+            added=(glance.CSV_HEADER, flagged, added),
+        )  # fmt: skip
 
     def rows() -> Iterator[list[object]]:
-        for *fields, started, ended, mlflow_run_id in runs.values_list(*CSV_FIELDS).iterator(chunk_size=2000):
-            duration = Run.duration_between(started, ended, now)
-            seconds = "" if duration is None else int(duration.total_seconds())
-            yield [*fields, started, ended, seconds, mlflow_run_id]
+        found = runs.values_list("pk", *CSV_FIELDS).iterator(chunk_size=STREAM_CHUNK_ROWS)
+        while chunk := list(islice(found, STREAM_CHUNK_ROWS)):
+            glances = added([row[0] for row in chunk])
+            for pk, *fields, started, ended, mlflow_run_id in chunk:
+                duration = Run.duration_between(started, ended, now)
+                seconds = "" if duration is None else int(duration.total_seconds())
+                yield [
+                    *fields,
+                    started,
+                    ended,
+                    seconds,
+                    mlflow_run_id,
+                    *glances.get(pk, [None] * len(glance.CSV_HEADER)),
+                ]
 
     return csv_streaming_response(filename, CSV_HEADER, rows())
 

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from billing.costs import egress, failed
+from billing.costs import egress, failed, figures
 from billing.costs.run_costs import RUN_COST_FIELDS, DayBreakdown, breakdowns_for_runs, cluster_uptime
 from billing.models import (
     COST_AMOUNTS,
@@ -157,6 +157,8 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
         breakdowns = breakdowns_for_runs(runs, now=as_of)
         # The failed runs' failed-attempt cost, from the same breakdowns, for the failures overview.
         failed.cache(breakdowns, as_of, book)
+        # And the settled runs' figures, for the run list's CSV.
+        figures.cache(breakdowns, as_of, book)
         for run in runs:
             dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
             days = breakdowns[run.pk].days
@@ -359,8 +361,9 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
        `RunCostSpan`), plus the rolled-up days from the earliest effective_from of any price
        edited since the cursor.
     4. `recompute_days` on that set (which also stores the failed runs' failed-attempt cost,
-       billing.costs.failed, and the accruing runs' lines as the accrual baseline), then store
-       it for up to BACKFILL failed runs that lack a usable one; then move the cursor to the
+       billing.costs.failed, the settled runs' figures, billing.costs.figures, and the accruing
+       runs' lines as the accrual baseline), then store both for up to BACKFILL runs each that
+       lack a usable one; then move the cursor to the
        pass's start (less an overlap, see CURSOR_OVERLAP) and release the lease.
     """
     as_of = utc(now or timezone.now())
@@ -383,6 +386,7 @@ def refresh_changed(now: datetime | None = None) -> RefreshResult:
         rows, priced = _recompute(days, as_of, keep=accruing)
         # Failed runs no day brought in whose stored failed-attempt cost is missing or stale.
         failed.backfill(as_of)
+        figures.backfill(as_of)
         # A run that no longer covers any day (its attempts were removed) keeps no span.
         gone = sorted(run_ids - priced)
         for i in range(0, len(gone), CHUNK):

@@ -13,6 +13,7 @@ from billing.models.costs import (
     EgressRecord,
     FailedRunCost,
     RollupState,
+    RunCostFigure,
     RunCostSpan,
 )
 from billing.models.policies import (
@@ -50,6 +51,7 @@ __all__ = [
     "PolicyVersion",
     "PriceChange",
     "RollupState",
+    "RunCostFigure",
     "RunCostSpan",
     "UsagePolicy",
     "default_alert_thresholds",

@@ -198,3 +198,22 @@ class FailedRunCost(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}: ${self.compute} as of {self.priced_at.isoformat()}"
+
+
+class RunCostFigure(models.Model):
+    """The cost engine's estimate of a settled run (its total and kind), as of `priced_at`.
+
+    Written by the cost rollup pass (billing.costs.figures.cache) for the runs it prices, and read
+    by the run list's CSV instead of pricing up to 100,000 runs a download. Used only while it is
+    still the engine's answer (billing.costs.figures.stored_figures): the run not changed since,
+    not running, no egress or billed usage record of its own, the price book the same.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="cost_figure")
+    usd = ExactDecimalField()
+    kind = models.CharField(max_length=32)
+    priced_at = models.DateTimeField()
+    price_book = models.CharField(max_length=64, help_text="billing.costs.failed.price_book() when priced.")
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: ${self.usd} ({self.kind}) as of {self.priced_at.isoformat()}"

@@ -43,7 +43,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from billing.choices import RecordType
 from billing.costs import reports
-from billing.costs.run_costs import breakdowns_for_runs
+from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
 from billing.models import BilledUsage, BillingListPrice
 from billing.prices.money import EXACT, ZERO, exact_sum
 from billing.prices.pricebook import RowError
@@ -570,8 +570,12 @@ def pool_shares(run_ids: Iterable[int]) -> dict[int, Decimal]:
     return {run_id: exact_sum(values) for run_id, values in shares.items()}
 
 
-def per_run(runs: list[Run], now: datetime | None = None) -> dict[int, BilledFigure]:
-    """Estimated (cost engine) and billed (linked records + pool shares) per run; constant queries."""
+def per_run(
+    runs: list[Run], now: datetime | None = None, breakdowns: dict[int, RunBreakdown] | None = None
+) -> dict[int, BilledFigure]:
+    """Estimated (cost engine) and billed (linked records + pool shares) per run; constant queries.
+
+    `breakdowns`: the engine's, when the caller priced the runs already (`billing.engine.run_costs`)."""
     billed: dict[int, list[Decimal]] = defaultdict(list)
     records: dict[int, int] = defaultdict(int)
     unpriced: dict[int, int] = defaultdict(int)
@@ -590,7 +594,8 @@ def per_run(runs: list[Run], now: datetime | None = None) -> dict[int, BilledFig
             if product == NETWORKING:
                 networking[run_id].append((metadata or {}, quantity, unit, usd))
     pools = pool_shares(ids) if ids else {}
-    breakdowns = breakdowns_for_runs(runs, now=now or timezone.now()) if runs else {}
+    if breakdowns is None:
+        breakdowns = breakdowns_for_runs(runs, now=now or timezone.now()) if runs else {}
     return {
         run.pk: BilledFigure(
             breakdowns[run.pk].total,

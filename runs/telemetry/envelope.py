@@ -87,6 +87,20 @@ def pick_tier(span_seconds: float, width: int) -> Tier:
     return "hour"
 
 
+TIERS: tuple[Tier, ...] = ("raw", "minute", "hour")
+
+
+def step_tier(span_seconds: float, step_seconds: float) -> Tier:
+    """The tier a window read at `step_seconds` a bucket reads (the read API's `step`).
+
+    The finest tier whose rows are no wider than the step, but never finer than the widest
+    panel (MAX_WIDTH) would read for the window: 30 s buckets of ten minutes are raw seconds,
+    5 minutes of six hours minute rollups, of a month hours, at no more read than a chart's.
+    """
+    finest: Tier = "raw" if step_seconds < 60 else "minute" if step_seconds < 3600 else "hour"
+    return max(finest, pick_tier(span_seconds, MAX_WIDTH), key=TIERS.index)
+
+
 @dataclass(frozen=True)
 class Worst:
     """The GPU whose mean over the window sits furthest out, against the mean of the others."""
@@ -135,8 +149,12 @@ class _Buckets:
                 n = row[f"n_{f}"]
                 if not n:
                     continue
-                self.lo[f][b] = min(self.lo[f][b], row[f"lo_{f}"])
-                self.hi[f][b] = max(self.hi[f][b], row[f"hi_{f}"])
+                # Rollup rows with a mean and no min or max (written by hand, not from samples):
+                # the mean stands for both rather than the band failing.
+                mean = row[f"sum_{f}"] / n
+                low, high = row[f"lo_{f}"], row[f"hi_{f}"]
+                self.lo[f][b] = min(self.lo[f][b], mean if low is None else low)
+                self.hi[f][b] = max(self.hi[f][b], mean if high is None else high)
                 self.sum[f][b] += row[f"sum_{f}"]
                 self.count[f][b] += n
 
@@ -307,11 +325,14 @@ def read_envelopes(
     *,
     node_ids: Collection[int] | None = None,
     names: dict[int, tuple[int, int, str]] | None = None,
+    bucket_seconds: float | None = None,
 ) -> dict[str, Envelope]:
     """field -> Envelope of the run (or of `node_ids`) over [start, end] (the run's data when not given).
 
     1. The tier comes from the window and the width (`pick_tier`); buckets are span / width
        seconds wide, never finer than the tier's own step, so a panel gets at most `width`.
+       `bucket_seconds` (the read API's `step`) asks buckets that wide instead, never more
+       than MAX_WIDTH of them, from the tier `step_tier` picks.
     2. Every field is read in the same queries (and each block decoded once), then folded
        into per-bucket min, max, sum and count (`_Buckets`).
     3. An empty tier falls back to the next one, as `charts.gpu_series` does.
@@ -326,9 +347,13 @@ def read_envelopes(
         if found is None:
             return {}
         start, end = start or found[0], end or found[1]
-    width = clamp_width(width)
     span = max((end - start).total_seconds(), 1.0)
-    tier = pick_tier(span, width)
+    if bucket_seconds is not None:
+        bucket_seconds = max(bucket_seconds, span / MAX_WIDTH)
+        width = math.ceil(span / bucket_seconds)
+    # The page's panels ask at least MIN_WIDTH (`clamp_width`); the read API may ask fewer buckets.
+    width = max(1, min(MAX_WIDTH, width))
+    tier = pick_tier(span, width) if bucket_seconds is None else step_tier(span, bucket_seconds)
     order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
         tier, ["raw", "minute", "hour"]
     )
@@ -336,7 +361,7 @@ def read_envelopes(
     node_scope = list(node_ids) if node_ids is not None else list(names)
     acc, w = _Buckets(fields, 1), 1.0
     for candidate in order:
-        w = max(span / width, tier_step(candidate).total_seconds())
+        w = max(bucket_seconds or span / width, tier_step(candidate).total_seconds())
         acc = _Buckets(fields, math.ceil(span / w) + 1)
         if candidate == "raw":
             _read_raw(run, fields, start, end, acc, t0, w, node_scope)

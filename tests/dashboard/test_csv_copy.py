@@ -20,9 +20,11 @@ from django.db.models import TextField
 from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 
+from billing.models import AcceleratorPrice
 from dashboard.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, copy_streaming_response, sql_cell
 from runs.choices import RunStatus
-from runs.models import Run
+from runs.models import GpuSample, Run
+from runs.telemetry.store import store_gpu_samples
 from runs.views import CSV_HEADER, DEFAULT_SORT, filter_runs, runs_csv, sort_runs
 from tests.conftest import T0, World, make_run
 
@@ -129,6 +131,30 @@ def test_the_servers_date_style_does_not_change_the_file(world: World) -> None:
         finally:
             cursor.execute("RESET DateStyle")
     assert by_copy == by_python and b"2026-11-02T09:00:00.123+00:00" in by_copy
+
+
+def test_the_tables_utilization_and_cost_cells_are_written_the_same(world: World) -> None:
+    """The glance cells (runs.glance.CsvCells) follow COPY's rows: floats, money, times and empty cells
+    as the Python writer writes them, header and chunks included."""
+    AcceleratorPrice.objects.create(
+        accelerator_type="GPU_8xH100", region="us-west-2", effective_from=T0 - timedelta(days=30), usd_per_hour="2.375"
+    )
+    running = make_run(world.vision, "running", status=RunStatus.RUNNING, ended_at=None, experiment_name="=x,y")
+    make_run(world.vision, "unpriced", region="sa-east-1")
+    make_run(world.vision, "quiet", started_at=None, ended_at=None, status=RunStatus.QUEUED)
+    node = running.attempts.get().nodes.get()
+    store_gpu_samples(
+        [GpuSample(run=running, node=node, gpu_index=g, ts=NOW - timedelta(minutes=2, seconds=s),
+                   utilization_gpu=33.3 + g) for g in range(3) for s in (1, 7, 13)]
+    )  # fmt: skip
+    by_copy, by_python = both(Run.objects.order_by("external_id"))
+    assert by_copy == by_python
+    rows = {row["external_id"]: row for row in csv.DictReader(io.StringIO(by_copy.decode(), newline=""))}
+    assert list(rows["running"])[-5:] == ["gpu_utilization_percent", "last_sample_at", "cost_usd", "cost_kind",
+                                          "billed_usd"]  # fmt: skip
+    assert float(rows["running"]["gpu_utilization_percent"]) == pytest.approx(34.3)
+    assert rows["running"]["cost_usd"] and rows["unpriced"]["cost_kind"] == "lower bound"
+    assert rows["quiet"]["gpu_utilization_percent"] == rows["quiet"]["last_sample_at"] == ""
 
 
 def test_a_long_download_comes_in_the_same_chunks(world: World) -> None:
