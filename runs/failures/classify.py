@@ -250,6 +250,9 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
        exception; any other non-zero exit code without evidence is `other`.
     8. A run the source reports failed (`failed=True`) is never `none`: with no evidence it is
        `other` (an unrecognised failure) with the likeliest root-cause line of the log's tail.
+    9. With no evidence and no failed status, a log whose tail (since its last progress line) has
+       a line with a word of failure at error level (families.ABNORMAL_END; not INFO, DEBUG or
+       warning level, not "0 errors") ended abnormally: `other` with that line, never `none`.
     """
     best: dict[int, tuple[int, str, str]] = {}
     streak_start: tuple[int, str] | None = None
