@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import re2
 
+from runs.failures import families
 from runs.failures.rules import (
     BARE_EXCEPTION,
     BOILERPLATE,
@@ -43,6 +44,7 @@ from runs.failures.rules import (
     TRACEBACK,
     WEAK_ERROR,
     Rule,
+    compile_linear,
 )
 
 # Terminal colour codes (tqdm, rich) would split words the patterns look for.
@@ -60,8 +62,16 @@ MAX_SCAN_CHARS = 4_000
 SET_MAX_MEM = 256 << 20
 
 # What else one pass over a line says, after the rules' indices in the set.
-_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME, _IPYTHON_HEADER, _NATIVE = range(8)
-_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME, IPYTHON_HEADER, NATIVE_FRAME)
+_HARMLESS, _NCCL_FATAL, _BOILERPLATE, _PROGRESS, _OVERFLOW, _FRAME, _IPYTHON_HEADER, _NATIVE, _INFO = range(9)
+# A logger's INFO or DEBUG level: such a line reports, it is not a collective's failure (NCCL's
+# "Connection closed by localRank" at INFO is its normal shutdown).
+INFO_LEVEL = compile_linear(r"(?-i:\b(INFO|DEBUG)\b)")
+_FLAGS = (HARMLESS, NCCL_FATAL_WARN, BOILERPLATE, PROGRESS, OVERFLOW, FRAME, IPYTHON_HEADER, NATIVE_FRAME, INFO_LEVEL)
+_COLLECTIVE = frozenset({"nccl_error", "nccl_timeout"})
+# The abnormal-end fallback (families.ABNORMAL_END): a tail line at error level with a word of failure.
+ABNORMAL_END = compile_linear(families.ABNORMAL_END)
+LAUNCHER_KILL = compile_linear(families.LAUNCHER_KILL)
+NOT_AN_ERROR = compile_linear(families.NOT_AN_ERROR)
 
 
 def _line_set() -> re2.Set:
@@ -150,6 +160,8 @@ def _read(text: str) -> tuple[Rule | None, frozenset[int]]:
     matched = [i for i in hits if i < _N_RULES]
     if matched and _HARMLESS in flags and _NCCL_FATAL not in flags:
         matched = [i for i in matched if i in _IN_WARNING]
+    if matched and _INFO in flags and _NCCL_FATAL not in flags:
+        matched = [i for i in matched if RULES[i].class_id not in _COLLECTIVE]
     return (RULES[min(matched)] if matched else None), flags
 
 
@@ -177,6 +189,16 @@ def _likeliest_line(tail: Iterable[tuple[int, str]]) -> tuple[int, str] | None:
             return number, text
         last = (number, text)
     return last
+
+
+def _abnormal_end(tail: Iterable[tuple[int, str]]) -> tuple[int, str] | None:
+    """The first line of the log's tail that says the run ended abnormally although no rule
+    named a cause: a word of failure at error level (not INFO or DEBUG, not "0 errors"), or a
+    launcher killing its workers."""
+    for number, text in tail:
+        if LAUNCHER_KILL.search(text) or (ABNORMAL_END.search(text) and not NOT_AN_ERROR.search(text)):
+            return number, text
+    return None
 
 
 def _continues(previous: tuple[int, str, Rule | None, frozenset[int]], text: str) -> bool:
@@ -228,6 +250,9 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
        exception; any other non-zero exit code without evidence is `other`.
     8. A run the source reports failed (`failed=True`) is never `none`: with no evidence it is
        `other` (an unrecognised failure) with the likeliest root-cause line of the log's tail.
+    9. With no evidence and no failed status, a log whose tail (since its last progress line) has
+       a line with a word of failure at error level (families.ABNORMAL_END; not INFO, DEBUG or
+       warning level, not "0 errors") ended abnormally: `other` with that line, never `none`.
     """
     best: dict[int, tuple[int, str, str]] = {}
     streak_start: tuple[int, str] | None = None
@@ -351,6 +376,10 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
         likeliest = _likeliest_line(tail)
         if likeliest is not None:
             return _verdict("other", likeliest[0], likeliest[1].strip()[:MAX_EVIDENCE_CHARS])
+    ended = _abnormal_end(tail)
+    if ended is not None:
+        # No rule named a cause, but the log's tail reads as a failure: an unrecognised one.
+        return _verdict("other", ended[0], ended[1].strip()[:MAX_EVIDENCE_CHARS])
     if exit_code:
         return _verdict("other", None, f"exit code {exit_code}")
     if failed:

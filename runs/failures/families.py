@@ -197,3 +197,128 @@ NO_GPU_SUPPORT: Family = (
     ),
     True,
 )
+
+# The system taking the machine back: a spot or preemptible VM's preemption or reclaim notice, in
+# GCP's, AWS's and Azure's words (a cancellation by the system, by the corpus's convention).
+PREEMPTED: Family = (
+    "cancelled",
+    CAUSE,
+    (
+        r"\b(instance|vm|node|machine|host|worker|job|task|pod|tpu)s?\b.*\b(was |were |is |has been |been )"
+        r"(preempted|reclaimed)\b",
+        r"\b(spot|preemptible|low-priority)\b.*\b(preempt\w*|reclaim\w*|interrupt\w*|evict\w*|termination notice)",
+        r"\b(preempt\w*|reclaim\w*|interrupt\w*|evict\w*)\b.*\b(spot|preemptible|low-priority) (instance|vm|node)",
+        r"\btermination is imminent\b",
+        r"\bspot[- ]instance[- ](interruption|termination)\b",
+        r"\b(Preempted|PREEMPTED)\b.*\b(state|status|reason)\b",
+        r"\b(state|status|reason)['\"]?\s*[:=]\s*['\"]?(?-i:PREEMPTED|Preempted)\b",
+    ),
+    False,
+)
+# Disk by any name: a quota over, ephemeral storage over its limit, HTTP 507.
+DISK_QUOTA: Family = (
+    "disk_full",
+    CAUSE,
+    (
+        r"\bephemeral[- ]?(local )?storage\b.*\b(exceed\w*|over|limit|usage)\b",
+        r"\b(disk|storage|inode) quota\b.*\b(exceed\w*|reached|over)\b",
+        r"\bDisk quota exceeded\b",
+        r"\bEDQUOT\b",
+        r"\b507\b.*\bInsufficient Storage\b",
+        r"\bInsufficient Storage\b",
+        r"\bThe node (was|is) low on resource:? \[?(ephemeral-storage|DiskPressure)",
+        r"\bDiskPressure\b",
+    ),
+    True,
+)
+# An extension or op that failed to build: a compiler's or linker's error, a missing header, the
+# installed toolchain not fitting (a dependency error, by the corpus's convention).
+EXTENSION_BUILD: Family = (
+    "dependency_error",
+    CAUSE,
+    (
+        r"(?-i:^\W*FAILED: \S+\.(cuda\.o|o|so)\b)",
+        r"\bfatal error: [\w./-]+\.(h|hpp|cuh): No such file or directory",
+        r"\b(/usr/bin/)?ld: cannot find\b",
+        r"\bcollect2: error: ld returned\b",
+        r"\bnvcc (fatal|error)\b",
+        r"\berror: command '[^']*(nvcc|gcc|g\+\+|c\+\+|cl\.exe)' failed\b",
+        r"\bError building extension\b",
+        r"\bFailed building wheel for\b",
+        r"\bundefined symbol: ",
+        # A library too new or too old for its caller: an attribute the installed version lacks.
+        r"(?-i:AttributeError): ('[\w.]+' object|module '[\w.]+') has no attribute '(model_executor|\w+_executor)'",
+    ),
+    False,
+)
+# A store or rendezvous the ranks could not reach in time: the network's, not a collective's hang.
+STORE_CONNECT_TIMEOUT: Family = (
+    "nccl_timeout",
+    SYMPTOM,
+    (
+        r"\bconnect\(\) timed out\b",
+        r"\b(TCPStore|c10d|store|rendezvous|rdzv)\b.*\b(timed out|timeout)\b.*\b(connect|join|wait)",
+        r"\bRendezvousTimeoutError\b",
+        r"\bSocket Timeout\b.*\b(connect|store)\b",
+    ),
+    True,
+)
+# A process pool that cannot pickle a local function (Windows' spawn): pickling, not a generic error.
+LOCAL_OBJECT: Family = (
+    "pickling_error",
+    CAUSE,
+    (r"\bCan'?t (get|pickle) local object\b", r"\bCan'?t pickle <function\b"),
+    False,
+)
+# The paging file in German (WinError 1455's text, "Die Auslagerungsdatei ist zu klein").
+PAGING_FILE_LOCALISED: Family = ("host_oom", CAUSE, (r"\bAuslagerungsdatei ist zu klein\b",), True)
+# An accelerator's allocator refusing ("Resource exhausted: Attempting to allocate", XLA on TPUs).
+ACCELERATOR_EXHAUSTED: Family = (
+    "cuda_oom",
+    CAUSE,
+    (r"\bResource ?exhausted\b.*\b(Attempting to allocate|allocat\w*|HBM|memory)\b",),
+    True,
+)
+# An InfiniBand port's async event, as NCCL reports it: the fabric failed under the job.
+IB_ASYNC_EVENT: Family = (
+    "nccl_error",
+    SYMPTOM,
+    (r"NET/IB ?: Got async event ?: (port error|.*(fatal|error))",),
+    True,
+)
+# A scheduler refusing the account or partition a submission names (slurmctld's words).
+ACCOUNT_REFUSED: Family = (
+    "capacity_unavailable",
+    CAUSE,
+    (r"\bInvalid account or account/partition combination\b", r"\bquota violation\b"),
+    False,
+)
+
+# Wave 6's mechanisms, in the order rules.py reads them: causes, then the network's symptoms.
+MECHANISMS_6: tuple[Family, ...] = (
+    PREEMPTED,
+    DISK_QUOTA,
+    EXTENSION_BUILD,
+    LOCAL_OBJECT,
+    PAGING_FILE_LOCALISED,
+    ACCELERATOR_EXHAUSTED,
+    ACCOUNT_REFUSED,
+)
+NETWORK_6: tuple[Family, ...] = (STORE_CONNECT_TIMEOUT, IB_ASYNC_EVENT)
+
+# An abnormal end when no class rule matched: a line of the log's tail at error level with a word
+# of failure. Not an INFO, DEBUG or warning line (a logger's word, glog's and Ray's letter: `I1130`,
+# `[2022-04-12 09:34:39,126 I 74 74]`), not a count of none ("0 errors", "no error").
+ABNORMAL_END = (
+    r"\b(error|errors|failed|failure|fatal|exception|killed|dead|died|abort(ed)?|exhausted|preempted|"
+    r"refused|timed out|cannot|unable|(is|was|went|goes|are|were) down)\b"
+    r"|(?-i:\b[A-Z]+_(ERROR|FAILED|FAILURE)\b)"
+)
+# A launcher ending its workers because one of them died (DeepSpeed's, logged at INFO level): an
+# abnormal end whatever the level.
+LAUNCHER_KILL = r"\bKilling subprocess\b|\bsigkill_handler\b"
+NOT_AN_ERROR = (
+    r"(?-i:\b(INFO|DEBUG|TRACE|WARN|WARNING)\b|\w+Warning\b)|\[(I|D|W) |^\W*[IDW]\d{4} |\d (?-i:[IDW]) \d+ \d+\]"
+    r"|\b(0|no|zero|without) (errors?|failures?)\b|\berrors?\s*[:=]\s*0\b|\bfailed\s*[:=]\s*0\b"
+    r"|\bif (it |this )?fails\b|\bon error\b|\berror_?(rate|bar|handler)\b|\bignore_errors\b"
+)

@@ -468,6 +468,7 @@ RULES: tuple[Rule, ...] = (
     _family(families.TIME_LIMIT_STATE),
     _family(families.LOSS_TERMINATED),
     _family(families.NO_GPU_SUPPORT),
+    *(_family(family) for family in families.MECHANISMS_6),
     _rule(
         "illegal_memory_access",
         ROOT,
@@ -748,6 +749,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _family(families.COLLECTIVE_TIMEOUT),
     _family(families.COLLECTIVE_ERROR),
+    *(_family(family) for family in families.NETWORK_6),
     _rule(
         "nccl_timeout",
         SYMPTOM,
