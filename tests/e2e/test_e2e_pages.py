@@ -141,7 +141,7 @@ def test_staff_edits_a_policy_and_sees_the_new_version(browsing: Browsing, scene
     browsing.goto(f"/costs/policies/{scene.policy.pk}/versions/")
     newest = page.locator(".policy-version").first
     expect(newest.locator("h2")).to_contain_text("Version 2")
-    expect(newest.locator("tbody tr", has_text="budget_usd")).to_contain_text("2500")
+    expect(newest.locator("tbody tr", has_text="Budget (USD)")).to_contain_text("$2,500.00")  # labels, money formatted
     browsing.screenshot("policy-history")
 
 
