@@ -53,6 +53,10 @@ class GpuSample(models.Model):
         indexes = [
             # Retention (runs/telemetry/retention.py): the oldest samples before the cutoff, in batches.
             models.Index(fields=["ts"], name="gpusample_ts_idx"),
+            # The live edge of a run or node (runs/telemetry/envelope.py `_read_raw`): an exact
+            # index range over the minutes compaction has not folded, so the read never walks
+            # the dead rows compaction left before vacuum (the natural key puts the GPU before ts).
+            models.Index(fields=["run", "node", "ts"], name="gpusample_run_node_ts_idx"),
         ]
 
     def __str__(self) -> str:
