@@ -28,7 +28,9 @@ minute and hour tiers reads one row a bucket for the whole run whatever its numb
 
 Hot rows are read only where no block covers the node-minute: compaction deletes the rows it
 folds, and until vacuum has run their index entries still point at dead tuples; a read of a
-compacted window through them cost 169-238 ms (4 ms after vacuum). A late sample that lands
+compacted window through them cost 169-238 ms (4 ms after vacuum). The rest, the live edge,
+is read by `_hot_rows` through an exact (node, ts) index range, never by a sequential scan of
+the pages compaction emptied (11,475 pages against 806 for a 64-GPU run). A late sample that lands
 beside a block while compaction folds its minute (blocks.py) is missed here until the next
 pass merges it, a minute at most.
 """
