@@ -238,6 +238,11 @@ def server_figures(client: Client, big: Run, small: Run, repeat: int) -> dict[st
     return out
 
 
+def _minus(at: str, minutes: int) -> str:
+    """The time `minutes` before `at` ("YYYY-MM-DD HH:MM:SS"), for a window ending at `at`."""
+    return (datetime.strptime(at, "%Y-%m-%d %H:%M:%S") - timedelta(minutes=minutes)).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def switch_figures(client: Client, big: Run, repeat: int, zoom: tuple[str, str]) -> None:
     print("switches (64-GPU run, range 1h)")
     base = f"/runs/{big.pk}/telemetry.json?range=1h&width={PANEL_WIDTH}&fields={ABOVE_FOLD}"
@@ -248,6 +253,10 @@ def switch_figures(client: Client, big: Run, repeat: int, zoom: tuple[str, str])
         ("zoom to 20 min (raw samples)", f"/runs/{big.pk}/telemetry.json?width={PANEL_WIDTH}&fields={ABOVE_FOLD}"
                                          f"&from={zoom[0]}&to={zoom[1]}"),
         ("each GPU (64 traces)", f"{base}&view=gpus"),
+        ("each GPU, 30 min (64 traces)", f"/runs/{big.pk}/telemetry.json?width={PANEL_WIDTH}&fields={ABOVE_FOLD}"
+                                         f"&view=gpus&from={_minus(zoom[1], 30)}&to={zoom[1]}"),
+        ("each GPU, 3 min (raw samples)", f"/runs/{big.pk}/telemetry.json?width={PANEL_WIDTH}&fields={ABOVE_FOLD}"
+                                          f"&view=gpus&from={_minus(zoom[1], 3)}&to={zoom[1]}"),
     ]  # fmt: skip
     for label, url in cases:
         print(line(label, *timed(client, url, repeat), target_ms=SWITCH_MS))

@@ -619,8 +619,11 @@ def run_telemetry(request: HttpRequest, pk: int) -> JsonResponse:
             figure = envelope.envelope_figure(found, node) if found else None
             panels.append((field, found.tier if found else None, figure))
     else:
+        # One count of the GPUs in scope for every field: each panel shares PANEL_POINTS among them.
+        gpus = charts.gpus_in_scope(run, end, node_ids)
         for field in fields:
-            series = charts.gpu_series(run, field, start, end, 2 * width, node_ids=node_ids, names=names)
+            series = charts.gpu_series(run, field, start, end, 2 * width, node_ids=node_ids, names=names,
+                                       panel_points=charts.PANEL_POINTS, gpus=gpus)  # fmt: skip
             figure = charts.gpu_figure(field, series)
             if figure is not None:
                 figure["layout"]["meta"]["view"] = "gpus"

@@ -13,10 +13,12 @@ from runs.models.record import Node, Run
 class GpuSample(models.Model):
     """One GPU of one node at one instant. Units: percent, bytes, watts, Celsius, MHz."""
 
-    # No index of its own: the natural key leads with the run, and every index is write cost
-    # on the hottest insert there is (runs/telemetry/store.py).
+    # No single-column indexes on the keys: the natural key leads with the run, the (node, ts)
+    # index below with the node. A bare run or node index is the planner's pick for the live
+    # edge (as selective as any by its statistics, which count no dead rows, and smaller) and
+    # walks every row compaction deleted until vacuum.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_samples", db_index=False)
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_samples")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_samples", db_index=False)
     gpu_index = models.PositiveSmallIntegerField()
     ts = models.DateTimeField()
     # Missing (NULL) when the GPU does not report the field: never stored as zero.
@@ -55,6 +57,11 @@ class GpuSample(models.Model):
         indexes = [
             # Retention (runs/telemetry/retention.py): the oldest samples before the cutoff, in batches.
             models.Index(fields=["ts"], name="gpusample_ts_idx"),
+            # The live edge of a run or node (runs/telemetry/envelope.py `_hot_rows`): an exact
+            # index range over the minutes compaction has not folded, so the read never walks
+            # the dead rows compaction left before vacuum (the natural key puts the GPU before ts).
+            # Also the node foreign key's index (cascades).
+            models.Index(fields=["node", "ts"], name="gpusample_node_ts_idx"),
         ]
 
     def __str__(self) -> str:

@@ -36,6 +36,12 @@ Figure = dict[str, Any]
 # reads the per-minute rollup: ~33 minutes, and 8 GPUs x 2,000 points is about what an SVG
 # line chart draws without stutter. Zooming in below it re-reads raw samples.
 RAW_POINTS_PER_SERIES = 2_000
+# Points one per-GPU panel ("show each GPU", the node selector) sends at most, all series
+# together: 8 GPUs x 2,000. A 64-GPU run gets 250 a GPU, so its 30 minutes read the minute
+# rollups (30 a GPU) rather than 115,200 raw samples; raw samples come back below ~4 minutes.
+PANEL_POINTS = 16_000
+# Rollup rows a per-GPU panel reads per point it may send, at most (as ROLLUP_ROWS_PER_SERIES).
+ROWS_PER_POINT = 4
 # Metric keys under this prefix are MLflow's own system metrics, charted from GPU telemetry.
 SYSTEM_METRIC_PREFIX = "system/"
 # Bytes in the memory chart's unit (GB, decimal, as NVIDIA quotes "80 GB").
@@ -128,6 +134,8 @@ def gpu_series(
     *,
     node_ids: Collection[int] | None = None,
     names: dict[int, tuple[int, int, str]] | None = None,
+    panel_points: int | None = None,
+    gpus: int | None = None,
 ) -> list[GpuSeries]:
     """Per-GPU series of one telemetry field for a run over [start, end], at most `max_points` each.
 
@@ -147,6 +155,12 @@ def gpu_series(
        come back as epoch seconds (`EpochSeconds`) and become labels once per instant.
     6. `node_ids` keeps only those nodes' GPUs (the run page's node selector); `names` is
        `series_names(run)` when the caller draws several panels and has it already.
+    7. `panel_points` bounds the whole panel, not each series: with G GPUs in scope
+       (`gpus`, else `gpus_in_scope`: two short queries) each series gets
+       min(max_points, panel_points // G) points, the raw tier only when the window holds no
+       more samples a GPU than that, and a rollup tier only while it reads at most
+       ROWS_PER_POINT rows a point; so the rows read and the bytes sent follow the panel's
+       pixels, not GPUs x seconds.
     """
     if field not in ROLLUP_FIELDS:
         raise ValueError(f"{field!r} is not a telemetry field with a rollup: {ROLLUP_FIELDS}")
@@ -156,7 +170,12 @@ def gpu_series(
             return []
         start, end = start or extent[0], end or extent[1]
     names = names if names is not None else series_names(run)
-    tier = choose_tier(start, end, RAW_POINTS_PER_SERIES)
+    raw_points, rollup_rows = RAW_POINTS_PER_SERIES, None
+    if panel_points is not None:
+        gpus = gpus if gpus is not None else gpus_in_scope(run, end, node_ids)
+        max_points = points_per_series(panel_points, gpus, max_points)
+        raw_points, rollup_rows = min(raw_points, max_points), ROWS_PER_POINT * max_points
+    tier = choose_tier(start, end, raw_points, rollup_rows)
     # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes;
     # minutes pruned (AIRBOARD_TELEMETRY_MINUTE_DAYS) -> hours.
     order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
@@ -167,6 +186,35 @@ def gpu_series(
         if series:
             return series
     return []
+
+
+def points_per_series(panel_points: int, series: int, max_points: int = MAX_POINTS) -> int:
+    """Points each of `series` series may send within a panel's `panel_points` (at least 2: a min and a max)."""
+    return max(2, min(max_points, panel_points // max(series, 1)))
+
+
+# The minutes before a window's end `gpus_in_scope` counts GPUs in: a node ships once a minute,
+# so the last minute alone may not have every node's rows yet.
+SCOPE_MINUTES = 3
+
+
+def gpus_in_scope(run: Run, end: datetime | None, node_ids: Collection[int] | None = None) -> int:
+    """GPUs (of `node_ids`, else the run) with a minute rollup in the SCOPE_MINUTES before `end` (the last when None).
+
+    Two short queries whatever the window's length: the latest minute at or before `end` (one
+    probe of the natural key, run and minute first), then the GPUs of at most SCOPE_MINUTES x GPUs rows.
+    """
+    rows = GpuMinute.objects.filter(run=run)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=node_ids)
+    before = rows.filter(minute__lte=end) if end is not None else rows
+    latest = before.order_by("-run_id", "-minute").values_list("minute", flat=True).first()
+    if latest is None:
+        latest = rows.order_by("run_id", "minute").values_list("minute", flat=True).first()
+    if latest is None:
+        return 0
+    recent = rows.filter(minute__lte=latest, minute__gt=latest - timedelta(minutes=SCOPE_MINUTES))
+    return recent.values("node_id", "gpu_index").distinct().count()
 
 
 def extent(run: Run) -> tuple[datetime, datetime] | None:

@@ -28,13 +28,14 @@ ROLLUP_ROWS_PER_SERIES = 4 * MAX_POINTS
 SLICE_SCAN_MIN = 16
 
 
-def choose_tier(start: datetime, end: datetime, raw_points: int = MAX_POINTS) -> Tier:
+def choose_tier(start: datetime, end: datetime, raw_points: int = MAX_POINTS, rollup_rows: int | None = None) -> Tier:
     """The coarsest-needed tier for [start, end]: raw if it holds at most `raw_points` samples
-    per series at the nominal rate, minutes while they stay under ROLLUP_ROWS_PER_SERIES, else hours."""
+    per series at the nominal rate, minutes while they stay under `rollup_rows` (default
+    ROLLUP_ROWS_PER_SERIES), else hours."""
     span = max((end - start).total_seconds(), 0.0)
     if span / NOMINAL_SAMPLE_SECONDS + 1 <= raw_points:
         return "raw"
-    if span / 60 + 1 <= ROLLUP_ROWS_PER_SERIES:
+    if span / 60 + 1 <= (ROLLUP_ROWS_PER_SERIES if rollup_rows is None else rollup_rows):
         return "minute"
     return "hour"
 
