@@ -169,7 +169,7 @@ def copy_streaming_response(
 def _copy_chunks(
     header: Sequence[str], sql: str, params: Sequence[Any], in_index_order: bool, added: Added | None = None
 ) -> Iterator[bytes]:
-    """The file in chunks. With `added`, each COPY row is led by its id and a flag (`_splice`),
+    """The file in chunks. With `added`, each COPY row is led by its id (`_splice`),
     and the flagged rows' added cells are read before the COPY (the connection answers no
     other query while it runs), in the same transaction: its DateStyle is the one they read."""
     head = io.StringIO()
@@ -203,10 +203,11 @@ def _copy_chunks(
 def _splice(
     header: Sequence[str], flagged: QuerySet[Any], cells: Callable[[list[int]], dict[int, list[object]]]
 ) -> Callable[[bytes], bytes]:
-    """A COPY row (id, flag, its cells, the last len(`header`) of them the added ones) as the file's row.
+    """A COPY row (id, its cells, the last len(`header`) of them the added ones) as the file's row.
 
-    A row flagged 0 has its added cells from SQL. A row flagged 1 (its id among `flagged`, read
-    first, STREAM_CHUNK_ROWS ids a `cells` call) has them replaced by `cells`' answer, written
+    A row whose id is not among `flagged` has its added cells from SQL. A flagged row (`flagged`
+    is read first, in one query, STREAM_CHUNK_ROWS ids a `cells` call) has them replaced by
+    `cells`' answer, written
     by Python's csv writer through `cell()`. What SQL wrote there must hold no comma, quote or
     line break (numbers, times, fixed words), so the row's own cells end at the len(`header`)-th
     comma from its end. Every cell quotes alone, so the bytes are the ones the Python writer
@@ -225,9 +226,11 @@ def _splice(
     blank = b"," * (len(header) - 1)
     count = len(header)
 
+    replaced = {str(pk).encode() for pk in ids}
+
     def splice(row: bytes) -> bytes:
-        key, flag, rest = row.split(b",", 2)
-        if flag == b"0":
+        key, rest = row.split(b",", 1)
+        if key not in replaced:
             return rest
         return rest.rsplit(b",", count)[0] + b"," + written.get(key, blank)
 
