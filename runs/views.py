@@ -236,10 +236,10 @@ def runs_csv(
 
     added = glance.CsvCells(now)
     if by_database:
-        flag, glance_cells = added.sql()
-        cells = [SqlIntegerCell(F("pk")), flag, *(sql_cell(runs, name) for name in CSV_FIELDS)]
+        replaced, glance_cells = added.sql()
+        cells = [SqlIntegerCell(F("pk")), *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
-        flagged = runs.annotate(glance_flag=flag).filter(glance_flag="1").order_by().values_list("pk", flat=True)
+        flagged = runs.filter(replaced).order_by().values_list("pk", flat=True)
         return copy_streaming_response(
             filename, CSV_HEADER, runs.values_list(*cells, *glance_cells), in_index_order=in_index_order,
             added=(glance.CSV_HEADER, flagged, added),
