@@ -72,6 +72,7 @@ _COLLECTIVE = frozenset({"nccl_error", "nccl_timeout"})
 ABNORMAL_END = compile_linear(families.ABNORMAL_END)
 LAUNCHER_KILL = compile_linear(families.LAUNCHER_KILL)
 NOT_AN_ERROR = compile_linear(families.NOT_AN_ERROR)
+INFO_SOCKET_FAILED = compile_linear(families.INFO_SOCKET_FAILED)
 
 
 def _line_set() -> re2.Set:
@@ -250,7 +251,9 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
        exception; any other non-zero exit code without evidence is `other`.
     8. A run the source reports failed (`failed=True`) is never `none`: with no evidence it is
        `other` (an unrecognised failure) with the likeliest root-cause line of the log's tail.
-    9. With no evidence and no failed status, a log whose tail (since its last progress line) has
+    9. A collective's socket call failing at INFO level in the log's tail (NCCL's "Call to connect
+       returned Connection refused") with no other evidence: `nccl_error` with that line.
+    10. With no evidence and no failed status, a log whose tail (since its last progress line) has
        a line with a word of failure at error level (families.ABNORMAL_END; not INFO, DEBUG or
        warning level, not "0 errors") ended abnormally: `other` with that line, never `none`.
     """
@@ -372,6 +375,10 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
         return _verdict(class_id, number, text.strip()[:MAX_EVIDENCE_CHARS])
     if exit_code in EXIT_CODE_CLASSES:
         return _verdict(EXIT_CODE_CLASSES[exit_code], None, f"exit code {exit_code}")
+    refused = next(((n, t) for n, t in tail if INFO_SOCKET_FAILED.search(t)), None)
+    if refused is not None:
+        # A collective's socket call failing at INFO level, with nothing else to explain the end.
+        return _verdict("nccl_error", refused[0], refused[1].strip()[:MAX_EVIDENCE_CHARS])
     if run_failed:
         likeliest = _likeliest_line(tail)
         if likeliest is not None:

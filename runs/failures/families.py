@@ -294,7 +294,70 @@ ACCOUNT_REFUSED: Family = (
     False,
 )
 
-# Wave 6's mechanisms, in the order rules.py reads them: causes, then the network's symptoms.
+# Wave 7's mechanisms.
+# A socket-level failure (refused, reset, no route, timed out: ECONNREFUSED, ECONNRESET,
+# EHOSTUNREACH, ETIMEDOUT) reaching a distributed store or rendezvous: the network's, as a store
+# connect timeout is. c10d raises a bare socket error as a RuntimeError whose whole message is it.
+_SOCKET_FAILED = (
+    r"(Connection (refused|reset|timed out)|reset by peer|No route to host|Network is unreachable"
+    r"|errno:? (104|110|111|113)\b|ECONN(REFUSED|RESET)|EHOSTUNREACH|ETIMEDOUT)"
+)
+STORE_SOCKET: Family = (
+    "nccl_timeout",
+    SYMPTOM,
+    (
+        r"(?-i:\bDistNetworkError\b)",
+        r"\bclient socket has failed to connect\b",
+        r"(?-i:^\W*RuntimeError: )" + _SOCKET_FAILED + r"\W*$",
+        r"\b(TCPStore|rendezvous|rdzv|init_process_group)\b.*" + _SOCKET_FAILED,
+    ),
+    False,  # c10d warns `[W socket.cpp] ... failed to connect` while it retries
+)
+# NCCL's bootstrap connecting its ranks' sockets (`socketPollConnect`, `bootstrap`): a transport failure.
+BOOTSTRAP_SOCKET: Family = (
+    "nccl_error",
+    SYMPTOM,
+    (r"\b(socket\w*Connect|bootstrap\w*)\b.*" + _SOCKET_FAILED,),
+    True,
+)
+# NCCL at INFO level reporting a failed socket call: no cause while it retries, the run's cause
+# when the log ends there with nothing else to explain it (classify reads it from the tail only).
+INFO_SOCKET_FAILED = _COLLECTIVE + r".*\b(Call to \w+|connect\w*)\b.*\b(returned|failed)\b.*" + _SOCKET_FAILED
+# cuDNN finding no algorithm it can run: its workspace did not fit in the GPU's memory.
+CUDNN_NO_ALGORITHM: Family = (
+    "cuda_oom",
+    CAUSE,
+    (r"\bUnable to find a valid cuDNN algorithm\b", r"\bcuDNN\b.*\bno (valid |suitable )?algorithm\b"),
+    False,
+)
+# A cluster manager's failure status (Databricks' SELF_BOOTSTRAP_FAILURE, a cluster that cannot
+# start): an unrecognised failure of the platform, not of the run's code.
+CLUSTER_FAILED: Family = (
+    "other",
+    SYMPTOM,
+    (
+        r"\b(cannot|failed to|unable to) (create|start|launch|resize) (the )?cluster\b",
+        r"\b(cluster|driver|instance)\b.*(?-i:\b[A-Z]+(_[A-Z]+)*_(FAILURE|ERROR)\b)",
+        r"\bSelf-bootstrap failure\b",
+    ),
+    False,
+)
+# A container whose entrypoint cannot be executed (SageMaker's `exec: "train"`, Docker's OCI
+# runtime): the job's configuration, an unrecognised failure by the corpus's convention.
+ENTRYPOINT_MISSING: Family = (
+    "other",
+    SYMPTOM,
+    (
+        r"\bexec: \S+: executable file not found\b",
+        r"\bexecutable file not found in \$PATH\b",
+        r"\bOCI runtime (create|exec) failed\b",
+        r"\bexec format error\b",
+        r"(?-i:^\W*(/bin/)?(ba)?sh: (line \d+: )?\S+: (command not found|No such file or directory)\s*$)",
+    ),
+    False,
+)
+
+# Wave 6's (and 7's) mechanisms, in the order rules.py reads them: causes, then the network's symptoms.
 MECHANISMS_6: tuple[Family, ...] = (
     PREEMPTED,
     DISK_QUOTA,
@@ -303,8 +366,16 @@ MECHANISMS_6: tuple[Family, ...] = (
     PAGING_FILE_LOCALISED,
     ACCELERATOR_EXHAUSTED,
     ACCOUNT_REFUSED,
+    CUDNN_NO_ALGORITHM,
 )
-NETWORK_6: tuple[Family, ...] = (STORE_CONNECT_TIMEOUT, IB_ASYNC_EVENT)
+NETWORK_6: tuple[Family, ...] = (
+    STORE_CONNECT_TIMEOUT,
+    IB_ASYNC_EVENT,
+    STORE_SOCKET,
+    BOOTSTRAP_SOCKET,
+    CLUSTER_FAILED,
+    ENTRYPOINT_MISSING,
+)
 
 # An abnormal end when no class rule matched: a line of the log's tail at error level with a word
 # of failure. Not an INFO, DEBUG or warning line (a logger's word, glog's and Ray's letter: `I1130`,

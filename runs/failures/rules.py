@@ -1020,7 +1020,7 @@ BARE_EXCEPTION = compile_linear(anchored(r"^\W*[\w.]*(?-i:Error|Exception)\s*:?\
 PROGRESS = compile_linear(
     r"\bepoch\b\s*[:=]?\s*\[?\d",
     r"\biter(ation)?\b\s*[:=]?\s*\[?\d",
-    r"\bstep\b\s*[:=]?\s*\d",
+    r"(^|[^#])\bstep\b\s*[:=]?\s*\d",  # not a CI log's line anchor (`#step:3:2082`)
     r"\bloss\b\s*[:=]\s*\d",
     r"\d+(\.\d+)?\s*(it|s)/(s|it)\b",
 )

@@ -15,14 +15,14 @@ from runs.failures.corpus import Result, by, ecosystem_of, evidence_checked, fai
 from tests.conftest import TESTS
 
 CORPUS = TESTS / "data" / "failures"
-FRESH = CORPUS / "wave-2026-12-03-7"
+FRESH = CORPUS / "wave-2026-12-03-8"
 
 
 def test_the_fresh_wave_is_its_own_part_with_a_source_and_root_cause_per_failure() -> None:
     cases = load_corpus(FRESH)
     assert len(cases) >= 100
     assert {case.part for case in cases} == {"fresh"}
-    assert {case.wave for case in cases} == {"wave-2026-12-03-7"}
+    assert {case.wave for case in cases} == {"wave-2026-12-03-8"}
     assert all(case.thread.startswith("https://github.com/") for case in cases)
     failures = [case for case in cases if case.label != "none"]
     assert all(case.root_cause for case in failures), [c.path.name for c in failures if not c.root_cause]
