@@ -390,8 +390,19 @@ def _rebuild(tier: Tier, keys: Iterable[BucketKey]) -> int:
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params + span)
-            written += max(cursor.rowcount, 0)
+            written += _rows_written(cursor)
     return written
+
+
+def _rows_written(cursor: Any) -> int:
+    """The rows the last INSERT wrote. Python's sqlite3 gives no rowcount (-1) for a statement
+    that starts with WITH; SQLite's own changes() still counts it."""
+    if cursor.rowcount >= 0:
+        return cursor.rowcount
+    if connection.vendor == "sqlite":
+        cursor.execute("SELECT changes()")
+        return cursor.fetchone()[0]
+    return 0
 
 
 def _minute_utilization(keys: Iterable[BucketKey]) -> list[tuple[int, float | None]]:
