@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import pytest
+from django.db import connection
 from pydantic import ValidationError
 
 from runs import ingest
@@ -110,6 +111,23 @@ def test_an_accepted_batch_is_stored_as_the_model_would_store_it(world: World) -
     # The hash is json.dumps's, whichever serializer wrote the text.
     text = json.dumps(batch.rows["rows"], separators=(",", ":"), sort_keys=True, default=str) + "nvml"
     assert batch.content_hash == hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.mark.django_db
+def test_an_accepted_batch_is_kept_as_the_text_that_was_hashed(world: World) -> None:
+    make_run(world.vision, "r1")
+    response = _post(world, json.dumps({"source": "nvml", "samples": [GOOD, {**GOOD, "gpu": 4}]}))
+    assert response.status_code == 202, response.content
+    batch = IngestBatch.objects.get()
+    # The column as the database holds it: the text written, not a re-serialized JSON value
+    # (PostgreSQL's jsonb would reorder the keys and space it out).
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT rows FROM {IngestBatch._meta.db_table} WHERE id = %s", [batch.pk])  # noqa: S608
+        (stored,) = cursor.fetchone()
+    head = '{"source":"nvml","rows":'
+    assert isinstance(stored, str) and stored.startswith(head) and stored.endswith("]]}")
+    assert hashlib.sha256((stored[len(head) : -1] + "nvml").encode()).hexdigest() == batch.content_hash
+    assert len(json.loads(stored)["rows"]) == 2
 
 
 @pytest.mark.parametrize(
