@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
-from django.db.models import JSONField, Max, Q, TextField, Value
+from django.db.models import Max, Q, TextField, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -512,7 +512,8 @@ def record_batch(team: Group, kind: str, rows: list[list[Any]], source: str = ""
     """Store the batch durably (before any queueing); returns (batch, duplicate).
 
     The rows are serialized once: the JSON text that is hashed is also what the database
-    stores (cast to JSON there), instead of JSONField encoding the same 10,000 rows again.
+    stores, as it is (runs.models.collection.JSONTextField), instead of JSONField encoding the
+    same 10,000 rows again and PostgreSQL parsing them into jsonb.
     """
     if kind == BatchKind.GPU_SAMPLES:
         trim_sample_rows(rows)
@@ -522,7 +523,7 @@ def record_batch(team: Group, kind: str, rows: list[list[Any]], source: str = ""
     if existing is not None:
         return existing, True
     body = {"source": source, "rows": rows}
-    stored = Cast(Value(f'{{"source":{json.dumps(source)},"rows":{text}}}'), JSONField())
+    stored = Value(f'{{"source":{json.dumps(source)},"rows":{text}}}')  # stored as it is (JSONTextField)
     try:
         with transaction.atomic():
             batch = IngestBatch.objects.create(

@@ -28,35 +28,56 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db import connection, transaction
+from django.db.models import Count, Max, Min, Sum
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, RunEnvelope
 
 MINUTE = 60
 HOUR = 3600
-# (run, span) terms OR-ed into one fold query (SQLite caps the depth of an OR tree at 1,000).
-SPANS_PER_QUERY = 200
+# (run, bucket) keys one fold query joins (three bound values each): under SQLite's 32,766 variables.
+KEYS_PER_QUERY = 1000
 # Folded rows deleted per transaction by `prune_minutes`.
 DELETE_BATCH = 10_000
 
 
-def gpu_fold(fields: Sequence[str]) -> dict[str, Any]:
-    """Aggregates that fold per-GPU rollup rows (GpuMinute, GpuHour): `lo_`, `hi_`, `sum_`, `n_` per field."""
+# The fold, defined once: per field, the RunEnvelope column's suffix -> (aggregate, column of the
+# rows folded). `gpu_fold` folds GPU rollup rows (GpuMinute, GpuHour), `bucket_fold` folded rows
+# into a wider bucket. The ORM aggregates (the reader) and the write path's SQL are both made from it.
+GPU_FOLD = {"min": ("MIN", "{f}_min"), "max": ("MAX", "{f}_max"), "sum": ("SUM", "{f}_avg"), "n": ("COUNT", "{f}_avg")}
+BUCKET_FOLD = {"min": ("MIN", "{f}_min"), "max": ("MAX", "{f}_max"), "sum": ("SUM", "{f}_sum"), "n": ("SUM", "{f}_n")}
+# The aggregate names as the reader's keys: `lo_`, `hi_`, `sum_`, `n_` per field.
+ALIASES = {"min": "lo", "max": "hi", "sum": "sum", "n": "n"}
+_ORM = {"MIN": Min, "MAX": Max, "SUM": Sum, "COUNT": Count}
+PARTS = tuple(GPU_FOLD)
+
+
+def _aggregates(fold: dict[str, tuple[str, str]], fields: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields:
-        out |= {f"lo_{f}": Min(f"{f}_min"), f"hi_{f}": Max(f"{f}_max"), f"sum_{f}": Sum(f"{f}_avg"),
-                f"n_{f}": Count(f"{f}_avg")}  # fmt: skip
+        for part, (func, column) in fold.items():
+            out[f"{ALIASES[part]}_{f}"] = _ORM[func](column.format(f=f))
     return out
+
+
+def gpu_fold(fields: Sequence[str]) -> dict[str, Any]:
+    """Aggregates that fold per-GPU rollup rows (GpuMinute, GpuHour): `lo_`, `hi_`, `sum_`, `n_` per field."""
+    return _aggregates(GPU_FOLD, fields)
 
 
 def bucket_fold(fields: Sequence[str]) -> dict[str, Any]:
     """Aggregates that fold RunEnvelope rows into a wider bucket, named as `gpu_fold`'s."""
-    out: dict[str, Any] = {}
-    for f in fields:
-        out |= {f"lo_{f}": Min(f"{f}_min"), f"hi_{f}": Max(f"{f}_max"), f"sum_{f}": Sum(f"{f}_sum"),
-                f"n_{f}": Sum(f"{f}_n")}  # fmt: skip
-    return out
+    return _aggregates(BUCKET_FOLD, fields)
+
+
+def gpu_fold_sql(fields: Sequence[str], alias: str = "s") -> dict[str, str]:
+    """`gpu_fold` as SQL over GPU rollup rows (aliased `alias`), by RunEnvelope column."""
+    quote = connection.ops.quote_name
+    return {
+        f"{f}_{part}": f"{func}({alias}.{quote(column.format(f=f))})"
+        for f in fields
+        for part, (func, column) in GPU_FOLD.items()
+    }
 
 
 def _source(seconds: int) -> tuple[type, str]:
@@ -67,67 +88,69 @@ def _source(seconds: int) -> tuple[type, str]:
     raise ValueError(f"a run envelope is kept per {MINUTE} or {HOUR} seconds, not {seconds}")
 
 
-def _spans(keys: Iterable[tuple[int, datetime]], step: timedelta) -> list[tuple[int, datetime, datetime]]:
-    """Each run's bucket starts merged into contiguous [first, end) spans."""
-    by_run: dict[int, list[datetime]] = {}
-    for run_id, start in keys:
-        by_run.setdefault(run_id, []).append(start)
-    spans = []
-    for run_id, starts in by_run.items():
-        starts.sort()
-        first = last = starts[0]
-        for start in starts[1:]:
-            if start - last > step:
-                spans.append((run_id, first, last + step))
-                first = start
-            last = start
-        spans.append((run_id, first, last + step))
-    return spans
-
-
-def _fold(where: Q, seconds: int) -> int:
-    """Fold the GPU rollup rows matching `where` per (run, bucket) and upsert them; returns the rows written."""
-    source, time_field = _source(seconds)
-    grouped = (
-        source.objects.filter(where)
-        .values("run_id", time_field)
-        .annotate(gpus_folded=Count("id"), **gpu_fold(ROLLUP_FIELDS))
-        .order_by()
-    )
-    rows = []
-    for agg in grouped:
-        values: dict[str, Any] = {}
-        for f in ROLLUP_FIELDS:
-            values |= {f"{f}_min": agg[f"lo_{f}"], f"{f}_max": agg[f"hi_{f}"], f"{f}_sum": agg[f"sum_{f}"],
-                       f"{f}_n": agg[f"n_{f}"]}  # fmt: skip
-        rows.append(RunEnvelope(run_id=agg["run_id"], seconds=seconds, start=agg[time_field],
-                                gpus=agg["gpus_folded"], **values))  # fmt: skip
-    if rows:
-        RunEnvelope.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["run", "seconds", "start"],
-            update_fields=["gpus", *(f"{f}_{part}" for f in ROLLUP_FIELDS for part in ("min", "max", "sum", "n"))],
-            batch_size=500,
+def _keys_cte(keys: Sequence[tuple[int, datetime]], step: timedelta) -> tuple[str, list[Any]]:
+    """`WITH k AS (...)`: the (run_id, bucket, bucket_end) keys, and its parameters (unnest on PostgreSQL)."""
+    ends = [start + step for _, start in keys]
+    if connection.vendor == "postgresql":
+        return (
+            "WITH k (run_id, bucket, bucket_end) AS (SELECT * FROM "
+            "unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]))",
+            [[run_id for run_id, _ in keys], [start for _, start in keys], ends],
         )
-    return len(rows)
+    adapt = connection.ops.adapt_datetimefield_value
+    params: list[Any] = []
+    for (run_id, start), end in zip(keys, ends, strict=True):
+        params += [run_id, adapt(start), adapt(end)]
+    return f"WITH k (run_id, bucket, bucket_end) AS (VALUES {', '.join(['(%s, %s, %s)'] * len(keys))})", params
+
+
+def _fold(seconds: int, keys: Sequence[tuple[int, datetime]] = (), run_ids: Sequence[int] = ()) -> int:
+    """Fold the GPU rollup rows of the (run, bucket) `keys`, or of every bucket of `run_ids`, per
+    (run, bucket) with `gpu_fold` and upsert them, in the database; returns the rows written.
+
+    One INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE, as the rollups below it are
+    rebuilt (runs/telemetry/store.py): nothing travels to Python and back.
+    """
+    source, time_field = _source(seconds)
+    quote = connection.ops.quote_name
+    target, rollups, at = quote(RunEnvelope._meta.db_table), quote(source._meta.db_table), f"s.{quote(time_field)}"
+    folded = {"gpus": "COUNT(*)", **gpu_fold_sql(ROLLUP_FIELDS)}
+    columns = ", ".join(quote(name) for name in folded)
+    updates = ", ".join(f"{quote(name)} = EXCLUDED.{quote(name)}" for name in folded)
+    if keys:
+        cte, params = _keys_cte(keys, timedelta(seconds=seconds))
+        run, bucket = "k.run_id", "k.bucket"
+        rows = f"k JOIN {rollups} s ON s.run_id = k.run_id AND {at} >= k.bucket AND {at} < k.bucket_end WHERE 1 = 1"
+        where: list[Any] = []
+    else:
+        cte, params = "", []
+        run, bucket = "s.run_id", at
+        rows = f"{rollups} s WHERE s.run_id IN ({', '.join(['%s'] * len(run_ids))})"
+        where = list(run_ids)
+    # Only our own constants and quoted names are formatted in; every value is bound. `WHERE`
+    # before GROUP BY: SQLite would otherwise read the upsert's ON as the join's.
+    sql = (
+        f"{cte} INSERT INTO {target} (run_id, seconds, {quote('start')}, {columns}) "  # noqa: S608
+        f"SELECT {run}, %s, {bucket}, {', '.join(folded.values())} FROM {rows} GROUP BY {run}, {bucket} "
+        f"ON CONFLICT (run_id, seconds, {quote('start')}) DO UPDATE SET {updates}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, seconds, *where])
+        return max(cursor.rowcount, 0)
 
 
 def refresh(keys: Iterable[tuple[int, datetime]], seconds: int) -> int:
     """Refold the (run_id, minute or hour start) keys from every GPU's rollup of that bucket.
 
-    1. Merge each run's buckets into contiguous spans, SPANS_PER_QUERY OR-ed per query.
-    2. GROUP BY (run, bucket) with `gpu_fold`; upsert on the natural key. A bucket whose GPU
-       rows are all gone (pruned) keeps its folded row, as a rollup outlives the tier below it.
+    GROUP BY (run, bucket) with `gpu_fold` in one INSERT ... SELECT per KEYS_PER_QUERY keys,
+    upserted on the natural key. A bucket whose GPU rows are all gone (pruned) finds no group
+    and keeps its folded row, as a rollup outlives the tier below it.
     """
-    _, time_field = _source(seconds)
-    spans = _spans(set(keys), timedelta(seconds=seconds))
+    _source(seconds)
+    ordered = sorted(set(keys))
     written = 0
-    for at in range(0, len(spans), SPANS_PER_QUERY):
-        q = Q()
-        for run_id, first, end in spans[at : at + SPANS_PER_QUERY]:
-            q |= Q(run_id=run_id, **{f"{time_field}__gte": first, f"{time_field}__lt": end})
-        written += _fold(q, seconds)
+    for at in range(0, len(ordered), KEYS_PER_QUERY):
+        written += _fold(seconds, keys=ordered[at : at + KEYS_PER_QUERY])
     return written
 
 
@@ -139,7 +162,7 @@ def rebuild(run_ids: Iterable[int]) -> int:
         for at in range(0, len(ids), 50):
             chunk = ids[at : at + 50]
             RunEnvelope.objects.filter(run_id__in=chunk).delete()
-            written += _fold(Q(run_id__in=chunk), MINUTE) + _fold(Q(run_id__in=chunk), HOUR)
+            written += _fold(MINUTE, run_ids=chunk) + _fold(HOUR, run_ids=chunk)
     return written
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 
 import pytest
+from django.db import connection
 from pydantic import ValidationError
 
 from runs import ingest
@@ -112,6 +114,23 @@ def test_an_accepted_batch_is_stored_as_the_model_would_store_it(world: World) -
     assert batch.content_hash == hashlib.sha256(text.encode()).hexdigest()
 
 
+@pytest.mark.django_db
+def test_an_accepted_batch_is_kept_as_the_text_that_was_hashed(world: World) -> None:
+    make_run(world.vision, "r1")
+    response = _post(world, json.dumps({"source": "nvml", "samples": [GOOD, {**GOOD, "gpu": 4}]}))
+    assert response.status_code == 202, response.content
+    batch = IngestBatch.objects.get()
+    # The column as the database holds it: the text written, not a re-serialized JSON value
+    # (PostgreSQL's jsonb would reorder the keys and space it out).
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT rows FROM {IngestBatch._meta.db_table} WHERE id = %s", [batch.pk])  # noqa: S608
+        (stored,) = cursor.fetchone()
+    head = '{"source":"nvml","rows":'
+    assert isinstance(stored, str) and stored.startswith(head) and stored.endswith("]]}")
+    assert hashlib.sha256((stored[len(head) : -1] + "nvml").encode()).hexdigest() == batch.content_hash
+    assert len(json.loads(stored)["rows"]) == 2
+
+
 @pytest.mark.parametrize(
     "value", [0.1, 100.0, 1e-05, 0.0001, 1e16, 123456789.125, -0.0, 2**63 - 1, 2**70, "é", "\x7f", "a\nb", None]
 )
@@ -148,3 +167,22 @@ def test_nvlink_is_recorded_after_processes_and_stored(world: World) -> None:
     # A value past any NVLink generation (10 PB/s) is refused with the field named.
     response = _post(world, json.dumps({"samples": [{**GOOD, "nvlink_rx_kbps": 1e13}]}))
     assert response.status_code == 422 and "nvlink_rx_kbps" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_accepted_batch_is_compressed_with_lz4_where_the_server_has_it(world: World) -> None:
+    make_run(world.vision, "r1")
+    samples = [
+        {**GOOD, "gpu": gpu, "ts": (T0 + timedelta(seconds=s)).isoformat()} for s in range(40) for gpu in range(8)
+    ]
+    assert _post(world, json.dumps({"source": "nvml", "samples": samples})).status_code == 202
+    table = IngestBatch._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute(f"SELECT typeof(rows) FROM {table}")  # noqa: S608
+            assert cursor.fetchone() == ("text",)  # SQLite: text as JSONField keeps it, nothing to choose
+            return
+        cursor.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'")
+        (lz4,) = cursor.fetchone() or (False,)
+        cursor.execute(f"SELECT pg_column_compression(rows) FROM {table}")  # noqa: S608
+        assert cursor.fetchone() == ("lz4" if lz4 else "pglz",)
