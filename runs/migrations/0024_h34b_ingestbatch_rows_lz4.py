@@ -26,6 +26,6 @@ def compression(method):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0022_h34b_ingestbatch_rows_text")]
+    dependencies = [("runs", "0023_h34b_ingestbatch_rows_text")]
 
     operations = [migrations.RunPython(compression("lz4"), compression("default"))]

@@ -6,7 +6,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0021_h34_gpusample_run_index"),
+        ("runs", "0022_h30c_gpusample_node_ts"),
     ]
 
     operations = [
