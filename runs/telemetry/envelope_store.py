@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Max, Min, Sum
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, RunEnvelope
+from runs.telemetry.upsert_sql import keys_cte, rows_written
 
 MINUTE = 60
 HOUR = 3600
@@ -88,20 +89,8 @@ def _source(seconds: int) -> tuple[type, str]:
     raise ValueError(f"a run envelope is kept per {MINUTE} or {HOUR} seconds, not {seconds}")
 
 
-def _keys_cte(keys: Sequence[tuple[int, datetime]], step: timedelta) -> tuple[str, list[Any]]:
-    """`WITH k AS (...)`: the (run_id, bucket, bucket_end) keys, and its parameters (unnest on PostgreSQL)."""
-    ends = [start + step for _, start in keys]
-    if connection.vendor == "postgresql":
-        return (
-            "WITH k (run_id, bucket, bucket_end) AS (SELECT * FROM "
-            "unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]))",
-            [[run_id for run_id, _ in keys], [start for _, start in keys], ends],
-        )
-    adapt = connection.ops.adapt_datetimefield_value
-    params: list[Any] = []
-    for (run_id, start), end in zip(keys, ends, strict=True):
-        params += [run_id, adapt(start), adapt(end)]
-    return f"WITH k (run_id, bucket, bucket_end) AS (VALUES {', '.join(['(%s, %s, %s)'] * len(keys))})", params
+# The envelope's keys: (run_id, bucket start).
+KEY_COLUMNS = (("run_id", "bigint"), ("bucket", "timestamptz"))
 
 
 def _fold(seconds: int, keys: Sequence[tuple[int, datetime]] = (), run_ids: Sequence[int] = ()) -> int:
@@ -118,7 +107,7 @@ def _fold(seconds: int, keys: Sequence[tuple[int, datetime]] = (), run_ids: Sequ
     columns = ", ".join(quote(name) for name in folded)
     updates = ", ".join(f"{quote(name)} = EXCLUDED.{quote(name)}" for name in folded)
     if keys:
-        cte, params = _keys_cte(keys, timedelta(seconds=seconds))
+        cte, params = keys_cte(KEY_COLUMNS, keys, timedelta(seconds=seconds))
         run, bucket = "k.run_id", "k.bucket"
         rows = f"k JOIN {rollups} s ON s.run_id = k.run_id AND {at} >= k.bucket AND {at} < k.bucket_end WHERE 1 = 1"
         where: list[Any] = []
@@ -136,7 +125,7 @@ def _fold(seconds: int, keys: Sequence[tuple[int, datetime]] = (), run_ids: Sequ
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, seconds, *where])
-        return max(cursor.rowcount, 0)
+        return rows_written(cursor)
 
 
 def refresh(keys: Iterable[tuple[int, datetime]], seconds: int) -> int:

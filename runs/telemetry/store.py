@@ -33,6 +33,7 @@ from django.db import connection, transaction
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 from runs.telemetry import blocks, envelope_store, streaks, utilization
+from runs.telemetry.upsert_sql import keys_cte, rows_written
 
 # Rows per INSERT statement: 1,000 x 24 columns stays under PostgreSQL's 65,535 bind
 # parameters and SQLite's 32,766.
@@ -324,27 +325,8 @@ MINUTES = Tier(GpuSample, "ts", GpuMinute, "minute", ONE_MINUTE, minute_aggregat
 HOURS = Tier(GpuMinute, "minute", GpuHour, "hour", timedelta(hours=1), hour_aggregates())
 
 
-def _keys_cte(keys: Sequence[BucketKey], step: timedelta) -> tuple[str, list[Any]]:
-    """`WITH k AS (...)`: the keys as (run_id, node_id, gpu_index, bucket, bucket_end), and its parameters.
-
-    PostgreSQL takes five arrays (`unnest`): a short statement whose parsing psycopg caches,
-    where a VALUES list of ~170 keys cost ~10 ms of Python to parse per statement. SQLite
-    binds a VALUES list natively.
-    """
-    ends = [bucket + step for _, _, _, bucket in keys]
-    if connection.vendor == "postgresql":
-        run_ids, node_ids, gpus, buckets = (list(column) for column in zip(*keys, strict=True))
-        return (
-            "WITH k (run_id, node_id, gpu_index, bucket, bucket_end) AS (SELECT * FROM "
-            "unnest(%s::bigint[], %s::bigint[], %s::integer[], %s::timestamptz[], %s::timestamptz[]))",
-            [run_ids, node_ids, gpus, buckets, ends],
-        )
-    adapt = connection.ops.adapt_datetimefield_value
-    params: list[Any] = []
-    for (run_id, node_id, gpu, bucket), end in zip(keys, ends, strict=True):
-        params += [run_id, node_id, gpu, adapt(bucket), adapt(end)]
-    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(keys))
-    return f"WITH k (run_id, node_id, gpu_index, bucket, bucket_end) AS (VALUES {values})", params
+# The rollups' keys: (run_id, node_id, gpu_index, bucket start).
+KEY_COLUMNS = (("run_id", "bigint"), ("node_id", "bigint"), ("gpu_index", "integer"), ("bucket", "timestamptz"))
 
 
 def _chunks(keys: Iterable[BucketKey]) -> Iterator[list[BucketKey]]:
@@ -371,7 +353,7 @@ def _rebuild(tier: Tier, keys: Iterable[BucketKey]) -> int:
     keep_fuller = f" WHERE {target}.samples <= EXCLUDED.samples" if tier.target is GpuHour else ""
     written = 0
     for chunk in _chunks(keys):
-        cte, params = _keys_cte(chunk, tier.step)
+        cte, params = keys_cte(KEY_COLUMNS, chunk, tier.step)
         # The whole chunk's span as constants too: PostgreSQL then plans for the raw table's
         # day partitions it covers only, instead of all of them (~12 ms of planning a batch).
         adapt = connection.ops.adapt_datetimefield_value
@@ -390,19 +372,8 @@ def _rebuild(tier: Tier, keys: Iterable[BucketKey]) -> int:
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params + span)
-            written += _rows_written(cursor)
+            written += rows_written(cursor)
     return written
-
-
-def _rows_written(cursor: Any) -> int:
-    """The rows the last INSERT wrote. Python's sqlite3 gives no rowcount (-1) for a statement
-    that starts with WITH; SQLite's own changes() still counts it."""
-    if cursor.rowcount >= 0:
-        return cursor.rowcount
-    if connection.vendor == "sqlite":
-        cursor.execute("SELECT changes()")
-        return cursor.fetchone()[0]
-    return 0
 
 
 def _minute_utilization(keys: Iterable[BucketKey]) -> list[tuple[int, float | None]]:
@@ -410,7 +381,7 @@ def _minute_utilization(keys: Iterable[BucketKey]) -> list[tuple[int, float | No
     table = connection.ops.quote_name(GpuMinute._meta.db_table)
     found: list[tuple[int, float | None]] = []
     for chunk in _chunks(keys):
-        cte, params = _keys_cte(chunk, ONE_MINUTE)
+        cte, params = keys_cte(KEY_COLUMNS, chunk, ONE_MINUTE)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"{cte} SELECT m.run_id, m.utilization_gpu_avg FROM k JOIN {table} m ON m.run_id = k.run_id "  # noqa: S608
