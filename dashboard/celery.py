@@ -1,4 +1,4 @@
-"""The Celery app. Workers: `celery -A dashboard worker -Q ingest,collect,billing,alerts`."""
+"""The Celery app. Workers: `celery -A dashboard worker -Q ingest,collect,billing`."""
 
 from __future__ import annotations
 

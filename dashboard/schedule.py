@@ -58,8 +58,6 @@ BEAT_SCHEDULE = {
         "task": "billing.import_billed_usage",
         "schedule": crontab(hour="4", minute="53"),
     },
-    # Raw GPU samples past AIRBOARD_TELEMETRY_RAW_DAYS go, in batches; the minute and hour
-    # rollups stay. At 03:17 UTC, away from the top of the hour when collectors and billing run.
     # PostgreSQL: the raw samples' daily partitions, AIRBOARD_TELEMETRY_PARTITION_DAYS_AHEAD days
     # ahead (a no-op on SQLite, and when they exist). Hourly, so a missed run or a failed lock
     # costs an hour, never a day's samples in the DEFAULT partition; at :41, clear of the rest.
@@ -67,12 +65,14 @@ BEAT_SCHEDULE = {
         "task": "runs.maintain_telemetry_partitions",
         "schedule": crontab(minute="41"),
     },
-    # Raw samples of closed minutes folded into one compressed block per GPU-minute
+    # Raw samples of closed minutes folded into one compressed block per node-minute
     # (runs/telemetry/blocks.py); each pass folds at most 30 minutes, so a backlog drains over passes.
     "compact-telemetry": {
         "task": "runs.compact_telemetry",
         "schedule": crontab(minute="*"),
     },
+    # Raw GPU samples past AIRBOARD_TELEMETRY_RAW_DAYS go, in batches; the minute and hour
+    # rollups stay. At 03:17 UTC, away from the top of the hour when collectors and billing run.
     "prune-telemetry": {
         "task": "runs.prune_telemetry",
         "schedule": crontab(hour="3", minute="17"),

@@ -142,6 +142,12 @@ USE_TZ = True
 # --- Static files ---------------------------------------------------------------------
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",  # the admin's own
+    # vendor/plotly.min.js from the pinned plotly package (dashboard/staticfinders.py), not a copy.
+    "dashboard.staticfinders.PlotlyFinder",
+]
 STATIC_ROOT = VAR_DIR / "static"
 # Served by WhiteNoise from the app's own files, in every mode: no CDN, no network.
 WHITENOISE_USE_FINDERS = True
@@ -174,7 +180,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
-# One queue per kind of work, so a flood of telemetry never delays billing or alerts.
+# One queue per kind of work, so a flood of telemetry never delays billing or policy alerts
+# (billing.enforce_policies runs on the billing queue).
 CELERY_TASK_ROUTES = {
     "runs.ingest_*": {"queue": "ingest"},
     "runs.requeue_*": {"queue": "ingest"},
@@ -187,7 +194,6 @@ CELERY_TASK_ROUTES = {
     "runs.compact_*": {"queue": "collect"},
     "runs.classify_*": {"queue": "collect"},
     "billing.*": {"queue": "billing"},
-    "alerts.*": {"queue": "alerts"},
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
@@ -364,15 +370,15 @@ if not REDIS_URL:
         (CELERY_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
 
 # --- Telemetry tiers (runs/telemetry/store.py, runs/telemetry/retention.py) -----------------------------
-# Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
 # The live demo (dashboard.demo.live): in a demo workspace (seeded demo runs exist), beat pushes
 # telemetry, metrics and logs for the running demo runs each minute, ends some and starts
 # others so that about this many run. Off: the demo stays the snapshot seed_demo wrote.
 AIRBOARD_DEMO_LIVE = env_bool("AIRBOARD_DEMO_LIVE", True)
 AIRBOARD_DEMO_LIVE_RUNNING = env_int("AIRBOARD_DEMO_LIVE_RUNNING", 10, minimum=0)
+# Days raw GPU samples are kept; the per-minute and per-hour rollups are kept as long as the run.
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
-# Raw samples older than this many minutes are compacted into one GpuSampleBlock per GPU-minute
-# (runs/telemetry/blocks.py); a sample arriving later for a compacted minute reopens that minute.
+# Raw samples older than this many minutes are compacted into one GpuSampleBlock per node-minute (all
+# the node's GPUs; runs/telemetry/blocks.py); a sample arriving later for a compacted minute reopens that minute.
 AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES", 10, minimum=2)
 # Days minute rollups are kept; older minutes live on in the hour rollups (runs/telemetry/retention.py).
 # 30 by default: at 1,000 GPUs a day of minutes is ~0.55 GB (README, Scaling out, on paper).

@@ -167,7 +167,7 @@ class WorkerProcess:
 
 
 def start_worker(
-    tmp_dir: Path, queues: str = "ingest,collect,billing,alerts", extra_env: dict[str, str] | None = None
+    tmp_dir: Path, queues: str = "ingest,collect,billing", extra_env: dict[str, str] | None = None
 ) -> WorkerProcess:
     """Start `celery worker` as its own process on the test database and the configured broker.
 
@@ -201,7 +201,7 @@ def stop_worker(worker: WorkerProcess) -> None:
 # A task's lines in the worker's INFO log: one "received", then one of the endings.
 TASK_RECEIVED = re.compile(r"Task [\w.]+\[([0-9a-f-]+)\] received")
 TASK_ENDED = re.compile(r"Task [\w.]+\[([0-9a-f-]+)\] (?:succeeded|raised|retry|ignored|rejected)")
-WORKER_QUEUES = ("ingest", "collect", "billing", "alerts")
+WORKER_QUEUES = ("ingest", "collect", "billing")
 
 
 def worker_is_idle(worker: WorkerProcess) -> bool:

@@ -263,3 +263,13 @@ def test_test_files_have_unique_names_across_the_mirrored_folders() -> None:
     """tests/ has no __init__.py and pytest imports test files by their name (prepend mode)."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_every_worker_queue_has_a_route() -> None:
+    """A queue no task is routed to is a worker listening for nothing (the old `alerts` queue)."""
+    from django.conf import settings
+
+    from dashboard.management.commands.runall import QUEUES
+
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    assert set(QUEUES.split(",")) == routed | {settings.CELERY_TASK_DEFAULT_QUEUE}

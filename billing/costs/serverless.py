@@ -114,7 +114,12 @@ class DayCost:
 
 @dataclass(frozen=True)
 class RunCost:
-    """Everything the run page shows about cost. Unpriced parts count in hours, never in USD."""
+    """The serverless engine's view of one run's cost: attempts x accelerators x billed hours, plus egress.
+
+    Pages do not read it directly: billing.costs.run_costs wraps it (`RunBreakdown.base`) with the
+    classic-cluster share, idle GPU-minutes and the split by interval and day, and that breakdown
+    is what the run page, the API and the exports show. Unpriced parts count in hours, never in USD.
+    """
 
     run_id: int
     accelerator_type: str

@@ -35,7 +35,7 @@ from typing import IO, Any
 from django.contrib.auth.models import User
 from django.db import models, transaction
 
-from billing.choices import PriceKind as ListOrNegotiated
+from billing.choices import PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
 from billing.prices import history
 from dashboard import regions
@@ -68,7 +68,9 @@ _MAX_PRICE = Decimal(10) ** (12 - _MAX_DECIMALS)
 _SOURCE_MAX = AcceleratorPrice._meta.get_field("source").max_length
 
 
-class PriceKind(StrEnum):
+class PriceTable(StrEnum):
+    """Which price table a row of the price file goes to (its `kind` column)."""
+
     ACCELERATOR = "accelerator"
     EGRESS = "egress"
     INSTANCE = "instance"
@@ -82,13 +84,13 @@ class _Spec:
 
 
 SPECS = {
-    PriceKind.ACCELERATOR: _Spec(
+    PriceTable.ACCELERATOR: _Spec(
         AcceleratorPrice, ("accelerator_type", "region", "kind", "effective_from"), ("usd_per_hour",)
     ),
-    PriceKind.EGRESS: _Spec(
+    PriceTable.EGRESS: _Spec(
         EgressPrice, ("source_region", "destination_region", "effective_from"), ("usd_per_gb", "usd_per_gb_processing")
     ),
-    PriceKind.INSTANCE: _Spec(InstancePrice, ("instance_type", "region", "effective_from"), ("usd_per_hour",)),
+    PriceTable.INSTANCE: _Spec(InstancePrice, ("instance_type", "region", "effective_from"), ("usd_per_hour",)),
 }
 
 
@@ -120,7 +122,7 @@ class LoadResult:
 @dataclass(frozen=True)
 class _Row:
     line: int
-    kind: PriceKind
+    kind: PriceTable
     key: tuple[Any, ...]  # the kind's natural key (SPECS), effective_from last
     prices: dict[str, Decimal]
     source: str
@@ -175,7 +177,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
         # DictReader files surplus fields under the key None.
         raise ValueError("more fields than the header has columns")
     row: dict[str, str] = {name: unescape((raw.get(name) or "").strip()) for name in COLUMNS}
-    if row["kind"] not in set(PriceKind):
+    if row["kind"] not in set(PriceTable):
         raise ValueError(f"kind {row['kind']!r} must be 'accelerator', 'egress' or 'instance'")
     if not row["effective_from"]:
         raise ValueError("effective_from is required")
@@ -183,7 +185,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
     if len(row["source"]) > _SOURCE_MAX:
         raise ValueError(f"source is {len(row['source'])} characters; at most {_SOURCE_MAX}")
 
-    if row["kind"] == PriceKind.ACCELERATOR:
+    if row["kind"] == PriceTable.ACCELERATOR:
         _require_blank(
             row,
             ("source_region", "destination_region", "usd_per_gb", "instance_type", "usd_per_gb_processing"),
@@ -194,14 +196,14 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
                 f"accelerator_type {row['accelerator_type']!r} is not one of {', '.join(AcceleratorType.values)}"
             )
         _check_region("region", row["region"], allow_internet=False)
-        kind = row["price_kind"] or ListOrNegotiated.LIST
-        if kind not in ListOrNegotiated.values:
+        kind = row["price_kind"] or PriceKind.LIST
+        if kind not in PriceKind.values:
             raise ValueError(f"price_kind {kind!r} must be 'list' or 'negotiated'")
         price = _parse_price("usd_per_hour", row["usd_per_hour"])
         key = (row["accelerator_type"], row["region"], kind, effective_from)
-        return _Row(line, PriceKind.ACCELERATOR, key, {"usd_per_hour": price}, row["source"])
+        return _Row(line, PriceTable.ACCELERATOR, key, {"usd_per_hour": price}, row["source"])
 
-    if row["kind"] == PriceKind.INSTANCE:
+    if row["kind"] == PriceTable.INSTANCE:
         _require_blank(
             row,
             (
@@ -220,7 +222,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
             _check_region("region", row["region"], allow_internet=False)
         price = _parse_price("usd_per_hour", row["usd_per_hour"])
         key = (row["instance_type"], row["region"], effective_from)
-        return _Row(line, PriceKind.INSTANCE, key, {"usd_per_hour": price}, row["source"])
+        return _Row(line, PriceTable.INSTANCE, key, {"usd_per_hour": price}, row["source"])
 
     _require_blank(row, ("accelerator_type", "region", "usd_per_hour", "instance_type", "price_kind"), row["kind"])
     _check_region("source_region", row["source_region"], allow_internet=True)
@@ -234,7 +236,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
         else Decimal(0)
     )
     key = (row["source_region"], row["destination_region"], effective_from)
-    return _Row(line, PriceKind.EGRESS, key, prices, row["source"])
+    return _Row(line, PriceTable.EGRESS, key, prices, row["source"])
 
 
 def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
@@ -254,7 +256,7 @@ def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
 
     rows: list[_Row] = []
     errors: list[RowError] = []
-    first_line: dict[tuple[PriceKind, tuple[Any, ...]], int] = {}
+    first_line: dict[tuple[PriceTable, tuple[Any, ...]], int] = {}
     for raw in reader:
         line = reader.line_num
         try:
@@ -265,9 +267,9 @@ def _parse(file: IO[str]) -> tuple[list[_Row], list[RowError]]:
         seen = first_line.setdefault((row.kind, row.key), line)
         if seen != line:
             what = {
-                PriceKind.ACCELERATOR: "accelerator_type, region",
-                PriceKind.EGRESS: "source and destination regions",
-                PriceKind.INSTANCE: "instance_type, region",
+                PriceTable.ACCELERATOR: "accelerator_type, region",
+                PriceTable.EGRESS: "source and destination regions",
+                PriceTable.INSTANCE: "instance_type, region",
             }[row.kind]
             errors.append(RowError(line, f"same {what} and effective_from as line {seen}"))
             continue
@@ -323,8 +325,8 @@ def load_price_csv(
             kind: {tuple(getattr(p, f) for f in spec.key): p for p in spec.model.objects.all()}
             for kind, spec in SPECS.items()
         }
-        new: dict[PriceKind, list[models.Model]] = {kind: [] for kind in PriceKind}
-        changed: dict[PriceKind, list[tuple[models.Model, dict[str, str]]]] = {kind: [] for kind in PriceKind}
+        new: dict[PriceTable, list[models.Model]] = {kind: [] for kind in PriceTable}
+        changed: dict[PriceTable, list[tuple[models.Model, dict[str, str]]]] = {kind: [] for kind in PriceTable}
         for done, row in enumerate(rows, 1):
             if progress is not None:
                 progress(done, len(rows))
@@ -337,7 +339,7 @@ def load_price_csv(
             differing = [name for name in spec.prices if getattr(current, name) != row.prices[name]]
             if differing and not replace:
                 name = differing[0]
-                what = " ".join(str(part) for part in row.key[:-1] if part and part != ListOrNegotiated.LIST)
+                what = " ".join(str(part) for part in row.key[:-1] if part and part != PriceKind.LIST)
                 result.errors.append(
                     RowError(
                         row.line,
@@ -373,8 +375,8 @@ def load_price_csv(
 
 
 def _record_history(
-    new: dict[PriceKind, list[models.Model]],
-    changed: dict[PriceKind, list[tuple[models.Model, dict[str, str]]]],
+    new: dict[PriceTable, list[models.Model]],
+    changed: dict[PriceTable, list[tuple[models.Model, dict[str, str]]]],
     user: User | None,
     note: str,
 ) -> None:
@@ -416,25 +418,25 @@ def export_price_csv(file: IO[str]) -> int:
     "=HYPERLINK(...)" is written formula-escaped, and `load_price_csv` reads it back as typed.
     """
 
-    def row(kind: PriceKind, values: dict[str, str]) -> list[str]:
+    def row(kind: PriceTable, values: dict[str, str]) -> list[str]:
         return [kind if name == "kind" else values.get(name, "") for name in COLUMNS]
 
     def rows() -> Iterator[list[str]]:
         for p in AcceleratorPrice.objects.order_by("accelerator_type", "region", "kind", "effective_from"):
-            yield row(PriceKind.ACCELERATOR, {
+            yield row(PriceTable.ACCELERATOR, {
                 "accelerator_type": p.accelerator_type, "region": p.region, "price_kind": p.kind,
                 "effective_from": _format_effective_from(p.effective_from),
                 "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
             })  # fmt: skip
         for p in EgressPrice.objects.order_by("source_region", "destination_region", "effective_from"):
             processing = _format_price(p.usd_per_gb_processing) if p.usd_per_gb_processing else ""
-            yield row(PriceKind.EGRESS, {
+            yield row(PriceTable.EGRESS, {
                 "source_region": p.source_region, "destination_region": p.destination_region,
                 "effective_from": _format_effective_from(p.effective_from), "usd_per_gb": _format_price(p.usd_per_gb),
                 "usd_per_gb_processing": processing, "source": p.source,
             })  # fmt: skip
         for p in InstancePrice.objects.order_by("instance_type", "region", "effective_from"):
-            yield row(PriceKind.INSTANCE, {
+            yield row(PriceTable.INSTANCE, {
                 "instance_type": p.instance_type, "region": p.region,
                 "effective_from": _format_effective_from(p.effective_from),
                 "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,

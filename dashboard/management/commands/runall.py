@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
 from dashboard.env import env_int, env_str
 
-QUEUES = "ingest,collect,billing,alerts"
+QUEUES = "ingest,collect,billing"
 # Experiments of dashboard/demo/workloads/*.yaml: their runs show the demo was launched already.
 DEMO_WORKLOAD_EXPERIMENT_PREFIX = "/Workspace/Users/demo/launcher-"
 

@@ -1,4 +1,4 @@
-"""Issue 20's rough edges: region labels, the admin's plural, advice headings, the Sankey's colours."""
+"""Labels people read: regions by their ids, the admin's plurals, advice headings, the Sankey's colours."""
 
 from __future__ import annotations
 
