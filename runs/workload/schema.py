@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from runs.choices import GPUS_PER_NODE, AcceleratorType
 from runs.workload.loader import Loaded, Problem
-from runs.workload.models import SAID, WorkloadFile
+from runs.workload.models import WorkloadFile
+from runs.workload.sections import SAID
 
 __all__ = ["DEFAULT_MAX_RETRIES", "Problem", "Workload", "WorkloadError", "parse_workload"]
 
@@ -102,7 +103,7 @@ def parse_workload(text: str) -> Workload:
     try:
         checked = WorkloadFile.model_validate(loaded.root)
     except ValidationError as exc:
-        # Every error the models raise is worded already (models.Section.wording): only the line is new.
+        # Every error the models raise is worded already (sections.Section.wording): only the line is new.
         found = [loaded.problem(error["loc"], error["msg"]) for error in exc.errors() if error["msg"] != SAID]
         raise WorkloadError([*loaded.problems, *found]) from None
     if loaded.problems:
