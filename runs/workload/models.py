@@ -210,6 +210,15 @@ def _each(check: Callable[[str, Any], Iterator[tuple[Loc, str]]]) -> AfterValida
     return AfterValidator(run)
 
 
+# Parameters may nest anything; a credential is found at any depth, under the key that holds it.
+Parameters = Annotated[dict[str, Any], _each(lambda name, value: _credentials_in(value, (name,), name))]
+EnvVariables = Annotated[dict[str, Any], _each(_env_value)]
+Secrets = Annotated[dict[str, Any], _each(_secret_reference)]  # NAME: scope/key
+VolumePath = Annotated[
+    Text, must(lambda path: path.startswith("/Volumes/"), "must be a volume path starting with /Volumes/")
+]
+
+
 # ---- sections ------------------------------------------------------------------------------------
 
 
@@ -300,10 +309,7 @@ class Snapshot(Section):
     """`code_source.snapshot` (or, flat, `code_source`): a local directory to archive."""
 
     root_path: Text
-    remote_volume: (
-        Annotated[Text, must(lambda v: v.startswith("/Volumes/"), "must be a volume path starting with /Volumes/")]
-        | None
-    ) = None
+    remote_volume: VolumePath | None = None
     git: Git | None = None
     include_paths: IncludePaths | None = None
 
@@ -352,11 +358,9 @@ class WorkloadFile(Section):
     compute: Compute
     environment: Environment | None = None
     code_source: Annotated[Snapshot | SnapshotSource, PlainValidator(_code_source)] | None = None
-    parameters: Annotated[dict[str, Any], _each(lambda name, value: _credentials_in(value, (name,), name))] | None = (
-        None
-    )
-    env_variables: Annotated[dict[str, Any], _each(_env_value)] | None = None
-    secrets: Annotated[dict[str, Any], _each(_secret_reference)] | None = None
+    parameters: Parameters | None = None
+    env_variables: EnvVariables | None = None
+    secrets: Secrets | None = None
     timeout_minutes: Positive | None = None
     permissions: list[Permission] | None = Field(None, description="a list of permissions")
     max_retries: Annotated[int, Field(ge=0)] | None = None
