@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from runs.telemetry.labels import gpu_label, mig_gpu_index
 
@@ -196,7 +196,7 @@ def out_of_range(values: dict[str, float | None]) -> str:
     return ""
 
 
-def _typed(values: dict[str, float | None]) -> dict[str, float | int | None]:
+def _typed(values: dict[str, float | None]) -> dict[str, Any]:  # an int for a byte count, else as read
     return {k: (round(v) if k in BYTE_FIELDS and v is not None else v) for k, v in values.items()}
 
 
@@ -913,9 +913,13 @@ def suspect_values(samples: list[ParsedSample]) -> str:
 
 
 class HasRunTimes(Protocol):
-    submitted_at: datetime | None
-    started_at: datetime | None
-    ended_at: datetime | None
+    # Read-only members: a model's DateTimeField reads as `datetime | None` but accepts more.
+    @property
+    def submitted_at(self) -> datetime | None: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def ended_at(self) -> datetime | None: ...
 
 
 def run_window(run: HasRunTimes, now: datetime | None = None) -> tuple[datetime | None, datetime | None]:
