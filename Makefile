@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 # Running needs requirements.txt alone; the test and lint tools (pytest, Playwright, MLflow's
-# server, schemathesis, ruff) come with requirements-dev.txt, installed only for test and lint.
+# server, schemathesis, ruff, mypy) come with requirements-dev.txt, installed only for test and lint.
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) manage.py makemigrations --check --dry-run
 
 fmt: $(STAMP)

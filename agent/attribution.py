@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def read_environ(pid: int, proc_root: Path = Path("/proc")) -> dict[str, str]:
     return env
 
 
-def _valid(run: Any) -> bool:
+def _valid(run: Any) -> TypeGuard[str]:
     return isinstance(run, str) and bool(_EXTERNAL_ID.match(run))
 
 

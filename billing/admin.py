@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 from django.contrib import admin
 
@@ -20,7 +22,7 @@ from billing.models import (
 from billing.prices.money import format_usd
 
 
-def money(field: str, description: str) -> object:
+def money(field: str, description: str) -> Callable[[Any], str]:
     """A list column showing a money field as every page does (`format_usd`: "$6,254.12")."""
 
     @admin.display(description=description, ordering=field)

@@ -71,7 +71,10 @@ class RunCostAnswer:
             "reasons": estimate["unpriced"],
             "as_of": estimate["as_of"],
             "running": self.breakdown.running,
-            "billed": None if billed is None else billed.as_json() | {"records": self.billed.records},
+            # billed_figure is None exactly when self.billed is.
+            "billed": None
+            if billed is None or self.billed is None
+            else billed.as_json() | {"records": self.billed.records},
         }
 
 

@@ -7,6 +7,7 @@ per-run figures to the last digit, so SQLite keeps the decimal as its text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal, Inexact, localcontext
 from typing import Any
 
@@ -22,7 +23,7 @@ class ExactDecimalField(models.Field):
         self.max_digits, self.decimal_places = max_digits, decimal_places
         super().__init__(*args, **kwargs)
 
-    def deconstruct(self) -> tuple[str, str, list[Any], dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, str, Sequence[Any], dict[str, Any]]:
         name, path, args, kwargs = super().deconstruct()
         kwargs["max_digits"], kwargs["decimal_places"] = self.max_digits, self.decimal_places
         return name, path, args, kwargs

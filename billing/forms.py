@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Any, cast
 
 from django import forms
-from django.contrib.auth.models import Group, User
-from django.db.models import Q
+from django.contrib.auth.models import AnonymousUser, Group, User
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from billing.choices import GroupBy
@@ -38,9 +39,9 @@ class CostFilterForm(forms.Form):
     policy = forms.ChoiceField(required=False, choices=[("", "any")], label="Usage policy")
     group_by = forms.ChoiceField(required=False, choices=CHART_GROUPS, label="Stack by")
 
-    def __init__(self, *args: object, teams: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, teams: QuerySet[Group], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = teams
+        cast(forms.ModelChoiceField, self.fields["team"]).queryset = teams
         # The policies these teams can see: those covering one of them, and those covering every team.
         names = (
             UsagePolicy.objects.filter(Q(teams__in=teams) | Q(teams__isnull=True))
@@ -48,10 +49,11 @@ class CostFilterForm(forms.Form):
             .distinct()
             .order_by("name")
         )
-        self.fields["policy"].choices = [("", "any"), *((name, name) for name in names)]
+        cast(forms.ChoiceField, self.fields["policy"]).choices = [("", "any"), *((name, name) for name in names)]
 
     def clean(self) -> dict:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         today = timezone.now().date()
         end = data.get("end") or today
         start = data.get("start") or end - timedelta(days=DEFAULT_DAYS - 1)
@@ -124,7 +126,8 @@ class EgressPriceForm(_PriceForm):
         return _check_region(self.cleaned_data["destination_region"], allow_internet=True)
 
     def clean(self) -> dict:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("source_region") and data.get("source_region") == data.get("destination_region"):
             self.add_error("destination_region", "Source and destination are the same region.")
         return data
@@ -145,6 +148,6 @@ class PriceUploadForm(forms.Form):
     replace = forms.BooleanField(required=False, label="Overwrite stored prices that differ")
 
 
-def can_edit_prices(user: User) -> bool:
+def can_edit_prices(user: User | AnonymousUser) -> bool:
     """Billing admins edit the price book: staff, or holders of billing.change_acceleratorprice."""
     return access.sees_all_teams(user) or user.has_perm("billing.change_acceleratorprice")

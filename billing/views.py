@@ -8,9 +8,11 @@ Price pages: everyone logged in reads; billing admins (`can_edit_prices`) edit, 
 from __future__ import annotations
 
 import io
+from typing import cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError, transaction
@@ -189,7 +191,7 @@ def price_edit(request: HttpRequest, kind: str, pk: int | None = None) -> HttpRe
         try:
             with transaction.atomic():
                 price = form.save()
-                history.record(price, before, request.user, note="price book page")
+                history.record(price, before, cast(User, request.user), note="price book page")
         except IntegrityError:
             form.add_error(None, "A price with the same key and effective_from already exists.")
         else:
@@ -219,7 +221,8 @@ def price_upload(request: HttpRequest) -> HttpResponse:
             else:
                 result = load_price_csv(
                     io.StringIO(text, newline=""), replace=form.cleaned_data["replace"],
-                    dry_run=form.cleaned_data["dry_run"], user=request.user, note=f"CSV upload {upload.name}"[:200],
+                    dry_run=form.cleaned_data["dry_run"], user=cast(User, request.user),
+                    note=f"CSV upload {upload.name}"[:200],
                 )  # fmt: skip
                 if result.ok and not form.cleaned_data["dry_run"]:
                     messages.success(

@@ -9,17 +9,18 @@ Low in the house: it imports Django's auth only, so models and every app may rea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, Group
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
     from dashboard.models import ApiKey
 
-M = TypeVar("M", bound=Model)
+# A queryset of any model, its class (a custom QuerySet) kept.
+QS = TypeVar("QS", bound=QuerySet[Any])
 
 
 def sees_all_teams(user: User | AnonymousUser) -> bool:
@@ -59,7 +60,7 @@ def team_q(user: User | AnonymousUser, field: str = "team") -> Q:
     return Q(**{f"{field}__in": visible_teams(user).values("pk")})
 
 
-def scope(queryset: QuerySet[M], user: User | AnonymousUser, field: str = "team") -> QuerySet[M]:
+def scope(queryset: QS, user: User | AnonymousUser, field: str = "team") -> QS:
     """`queryset` limited to rows whose `field` is one of `user`'s teams (all rows for staff)."""
     if sees_all_teams(user):
         return queryset

@@ -22,11 +22,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
     readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke"]
 
-    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         if obj is None:
             # Adding: the key is generated on save, so only what the admin chooses is shown.
-            return ["name", "team", "role"]
-        return ["name", "team", "role", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at"]
+            return ("name", "team", "role")
+        return ("name", "team", "role", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at")
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:

@@ -8,7 +8,7 @@ for invalid input, `errors`: one entry per bad field or row, with its location.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from operator import attrgetter
 from typing import Any
@@ -160,7 +160,7 @@ class Access:
     """Who is calling: an API key (one team, one role) or a logged-in user (their teams)."""
 
     def __init__(self, request: HttpRequest) -> None:
-        principal = request.auth
+        principal = getattr(request, "auth", None)  # set by django-ninja's authentication
         self.key: ApiKey | None = principal if isinstance(principal, ApiKey) else None
         self.user: User | None = principal if isinstance(principal, User) else None
 
@@ -184,7 +184,7 @@ read_auth = [bearer, django_auth]
 # --- The runs a pushed batch names: shared by the runs and billing APIs ---------------------
 
 
-def resolve_runs(request: HttpRequest, refs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Run]:
+def resolve_runs(request: HttpRequest, refs: Iterable[tuple[str, str]]) -> dict[tuple[str | None, str], Run]:
     wanted = set(refs)
     external_ids = {ext for _, ext in wanted}
     runs = Run.objects.filter(team__in=Access(request).teams(), external_id__in=external_ids)
@@ -215,7 +215,7 @@ def check_count(rows: list[Any], what: str) -> None:
 
 
 def own_source(
-    request: HttpRequest, rows: list[Any], keys: list[tuple[str | None, str, Any]]
+    request: HttpRequest, rows: list[Any], keys: Sequence[tuple[str | None, str, Any]]
 ) -> list[tuple[str, str, Any]]:
     """Rows naming no `run_source` name a run of the caller's own source: the key's (`local`
     unless it was created with `--source`), as a run it upserts without `source` is. The row
@@ -240,7 +240,7 @@ def batch_runs(
     skew_checked: bool = True,
     check: Callable[[str, Any], list[dict[str, str]]] | None = None,
     key: Callable[[Any], tuple[str, str, Any]] = attrgetter("run_source", "run", "ts"),
-) -> tuple[dict[tuple[str, str], Run], list[dict[str, str]]]:
+) -> tuple[dict[tuple[str | None, str], Run], list[dict[str, str]]]:
     """The runs a pushed batch names, with an error for each row naming a run outside the caller's teams.
 
     1. More rows than AIRBOARD_MAX_SAMPLES_PER_BATCH is a 413 before anything is read.

@@ -15,7 +15,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -30,6 +30,9 @@ from django.db.models import (
 from django.db.models.expressions import Expression
 from django.http import HttpResponse, StreamingHttpResponse
 
+if TYPE_CHECKING:
+    from django.db.backends.postgresql.operations import DatabaseOperations as PostgresOperations
+
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 # Memory for one streamed COPY's sort, per PostgreSQL process, for its transaction only.
 COPY_WORK_MEM = "32MB"
@@ -41,7 +44,8 @@ def cell(value: object) -> object:
     """One value as written to the CSV."""
     kind = type(value)
     if kind is str:  # most cells: a fast path, the same answer as the end of this function
-        return "'" + value if value.startswith(FORMULA_PREFIXES) else value
+        # value is a str here; mypy narrows on `type(value) is str` but not through `kind`.
+        return "'" + value if value.startswith(FORMULA_PREFIXES) else value  # type: ignore[attr-defined, operator]
     if kind is int:
         return value
     if value is None:
@@ -86,7 +90,8 @@ class SqlTextCell(Func):
 
     output_field = TextField()
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    # The stubs type the params as a tuple; Django's own Func.as_sql returns a list, as this does.
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:  # type: ignore[override]
         inner, params = compiler.compile(self.source_expressions[0])
         codes = ", ".join(str(code) for code in FORMULA_CODES)
         sql = (
@@ -192,7 +197,8 @@ def _copy_chunks(
             settings += ", set_config('enable_hashjoin', 'off', true)"
         cursor.execute(settings, [COPY_WORK_MEM])
         splice = _splice(*added) if added is not None else None
-        statement = connection.ops.compose_sql(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params)
+        ops = cast("PostgresOperations", connection.ops)  # this path runs on PostgreSQL only
+        statement = ops.compose_sql(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params)
         with cursor.copy(statement) as copy:
             for row in copy:
                 # bytes: held memoryviews are GC-tracked (a full collection a download)
@@ -262,8 +268,14 @@ def unescape(text: str) -> str:
     return text
 
 
+class TextSink(Protocol):
+    """What `write_csv` writes to: a text file, an HttpResponse."""
+
+    def write(self, text: str, /) -> object: ...
+
+
 def write_csv(
-    file: IO[str], header: Sequence[str], rows: Iterable[Sequence[object]], lineterminator: str = "\r\n"
+    file: TextSink, header: Sequence[str], rows: Iterable[Sequence[object]], lineterminator: str = "\r\n"
 ) -> int:
     """Write `header` then `rows` to `file`, every cell through `cell()`; returns the rows written.
 

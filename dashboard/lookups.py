@@ -10,6 +10,7 @@ as for `run__in`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
@@ -36,7 +37,7 @@ class AnyOf(In):
 
     lookup_name = "any"
 
-    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, Sequence[Any]]:
         return _any_sql(self, compiler, connection) or super().as_sql(compiler, connection)
 
 
@@ -46,7 +47,7 @@ class RelatedAnyOf(RelatedIn):
 
     lookup_name = "any"
 
-    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, Sequence[Any]]:
         if len(self.lhs.output_field.get_path_info()[-1].target_fields) != 1:  # a multi-column relation
             return super().as_sql(compiler, connection)
         return _any_sql(self, compiler, connection) or super().as_sql(compiler, connection)

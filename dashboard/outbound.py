@@ -144,12 +144,13 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """As above, with TLS verified against the URL's host name."""
 
     def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        self.tls = ssl.create_default_context()
+        super().__init__(host, port, timeout=timeout, context=self.tls)
         self.address = address
 
     def connect(self) -> None:
         sock = socket.create_connection((self.address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
 
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:

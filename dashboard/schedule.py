@@ -3,9 +3,17 @@
 A collector whose source is not configured returns at once, so every entry can stay.
 """
 
+from typing import TypedDict
+
 from celery.schedules import crontab
 
-BEAT_SCHEDULE = {
+
+class BeatEntry(TypedDict):
+    task: str
+    schedule: crontab
+
+
+BEAT_SCHEDULE: dict[str, BeatEntry] = {
     # Telemetry batches are recorded before they are queued; this re-queues any the broker
     # lost (Redis restarted, worker queue purged) so accepted data always lands.
     "requeue-pending-batches": {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -96,6 +97,7 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------
 DATABASE_URL = env_url("DATABASE_URL", {"postgres", "postgresql", "sqlite"})
+DATABASES: dict[str, Any]
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 else:
@@ -158,7 +160,7 @@ REDIS_URL = env_url("REDIS_URL", {"redis", "rediss"})
 CELERY_BROKER_DIR = Path(env_str("AIRBOARD_BROKER_DIR", str(VAR_DIR / "broker")))
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         # A task whose worker died unacknowledged comes back after this many seconds...
         "visibility_timeout": env_int("AIRBOARD_BROKER_VISIBILITY_TIMEOUT", 3600, minimum=1),
         # ...found by a sweep every this many seconds (kombu's default scans only every 10th

@@ -33,7 +33,7 @@ class PlotlyFinder(BaseFinder):
         self.storage = FileSystemStorage(location=plotly_js_path().parent)
         self.storage.prefix = PREFIX  # type: ignore[attr-defined]  # read by collectstatic, as FileSystemFinder sets it
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> Any:  # str, or a list when find_all
         if path != f"{PREFIX}/{PLOTLY_JS}":
             return []  # "not here", as Django's own finders say it
         found = str(plotly_js_path())

@@ -124,7 +124,8 @@ class TaskRow:
 
 def _every(schedule: object) -> str:
     if isinstance(schedule, crontab):
-        fields = (schedule._orig_minute, schedule._orig_hour)  # crontab keeps its source text only here
+        # crontab keeps its source text only in these private attributes (not in celery-types' stubs).
+        fields = (schedule._orig_minute, schedule._orig_hour)  # type: ignore[attr-defined]
         minute, hour = (str(f) for f in fields)
         if hour == "*" and minute == "*":
             return "every minute"

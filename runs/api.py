@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
@@ -126,6 +126,7 @@ def upsert_run(request: HttpRequest, payload: RunIn) -> Status:
     """
     access = Access(request)
     team = access.require_write()
+    assert access.key is not None  # require_write refused a call without one
     source = payload.source or access.key.source
     if source != access.key.source:
         raise HttpError(
@@ -293,7 +294,9 @@ def _validated_samples(body: bytes) -> dict[str, Any]:
     try:
         return GpuSampleBatchIn.model_validate_json(body).model_dump()
     except PydanticValidationError as error:
-        raise NinjaValidationError(error.errors(include_url=False, include_context=False)) from None
+        # pydantic's ErrorDetails are the dicts ninja's ValidationError carries.
+        errors = cast(list[dict[str, Any]], error.errors(include_url=False, include_context=False))
+        raise NinjaValidationError(errors) from None
 
 
 @router.post(
@@ -380,12 +383,12 @@ def import_telemetry_file(
     try:
         tz = ZoneInfo(payload.tz) if payload.tz else None
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidRows([{"field": "tz", "message": f"unknown time zone {payload.tz[:60]!r}"}]) from None
+        raise InvalidRows([{"field": "tz", "message": f"unknown time zone {(payload.tz or '')[:60]!r}"}]) from None
     result = parse_telemetry(payload.text, fmt=payload.format, start=payload.start, fields=payload.fields, tz=tz)
     if result.suspect:
         raise InvalidRows([{"field": "text", "message": result.suspect}])
     keep_window(result, *run_window(run), f"run {run.external_id}'s window")
-    skipped = [{"line": p.line, "message": p.message} for p in result.problems]
+    skipped: list[dict[str, Any]] = [{"line": p.line, "message": p.message} for p in result.problems]
     if not result.samples:
         raise InvalidRows([{"field": f"text:line {p['line']}", "message": p["message"]} for p in skipped[:100]])
     check_count(result.samples, "samples in the file")  # the cap every batch has: 172,800 rows went through

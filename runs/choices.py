@@ -47,7 +47,7 @@ class AcceleratorType(models.TextChoices):
 
 
 # GPUs a node of each shape carries, and its GPU memory in GB (from the runtime documentation).
-GPUS_PER_NODE = {
+GPUS_PER_NODE: dict[str, int] = {
     AcceleratorType.A10_1: 1,
     AcceleratorType.H100_1: 1,
     AcceleratorType.H100_8: 8,

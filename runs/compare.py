@@ -99,7 +99,7 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
     """
     if x_axis not in X_AXES:
         raise ValueError(f"x_axis must be one of {', '.join(X_AXES)}")
-    by_key: dict[str, dict[int, list[tuple[float, float | None]]]] = defaultdict(lambda: defaultdict(list))
+    by_key: dict[str, dict[int, list[tuple[float | str, float | None]]]] = defaultdict(lambda: defaultdict(list))
     starts = {run.pk: run.started_at for run in runs}
     rows = (
         MetricPoint.objects.filter(run__in=runs)
@@ -138,7 +138,7 @@ def metrics_overlay(runs: Sequence[Run], x_axis: str = "step") -> Figure | None:
                 "hovertemplate": f"{plotly_text(key)} %{{y:.4g}}<extra>%{{fullData.name}}</extra>",
             })  # fmt: skip
     rows_count = len(by_key)
-    axes = {
+    axes: dict[str, Any] = {
         ("yaxis" if row == 1 else f"yaxis{row}"): {"title": {"text": key, "font": {"size": 11}}}
         for row, key in enumerate(sorted(by_key), start=1)
     }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django import forms
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import AnonymousUser, Group, User
+from django.db import models
 
 from dashboard import access
 from dashboard.schemas import DATE_BOUNDS
@@ -13,7 +16,7 @@ from runs.choices import AcceleratorType, Region, RunStatus
 MAX_QUERY_LENGTH = 200
 
 
-def blank_choice(choices: type) -> list[tuple[str, str]]:
+def blank_choice(choices: type[models.Choices]) -> list[tuple[str, str]]:
     return [("", "any"), *choices.choices]
 
 
@@ -44,13 +47,14 @@ class RunFilterForm(forms.Form):
         error_messages={"invalid": "A sweep is named by its Databricks run id (digits)."},
     )  # fmt: skip
 
-    def __init__(self, *args: object, user: User, **kwargs: object) -> None:
+    def __init__(self, *args: Any, user: User | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Only teams the user can see are choices, so the select never lists another team.
-        self.fields["team"].queryset = access.visible_teams(user)
+        cast(forms.ModelChoiceField, self.fields["team"]).queryset = access.visible_teams(user)
 
     def clean(self) -> dict:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         start, end = data.get("submitted_from"), data.get("submitted_to")
         if start and end and start > end:
             # Which end the user got wrong is unknowable: apply neither, say why.

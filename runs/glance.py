@@ -162,14 +162,20 @@ class CsvCells:
             " FROM r WHERE r.run_id IS NOT NULL) SELECT run_id FROM r WHERE run_id IS NOT NULL"
         )
         with_minutes = RawSQL(skip, [])  # noqa: S611
-        last = Case(When(Q(pk__in=with_minutes), then=last), default=None, output_field=DateTimeField())
+        shown = Case(When(Q(pk__in=with_minutes), then=last), default=None, output_field=DateTimeField())
         nothing = Value(None, output_field=TextField())
-        return recent | ~usable, [nothing, SqlDatetimeCell(last), SqlDecimalCell(F(usd)), SqlTextCell(F(kind)), nothing]
+        return recent | ~usable, [
+            nothing,
+            SqlDatetimeCell(shown),
+            SqlDecimalCell(F(usd)),
+            SqlTextCell(F(kind)),
+            nothing,
+        ]
 
     def __call__(self, run_ids: Sequence[int]) -> dict[int, list[object]]:
         runs = list(Run.objects.filter(pk__in=list(run_ids)).only("pk"))
         _, per_minute, last_at = _recent(runs, self.now)
-        out = {}
+        out: dict[int, list[object]] = {}
         for pk, (usd, kind, billed) in self.costs.of(run.pk for run in runs).items():
             points = per_minute.get(pk)
             out[pk] = [points[-1][1] if points else None, last_at.get(pk), usd, kind, billed]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from django.contrib.auth.models import Group, User
@@ -625,7 +625,7 @@ def _process_batch(batch_id: int) -> StoreResult | None:
     else:
         points = [MetricPoint(**dict(zip(METRIC_COLUMNS, row, strict=True))) for row in rows]
         for point in points:
-            point.ts = _ts(point.ts)
+            point.ts = _ts(cast(str, point.ts))  # the row's ISO text until parsed here
         result = store_metric_points(points)
     # Conditional update: when a redelivered task races the first, the first result stands.
     # The rows go with it: they are stored now, and a JSON copy kept here would outlive the

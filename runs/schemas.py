@@ -37,10 +37,11 @@ def _metric_value(value: Any) -> Any:
     return value
 
 
-def bounded(low: float, high: float) -> Any:
+def bounds(low: float, high: float) -> Any:
+    """An optional reading's bounds, as the metadata of `Annotated[float | None, bounds(low, high)]`."""
     # allow_inf_nan=False: pydantic-core refuses NaN and infinities itself, not a Python
     # validator called for every value of every row (11 fields x 10,000 rows a batch).
-    return Annotated[float | None, Field(default=None, ge=low, le=high, allow_inf_nan=False)]
+    return Field(default=None, ge=low, le=high, allow_inf_nan=False)
 
 
 # Nodes one run upsert may carry across all its attempts (the most one attempt may index).
@@ -158,27 +159,27 @@ class GpuSampleIn(BaseModel):
     host: str = Field(default="", max_length=255)
     gpu: int = Field(ge=0, le=255)
     ts: Timestamp
-    utilization_gpu: bounded(0, 100)
-    utilization_memory: bounded(0, 100)
+    utilization_gpu: Annotated[float | None, bounds(0, 100)]
+    utilization_memory: Annotated[float | None, bounds(0, 100)]
     memory_used_bytes: Annotated[int | None, Field(default=None, ge=0, le=2**50)]
     memory_total_bytes: Annotated[int | None, Field(default=None, ge=0, le=2**50)]
-    power_watts: bounded(0, 10_000)
-    power_limit_watts: bounded(0, 10_000)
-    temperature_c: bounded(-50, 200)
-    sm_clock_mhz: bounded(0, 100_000)
-    mem_clock_mhz: bounded(0, 100_000)
-    sm_active: bounded(0, 100)
-    tensor_active: bounded(0, 100)
+    power_watts: Annotated[float | None, bounds(0, 10_000)]
+    power_limit_watts: Annotated[float | None, bounds(0, 10_000)]
+    temperature_c: Annotated[float | None, bounds(-50, 200)]
+    sm_clock_mhz: Annotated[float | None, bounds(0, 100_000)]
+    mem_clock_mhz: Annotated[float | None, bounds(0, 100_000)]
+    sm_active: Annotated[float | None, bounds(0, 100)]
+    tensor_active: Annotated[float | None, bounds(0, 100)]
     throttle_reasons: Annotated[int | None, Field(default=None, ge=0, le=2**63 - 1)]
     ecc_corrected: Annotated[int | None, Field(default=None, ge=0, le=2**63 - 1)]
     ecc_uncorrected: Annotated[int | None, Field(default=None, ge=0, le=2**63 - 1)]
-    pcie_tx_kbps: bounded(0, 1e9)
-    pcie_rx_kbps: bounded(0, 1e9)
+    pcie_tx_kbps: Annotated[float | None, bounds(0, 1e9)]
+    pcie_rx_kbps: Annotated[float | None, bounds(0, 1e9)]
     processes: list[GpuProcessIn] | None = Field(default=None, max_length=1000)
     # NVLink, all links, KB/s (GPM NVLINK_TOTAL_*_PER_SEC x 1024); a B200's NVLink 5 tops out
     # near 900 GB/s each way, under 1e9 KB/s, so the bound is the PCIe fields' with headroom.
-    nvlink_tx_kbps: bounded(0, 1e10)
-    nvlink_rx_kbps: bounded(0, 1e10)
+    nvlink_tx_kbps: Annotated[float | None, bounds(0, 1e10)]
+    nvlink_rx_kbps: Annotated[float | None, bounds(0, 1e10)]
 
 
 class GpuSampleBatchIn(BaseModel):
@@ -199,14 +200,15 @@ def _typed_dict_field(name: str, info: Any) -> Any:
     return annotation if info.is_required() else NotRequired[Annotated[annotation, Field(default=info.default)]]
 
 
-GpuProcessRow = TypedDict(
+# Built from the models' fields at import, which mypy cannot read: the rows are typed by GpuSampleIn.
+GpuProcessRow = TypedDict(  # type: ignore[misc]
     "GpuProcessRow", {name: _typed_dict_field(name, info) for name, info in GpuProcessIn.model_fields.items()}
 )
 _SAMPLE_ROW_FIELDS = {name: _typed_dict_field(name, info) for name, info in GpuSampleIn.model_fields.items()}
 _SAMPLE_ROW_FIELDS["processes"] = NotRequired[
     Annotated[list[GpuProcessRow] | None, Field(default=None, max_length=1000)]
 ]
-GpuSampleRow = TypedDict("GpuSampleRow", _SAMPLE_ROW_FIELDS)
+GpuSampleRow = TypedDict("GpuSampleRow", _SAMPLE_ROW_FIELDS)  # type: ignore[misc]  # as GpuProcessRow
 GpuSampleBatchRows = TypedDict(  # noqa: UP013
     "GpuSampleBatchRows",
     {

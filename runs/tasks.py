@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from django.db import OperationalError
@@ -12,7 +13,7 @@ from runs import ingest
 
 # Batches are idempotent on natural keys, so a task whose worker died is safely re-run:
 # late acknowledgement plus reject-on-worker-lost puts it back on the queue.
-BATCH_TASK_OPTIONS = {
+BATCH_TASK_OPTIONS: dict[str, Any] = {
     "acks_late": True,
     "reject_on_worker_lost": True,
     "autoretry_for": (OperationalError,),
@@ -43,7 +44,7 @@ def requeue_pending_batches(older_than_seconds: int = 120) -> int:
 # Collectors: each pass is idempotent (natural keys, cursors saved after writes), so a pass
 # re-run after a lost worker is harmless. The modules are imported in the task body so a
 # worker starts even where a collector's optional client is not installed.
-COLLECT_OPTIONS = {
+COLLECT_OPTIONS: dict[str, Any] = {
     "acks_late": True,
     "reject_on_worker_lost": True,
     "autoretry_for": (OperationalError,),

@@ -13,7 +13,7 @@ from itertools import islice
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value
@@ -100,7 +100,7 @@ def filter_runs(runs: QuerySet[Run], data: dict) -> QuerySet[Run]:
 SWEEP_SIBLINGS = 50
 
 
-def sweep_of(run: Run, user: User) -> dict | None:
+def sweep_of(run: Run, user: User | AnonymousUser) -> dict | None:
     """The sweep a run is an iteration of: its id, name and the sibling iterations the user sees."""
     parameters = run.parameters if isinstance(run.parameters, dict) else {}
     sweep_id = str(parameters.get("sweep_run_id") or "")
@@ -126,7 +126,7 @@ def sweep_of(run: Run, user: User) -> dict | None:
 JOB_TASKS = 50
 
 
-def job_of(run: Run, user: User) -> dict | None:
+def job_of(run: Run, user: User | AnonymousUser) -> dict | None:
     """The job a GPU task's run belongs to (`jobs_records.split_gpu_tasks`): a row per GPU task.
 
     Each row is a task of the job the user sees, this run's included (marked): its task key,
@@ -280,9 +280,9 @@ def index_ordered(sort: str, filters: dict) -> bool:
 
 
 @login_required
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     form = RunFilterForm(request.GET or None, user=request.user)
-    runs = Run.objects.for_user(request.user).select_related("team", "user")
+    runs: QuerySet[Run] = Run.objects.for_user(request.user).select_related("team", "user")
     filters: dict = {}
     if form.is_bound:
         form.is_valid()
@@ -478,7 +478,7 @@ def run_log_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def run_log(request: HttpRequest, pk: int) -> HttpResponse:
+def run_log(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     """One node's log as text/plain: whole, or `grep -n` style with ?q=; ?download=1 attaches it.
 
     Streams chunk by chunk, so a multi-gigabyte log never sits in memory.
@@ -559,7 +559,7 @@ def _telemetry_request(request: HttpRequest, run: Run) -> dict | JsonResponse:
     """The checked parameters of a telemetry.json request, or the 400 naming what is wrong."""
     listed = request.GET.get("fields")
     legacy = listed is None  # ?field= alone: one per-GPU figure, as the page's first zoom asked
-    fields = [request.GET.get("field", "utilization_gpu")] if legacy else [f for f in listed.split(",") if f]
+    fields = [request.GET.get("field", "utilization_gpu")] if legacy else [f for f in (listed or "").split(",") if f]
     unknown = [f[:40] for f in fields if f not in charts.ROLLUP_FIELDS]
     if unknown or not fields or len(fields) > len(charts.ROLLUP_FIELDS):
         name = "fields" if not legacy else "field"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import cast
 
 import grimp
 from importlinter.application import output
@@ -76,7 +77,7 @@ class AcyclicModulesContract(Contract):
     packages = fields.ListField(subfield=fields.StringField())
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
-        prefixes = tuple(self.packages)  # type: ignore[arg-type]
+        prefixes = tuple(cast(list[str], self.packages))  # the field holds the parsed list
         modules = {m for m in graph.modules if m.split(".")[0] in prefixes}
         cycles = find_cycles(graph, modules)
         return ContractCheck(kept=not cycles, metadata={"cycles": cycles})
@@ -166,7 +167,7 @@ class NoPrivateImportsContract(Contract):
     packages = fields.ListField(subfield=fields.StringField())
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
-        found = private_imports(list(self.packages))  # type: ignore[arg-type]
+        found = private_imports(list(cast(list[str], self.packages)))
         return ContractCheck(kept=not found, metadata={"found": found})
 
     def render_broken_contract(self, check: ContractCheck) -> None:

@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dashboard.demo.constants import DEMO_PASSWORD_FILE, DEMO_USERNAME
@@ -28,7 +28,7 @@ MAX_RUNS_TRIED = 20
 VAR_DIR = Path(os.environ.get("AIRBOARD_VAR_DIR", Path(__file__).resolve().parent.parent / "var"))
 
 
-def _page_y(page: object, selector: str) -> float:
+def _page_y(page: Page, selector: str) -> float:
     """The element's top in page coordinates (a full-page clip's), whatever the page is scrolled to."""
     return page.locator(selector).first.evaluate("(e) => e.getBoundingClientRect().top + window.scrollY")
 

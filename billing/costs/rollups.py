@@ -161,19 +161,21 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
         figures.cache(breakdowns, as_of, book)
         for run in runs:
             dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
-            days = breakdowns[run.pk].days
-            if days:
-                spans[run.pk] = (days[0].day, days[-1].day)
-            for line in days:
-                if line.day not in wanted:
+            run_days = breakdowns[run.pk].days
+            if run_days:
+                spans[run.pk] = (run_days[0].day, run_days[-1].day)
+            for day_line in run_days:
+                if day_line.day not in wanted:
                     continue
-                key = (line.day, *dims)
+                key = (day_line.day, *dims)
                 counts[key] += 1
                 unpriced[key].update(dict.fromkeys(breakdowns[run.pk].unpriced_reasons))
                 for name in _LINE_AMOUNTS:
-                    sums[key][name].append(getattr(line, name))
+                    sums[key][name].append(getattr(day_line, name))
                 if keep is not None and run.pk in keep:
-                    baseline.append(AccrualBaseline(run_id=run.pk, day=line.day, as_of=as_of, **line_amounts(line)))
+                    baseline.append(
+                        AccrualBaseline(run_id=run.pk, day=day_line.day, as_of=as_of, **line_amounts(day_line))
+                    )
     rows = [
         CostDaily(
             day=key[0],
@@ -306,6 +308,7 @@ def touched_days(run_ids: Iterable[int], now: datetime) -> set[date]:
         for start, end in Attempt.objects.filter(run_id__in=chunk, started_at__isnull=False).values_list(
             "started_at", "ended_at"
         ):
+            assert start is not None  # started_at__isnull=False
             days.update(days_between(start, end or now))
         for up_days in cluster_days(_classic_clusters(chunk), now).values():
             days.update(up_days)

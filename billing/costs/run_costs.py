@@ -42,6 +42,7 @@ from billing.costs.serverless import (
     compute_key,
     estimate_costs_for_runs,
     no_region_reason,
+    started,
 )
 from billing.models import InstancePrice
 from billing.prices.money import (
@@ -333,8 +334,9 @@ def cluster_uptime(clusters: Iterable[Cluster], now: datetime | None = None) -> 
     spans: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
     member_ids = [run_id for rows in members.values() for run_id, _ in rows]
     rows = Attempt.objects.filter(run_id__in=member_ids, started_at__isnull=False)
-    for run_id, started, ended in rows.values_list("run_id", "started_at", "ended_at"):
-        spans[run_id].append((started, min(ended or as_of, as_of)))
+    for run_id, start, ended in rows.values_list("run_id", "started_at", "ended_at"):
+        assert start is not None  # started attempts only
+        spans[run_id].append((start, min(ended or as_of, as_of)))
 
     regions = {c.pk: c.region or next((r for _, r in members[c.pk] if r), "") for c in clusters}
     keys: set[tuple[str, str]] = set()
@@ -398,7 +400,7 @@ Interval = tuple[int, str, datetime, datetime, bool]
 
 def _attempt_intervals(run: Run, attempts: list[Attempt], as_of: datetime) -> list[Interval]:
     return [
-        (a.number, f"attempt {a.number}", a.started_at, billed_end(run, a.started_at, a.ended_at, as_of),
+        (a.number, f"attempt {a.number}", started(a), billed_end(run, started(a), a.ended_at, as_of),
          a.ended_at is None)
         for a in attempts
     ]  # fmt: skip
@@ -463,7 +465,7 @@ def breakdowns_for_runs(runs: Iterable[Run], now: datetime | None = None) -> dic
         elif run.source == RunSource.CLASSIC:
             nodes = _nodes(run)
             rate = combined_rate(None, prices.get((run.instance_type, run.region), []), nodes)
-            spans = [(a.started_at, billed_end(run, a.started_at, a.ended_at, as_of)) for a in attempts[run.pk]]
+            spans = [(started(a), billed_end(run, started(a), a.ended_at, as_of)) for a in attempts[run.pk]]
             lines = [line for start, end in spans for line in compute_cost(start, end, 1, rate)]
             classic_compute = _Classic(
                 billed_as=f"{nodes} x {run.instance_type}", region=run.region, lines=lines, runs=1, notes=(),
@@ -525,7 +527,10 @@ def gpu_hour_prices(runs: Iterable[Run], now: datetime | None = None) -> dict[in
     accelerator = accelerator_prices({k for r in runs if (k := compute_key(r.accelerator_type, r.region))})
     return {
         run.pk: _gpu_hour_price(
-            run, uptimes.get(run.cluster_id) if run.source == RunSource.CLASSIC else None, instance, accelerator
+            run,
+            uptimes.get(run.cluster_id) if run.source == RunSource.CLASSIC and run.cluster_id is not None else None,
+            instance,
+            accelerator,
         )
         for run in runs
     }
@@ -600,11 +605,11 @@ def _breakdown(
     day_idle_hours: dict[date, list[Decimal]] = defaultdict(list)
     interval_idle: dict[int, list[tuple[Decimal, Decimal]]] = defaultdict(list)
     unpriced_idle: list[Decimal] = []
-    for (number, day, price), count in groups.items():
+    for (number, day, usd_per_hour), count in groups.items():
         hours = idle_hours(count)
         with localcontext(EXACT):
-            usd = per_unit(hours * price, idle_rule.per) if price is not None else ZERO
-        if price is None:
+            usd = per_unit(hours * usd_per_hour, idle_rule.per) if usd_per_hour is not None else ZERO
+        if usd_per_hour is None:
             unpriced_idle.append(hours)
         day_idle[day].append(usd)
         day_idle_hours[day].append(hours)

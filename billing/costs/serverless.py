@@ -276,6 +276,12 @@ def compute_key(accelerator_type: str, region: str) -> tuple[str, str] | None:
 # --- Database-backed estimates ----------------------------------------------------------
 
 
+def started(attempt: Attempt) -> datetime:
+    """A billed attempt's start: billing reads started attempts only (`started_at__isnull=False`)."""
+    assert attempt.started_at is not None, f"attempt {attempt.pk} has not started"
+    return attempt.started_at
+
+
 def billed_end(run: Run, start: datetime, end: datetime | None, as_of: datetime) -> datetime:
     """Where an attempt's billing ends: its end, or `as_of` while it runs.
 
@@ -354,12 +360,13 @@ def _run_cost(
     attempt_costs = []
     for attempt in attempts:
         # An attempt without an end is still holding its GPUs (Attempt.billed_seconds agrees).
-        end = billed_end(run, attempt.started_at, attempt.ended_at, as_of)
-        lines = tuple(compute_cost(attempt.started_at, end, run.num_accelerators, periods))
+        start = started(attempt)
+        end = billed_end(run, start, attempt.ended_at, as_of)
+        lines = tuple(compute_cost(start, end, run.num_accelerators, periods))
         attempt_costs.append(
             AttemptCost(
                 number=attempt.number,
-                start=attempt.started_at,
+                start=start,
                 end=end,
                 running=attempt.ended_at is None,
                 hours=exact_sum(line.hours for line in lines),
@@ -420,8 +427,8 @@ def _day_lines(attempt_costs: list[AttemptCost], egress_lines: list[EgressLine])
         for line in attempt.lines:
             hours[line.day].append(line.accelerator_hours)
             compute[line.day].append(line.usd)
-    for line in egress_lines:
-        egress[utc(line.ts).date()].append(line.usd)
+    for egress_line in egress_lines:
+        egress[utc(egress_line.ts).date()].append(egress_line.usd)
     days = []
     for day in sorted(set(hours) | set(egress)):
         day_compute, day_egress = exact_sum(compute[day]), exact_sum(egress[day])

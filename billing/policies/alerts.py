@@ -98,6 +98,7 @@ def claim_alerts(status: PolicyStatus, now: datetime) -> list[BudgetAlert]:
     if not pairs:
         return []
     policy = status.policy
+    assert policy.budget_usd is not None  # crossed() finds thresholds only under a budget
     BudgetAlert.objects.bulk_create(
         [
             BudgetAlert(

@@ -353,10 +353,15 @@ def estimated_usd_per_hour(workload: Workload, region: str, now: datetime) -> De
 class Shaped(Protocol):
     """What the constraints read: a Workload before admission, or a Run already stored."""
 
-    accelerator_type: str
-    num_accelerators: int
-    timeout_minutes: int | None
-    max_retries: int
+    # Read-only members: a Workload's fields are frozen.
+    @property
+    def accelerator_type(self) -> str: ...
+    @property
+    def num_accelerators(self) -> int: ...
+    @property
+    def timeout_minutes(self) -> int | None: ...
+    @property
+    def max_retries(self) -> int: ...
 
 
 def constraint_violations(policy: UsagePolicy, workload: Shaped, region: str) -> list[Violation]:

@@ -160,6 +160,7 @@ def idle_streaks(
 def apply_idle_rule(policy: UsagePolicy, now: datetime) -> list[PolicyAction]:
     """Warn (once) a run idle for idle_warn_minutes; cancel (once) one idle for idle_cancel_minutes."""
     warn, cancel = policy.idle_warn_minutes, policy.idle_cancel_minutes
+    assert policy.idle_gpu_percent is not None  # the caller applies the rule only when it is set
     longest = max(m for m in (warn, cancel, 1) if m is not None)
     runs = {r.pk: r for r in budget.running_runs(policy, budget.covered_team_ids(policy))}
     if not runs:

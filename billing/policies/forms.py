@@ -7,7 +7,7 @@ import secrets
 from typing import Any
 
 from django import forms
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.contrib.auth.models import AnonymousUser, Group, User
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 
@@ -27,7 +27,7 @@ MAX_THRESHOLD = 1000
 MANAGE_POLICIES = "billing.manage_policies"
 
 
-def can_manage_policies(user: AbstractBaseUser | AnonymousUser) -> bool:
+def can_manage_policies(user: User | AnonymousUser) -> bool:
     """Policy admins: staff, or holders of the `billing.manage_policies` permission."""
     return access.sees_all_teams(user) or bool(user.is_authenticated and user.has_perm(MANAGE_POLICIES))
 
@@ -40,8 +40,8 @@ class CommaListField(forms.CharField):
             return ", ".join(str(v) for v in value)
         return value
 
-    def to_python(self, value: Any) -> list[str]:
-        text = super().to_python(value)
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]  # a CharField that cleans to a list
+        text = super().to_python(value) or ""
         return [part.strip() for part in text.split(",") if part.strip()]
 
 
@@ -119,7 +119,8 @@ class PolicyForm(forms.ModelForm):
         return value
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         percent, warn, cancel = (
             data.get("idle_gpu_percent"),
             data.get("idle_warn_minutes"),
@@ -153,7 +154,8 @@ class ChannelForm(forms.ModelForm):
         fields = ["kind", "target", "secret"]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         kind, target = data.get("kind"), (data.get("target") or "").strip()
         if kind == ChannelKind.EMAIL:
             for address in [a.strip() for a in target.split(",") if a.strip()] or [""]:

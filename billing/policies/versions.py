@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.contrib.auth.models import Group
+from django.db.models import Field
 from django.utils.text import capfirst
 
 from billing.choices import BudgetPeriod, SpentAction
@@ -41,7 +42,9 @@ CHOICES = {"period": BudgetPeriod, "action": SpentAction, "allowed_accelerator_t
 
 def setting_label(name: str) -> str:
     """A policy setting as the form and the admin name it: its model field's verbose name."""
-    return str(capfirst(UsagePolicy._meta.get_field(name).verbose_name))
+    field = UsagePolicy._meta.get_field(name)
+    assert isinstance(field, Field)  # a setting is a column of the policy, not a relation's reverse side
+    return str(capfirst(field.verbose_name))
 
 
 def _choice(name: str, value: Any) -> str:

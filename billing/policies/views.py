@@ -8,9 +8,11 @@ page never tells whether another team's policy exists.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
@@ -132,7 +134,7 @@ def _detail_csv(request: HttpRequest, policy: UsagePolicy, table: str, show_erro
     """The policy page's logs, whole: alerts fired, deliveries (targets already redacted), actions."""
     if table == "deliveries":
         deliveries = policy.deliveries.order_by("-at", "-pk")
-        rows = [
+        rows: list[tuple[object, ...]] = [
             (d.at, d.get_channel_kind_display(), d.target, d.get_status_display(), d.status_code, d.attempts, error)
             for d in deliveries
             for error in [d.error if show_errors else ""]
@@ -172,7 +174,9 @@ def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             saved = form.save()
-            version = budget.record_version(saved, request.user, note="created" if policy is None else "edited")
+            version = budget.record_version(
+                saved, cast(User, request.user), note="created" if policy is None else "edited"
+            )
         if version is None:
             messages.info(request, "Nothing changed.")
         else:
@@ -207,7 +211,7 @@ def policy_rollback(request: HttpRequest, pk: int, number: int) -> HttpResponse:
         ctx = {"policy": policy, "version": version, "changes": versions.rollback_changes(policy, version),
                "confirm": CONFIRM, "current": "policy_list"}  # fmt: skip
         return render(request, "billing/policy_rollback.html", ctx)
-    new = budget.rollback(policy, version, request.user)
+    new = budget.rollback(policy, version, cast(User, request.user))
     if new is None:
         messages.info(request, f"The policy already matches version {number}.")
     else:

@@ -39,7 +39,7 @@ from billing.choices import PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
 from billing.prices import history
 from dashboard import regions
-from dashboard.csv_export import unescape, write_csv
+from dashboard.csv_export import TextSink, unescape, write_csv
 from runs.choices import AcceleratorType
 
 DEFAULT_PRICE_FILE = Path(__file__).resolve().parent.parent / "data" / "default_prices.csv"
@@ -65,7 +65,7 @@ _INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # The model's DecimalField(max_digits=12, decimal_places=6).
 _MAX_DECIMALS = 6
 _MAX_PRICE = Decimal(10) ** (12 - _MAX_DECIMALS)
-_SOURCE_MAX = AcceleratorPrice._meta.get_field("source").max_length
+_SOURCE_MAX: int = AcceleratorPrice._meta.get_field("source").max_length  # type: ignore[assignment]  # a CharField's, set
 
 
 class PriceTable(StrEnum):
@@ -152,7 +152,8 @@ def _parse_price(name: str, value: str) -> Decimal:
         raise ValueError(f"{name} {value!r} is not a number") from None
     if not price.is_finite() or price < 0:
         raise ValueError(f"{name} {value!r} must be a finite number >= 0")
-    if price.normalize().as_tuple().exponent < -_MAX_DECIMALS:
+    exponent = price.normalize().as_tuple().exponent  # an int: the price is finite
+    if isinstance(exponent, int) and exponent < -_MAX_DECIMALS:
         raise ValueError(f"{name} {value!r} has more than {_MAX_DECIMALS} decimal places")
     if price >= _MAX_PRICE:
         raise ValueError(f"{name} {value!r} is too large (must be below {_MAX_PRICE})")
@@ -200,7 +201,7 @@ def _parse_row(line: int, raw: dict[str | None, Any]) -> _Row:
         if kind not in PriceKind.values:
             raise ValueError(f"price_kind {kind!r} must be 'list' or 'negotiated'")
         price = _parse_price("usd_per_hour", row["usd_per_hour"])
-        key = (row["accelerator_type"], row["region"], kind, effective_from)
+        key: tuple[Any, ...] = (row["accelerator_type"], row["region"], kind, effective_from)
         return _Row(line, PriceTable.ACCELERATOR, key, {"usd_per_hour": price}, row["source"])
 
     if row["kind"] == PriceTable.INSTANCE:
@@ -321,8 +322,9 @@ def load_price_csv(
         return result
 
     with transaction.atomic():
-        existing = {
-            kind: {tuple(getattr(p, f) for f in spec.key): p for p in spec.model.objects.all()}
+        # Per kind, its price rows (the kind's model: fields read by name) by natural key.
+        existing: dict[PriceTable, dict[tuple[Any, ...], Any]] = {
+            kind: {tuple(getattr(p, f) for f in spec.key): p for p in spec.model._default_manager.all()}
             for kind, spec in SPECS.items()
         }
         new: dict[PriceTable, list[models.Model]] = {kind: [] for kind in PriceTable}
@@ -363,9 +365,9 @@ def load_price_csv(
         for kind, spec in SPECS.items():
             # ignore_conflicts: a concurrent load of the same file must not fail on the natural
             # key; the loser's "added" count is then an overstatement, which is harmless.
-            spec.model.objects.bulk_create(new[kind], ignore_conflicts=True)
+            spec.model._default_manager.bulk_create(new[kind], ignore_conflicts=True)
             if changed[kind]:
-                spec.model.objects.bulk_update([obj for obj, _ in changed[kind]], [*spec.prices, "source"])
+                spec.model._default_manager.bulk_update([obj for obj, _ in changed[kind]], [*spec.prices, "source"])
         _record_history(new, changed, user, note)
         result.added = sum(len(objs) for objs in new.values())
         result.updated = sum(len(objs) for objs in changed.values())
@@ -385,7 +387,7 @@ def _record_history(
     for kind, spec in SPECS.items():
         if new[kind]:
             wanted = {tuple(getattr(obj, f) for f in spec.key) for obj in new[kind]}
-            stored = spec.model.objects.filter(effective_from__in={key[-1] for key in wanted})
+            stored = spec.model._default_manager.filter(effective_from__in={key[-1] for key in wanted})
             entries += [(obj, None) for obj in stored if tuple(getattr(obj, f) for f in spec.key) in wanted]
         entries += changed[kind]
     history.record_many(entries, user, note)
@@ -411,7 +413,7 @@ def _format_price(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
-def export_price_csv(file: IO[str]) -> int:
+def export_price_csv(file: TextSink) -> int:
     """Write the whole price book to `file` in the load format; returns the rows written.
 
     Through the one CSV writer (dashboard/csv_export.py): a `source` note such as
@@ -428,18 +430,18 @@ def export_price_csv(file: IO[str]) -> int:
                 "effective_from": _format_effective_from(p.effective_from),
                 "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
             })  # fmt: skip
-        for p in EgressPrice.objects.order_by("source_region", "destination_region", "effective_from"):
-            processing = _format_price(p.usd_per_gb_processing) if p.usd_per_gb_processing else ""
+        for e in EgressPrice.objects.order_by("source_region", "destination_region", "effective_from"):
+            processing = _format_price(e.usd_per_gb_processing) if e.usd_per_gb_processing else ""
             yield row(PriceTable.EGRESS, {
-                "source_region": p.source_region, "destination_region": p.destination_region,
-                "effective_from": _format_effective_from(p.effective_from), "usd_per_gb": _format_price(p.usd_per_gb),
-                "usd_per_gb_processing": processing, "source": p.source,
+                "source_region": e.source_region, "destination_region": e.destination_region,
+                "effective_from": _format_effective_from(e.effective_from), "usd_per_gb": _format_price(e.usd_per_gb),
+                "usd_per_gb_processing": processing, "source": e.source,
             })  # fmt: skip
-        for p in InstancePrice.objects.order_by("instance_type", "region", "effective_from"):
+        for i in InstancePrice.objects.order_by("instance_type", "region", "effective_from"):
             yield row(PriceTable.INSTANCE, {
-                "instance_type": p.instance_type, "region": p.region,
-                "effective_from": _format_effective_from(p.effective_from),
-                "usd_per_hour": _format_price(p.usd_per_hour), "source": p.source,
+                "instance_type": i.instance_type, "region": i.region,
+                "effective_from": _format_effective_from(i.effective_from),
+                "usd_per_hour": _format_price(i.usd_per_hour), "source": i.source,
             })  # fmt: skip
 
     return write_csv(file, COLUMNS, rows(), lineterminator="\n")

@@ -118,7 +118,8 @@ def billed_by(usage: QuerySet[BilledUsage], fields: tuple[str, ...], as_of: date
     """`billed_spend` per value tuple of `fields` (ORM paths such as "run__team_id"); one query."""
     if connection.vendor == "postgresql":
         grouped = usage.values(*fields).annotate(**SUMS).order_by()
-        return {tuple(row[f] for f in fields): _from_sums(row, as_of) for row in grouped}
+        # A group has records, so a spend (never None).
+        return {tuple(row[f] for f in fields): spend for row in grouped if (spend := _from_sums(row, as_of))}
     rows: dict[tuple, list[tuple[date, Decimal | None]]] = defaultdict(list)
     width = len(fields)
     for values in usage.values_list(*fields, "usage_date", "billed_usd").iterator(chunk_size=5000):

@@ -286,8 +286,8 @@ def _price(records: list[BilledUsage]) -> None:
     """Set price_per_unit and billed_usd from the list price in force at each usage start."""
     skus = {r.sku_name for r in records}
     prices: dict[str, list[BillingListPrice]] = defaultdict(list)
-    for price in BillingListPrice.objects.filter(sku_name__in=skus):
-        prices[price.sku_name].append(price)
+    for listed in BillingListPrice.objects.filter(sku_name__in=skus):
+        prices[listed.sku_name].append(listed)
     for record in records:
         price = price_in_force(prices[record.sku_name], record.usage_start_time)
         if price is None:
@@ -325,7 +325,7 @@ def link_clusters() -> int:
     loose = list(BilledUsage.objects.filter(cluster__isnull=False, run__isnull=True))
     if not loose:
         return changed
-    spans: dict[int, list[tuple[int, datetime, datetime | None]]] = defaultdict(list)
+    spans: dict[int | None, list[tuple[int, datetime, datetime | None]]] = defaultdict(list)
     attempts = Attempt.objects.filter(
         run__cluster_id__in={r.cluster_id for r in loose},
         run__source=RunSource.CLASSIC,
@@ -336,6 +336,7 @@ def link_clusters() -> int:
     for cluster_pk, run_pk, started, ended in attempts.values_list(
         "run__cluster_id", "run_id", "started_at", "ended_at"
     ):
+        assert started is not None  # started_at__isnull=False
         spans[cluster_pk].append((run_pk, started, ended))
     for record in loose:
         runs = {
@@ -550,6 +551,7 @@ def pool_shares(run_ids: Iterable[int]) -> dict[int, Decimal]:
     for run_id, start, end in Attempt.objects.filter(run_id__in=all_runs, started_at__isnull=False).values_list(
         "run_id", "started_at", "ended_at"
     ):
+        assert start is not None  # started_at__isnull=False
         windows[run_id].append((start, end or now))
     shares: dict[int, list[Decimal]] = defaultdict(list)
     pool_rows = BilledUsage.objects.filter(ai_runtime_pool_id__in=pools, run__isnull=True, billed_usd__isnull=False)

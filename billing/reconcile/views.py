@@ -7,10 +7,12 @@ Scoped like the cost pages: a user sees their teams' runs; billed records linked
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -29,12 +31,13 @@ class ReconcileFilterForm(forms.Form):
     end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
     team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="all my teams")
 
-    def __init__(self, *args: object, teams: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, teams: QuerySet[Group], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = teams
+        cast(forms.ModelChoiceField, self.fields["team"]).queryset = teams
 
     def clean(self) -> dict:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("start") and data.get("end") and data["start"] > data["end"]:
             self.add_error("end", "The range ends before it starts.")
         return data

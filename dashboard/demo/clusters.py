@@ -159,25 +159,28 @@ def write_demo_clusters(now: datetime) -> dict[str, int]:
     ClusterEvent.objects.bulk_create(events)
 
     minutes: list[GpuMinute] = []
-    for plan in RUNS:
-        start = now - timedelta(hours=plan.started_hours_ago)
-        end = start + timedelta(hours=plan.ran_hours) if plan.ran_hours is not None else None
-        cluster = clusters.get(plan.cluster) if plan.cluster else None
-        fields = {"status": RunStatus.SUCCEEDED, "region": cluster.region if cluster else "us-west-2"} | plan.fields
-        if cluster is not None:
-            fields["instance_type"] = cluster.node_type_id
+    for spec in RUNS:
+        start = now - timedelta(hours=spec.started_hours_ago)
+        end = start + timedelta(hours=spec.ran_hours) if spec.ran_hours is not None else None
+        run_cluster = clusters.get(spec.cluster) if spec.cluster else None
+        fields = {
+            "status": RunStatus.SUCCEEDED,
+            "region": run_cluster.region if run_cluster else "us-west-2",
+        } | spec.fields
+        if run_cluster is not None:
+            fields["instance_type"] = run_cluster.node_type_id
         run = Run.objects.create(
-            team=teams[plan.team], external_id=RUN_PREFIX + plan.slug, experiment_name=f"/Workspace/demo/{plan.slug}",
-            submitted_at=start - timedelta(minutes=3), started_at=start, ended_at=end, cluster=cluster,
-            creator=f"{plan.team}-lead@demo.airboard.example", is_demo=True, **fields,
+            team=teams[spec.team], external_id=RUN_PREFIX + spec.slug, experiment_name=f"/Workspace/demo/{spec.slug}",
+            submitted_at=start - timedelta(minutes=3), started_at=start, ended_at=end, cluster=run_cluster,
+            creator=f"{spec.team}-lead@demo.airboard.example", is_demo=True, **fields,
         )  # fmt: skip
         attempt = Attempt.objects.create(run=run, number=1, status=run.status, started_at=start, ended_at=end)
         node = Node.objects.create(attempt=attempt, index=0, host="10.12.0.1", status=run.status)
-        LogChunk.objects.create(node=node, seq=0, text=plan.log, line_count=plan.log.count("\n"))
+        LogChunk.objects.create(node=node, seq=0, text=spec.log, line_count=spec.log.count("\n"))
         at = start.replace(second=0, microsecond=0) + timedelta(minutes=1)
-        for count, util in plan.minutes:
+        for count, util in spec.minutes:
             for _ in range(count):
-                for gpu in range(plan.gpus):
+                for gpu in range(spec.gpus):
                     minutes.append(GpuMinute(
                         run=run, node=node, gpu_index=gpu, minute=at, samples=60, utilization_gpu_min=util,
                         utilization_gpu_avg=util, utilization_gpu_max=util,

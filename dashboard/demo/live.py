@@ -109,6 +109,7 @@ class _Live:
     nodes: list[Node]
     curve: TrainingCurve
     family: str
+    started: datetime  # the attempt's start (a live attempt has started)
 
 
 def _advance(run: Run, now: datetime, rng: random.Random, result: TickResult, queue: str | None) -> None:
@@ -124,7 +125,7 @@ def _advance(run: Run, now: datetime, rng: random.Random, result: TickResult, qu
     if run.external_id.startswith(ADVICE_RUN_PREFIX):
         return
     # A run that has trained all its steps succeeds; any other may end now (a quarter fail).
-    done = live.curve.step_at((now - live.attempt.started_at).total_seconds()) >= live.curve.total_steps
+    done = live.curve.step_at((now - live.started).total_seconds()) >= live.curve.total_steps
     if done or rng.random() < 1.0 / MEAN_REMAINING_MINUTES:
         failure = None
         if not done and rng.random() < FAIL_SHARE:
@@ -146,7 +147,7 @@ def _live(run: Run, now: datetime) -> _Live | None:
     # The run's own curve, the one the seed drew its metrics and logs from (a function of the
     # run's row): the live points continue the seeded ones, same steps, loss and schedule.
     curve = run_curve(run.external_id, experiment, run.accelerator_type, run.num_accelerators)
-    return _Live(run, attempt, nodes, curve, experiment.family)
+    return _Live(run, attempt, nodes, curve, experiment.family, attempt.started_at)
 
 
 def _push_samples(live: _Live, now: datetime, queue: str | None) -> int:
@@ -164,20 +165,20 @@ def _push_samples(live: _Live, now: datetime, queue: str | None) -> int:
         last = extent[1] + timedelta(seconds=1)
     else:  # the seconds the seed's last minute rollup covers (from the minute's start)
         minute = GpuMinute.objects.filter(run=run).order_by("-minute").values_list("minute", "samples").first()
-        last = minute[0] + timedelta(seconds=min(60, minute[1])) if minute else live.attempt.started_at
-    window_start = max(last, live.attempt.started_at, now - CATCH_UP)
+        last = minute[0] + timedelta(seconds=min(60, minute[1])) if minute else live.started
+    window_start = max(last, live.started, now - CATCH_UP)
     if window_start >= now:
         return 0
     gpus = max(1, min(run.gpus_per_node, run.num_accelerators))
     # The seed's activity for the attempt (memory, eval and checkpoint phases), up to now.
-    activity = Activity.for_attempt(run.external_id, live.attempt.number, live.attempt.started_at, now, None)
+    activity = Activity.for_attempt(run.external_id, live.attempt.number, live.started, now, None)
     rows: list[list[Any]] = []
     for node in live.nodes:
         rng = rng_for(SEED, "samples", run.external_id, node.index, window_start.isoformat())
         skew = node_skew(run.external_id, node.index)
         for gpu, ts, fields in raw_samples(rng, profile, activity, window_start, gpus, skew):
             values = dict(fields)
-            busy = values["utilization_gpu"] / 100.0
+            busy = (values["utilization_gpu"] or 0) / 100.0
             # PCIe: the host feeding the GPU (dataloader, checkpoints), in KB/s as NVML reports it.
             values["pcie_tx_kbps"] = int(busy * rng.uniform(180_000, 260_000))
             values["pcie_rx_kbps"] = int(busy * rng.uniform(900_000, 1_400_000))
@@ -200,9 +201,7 @@ def _push_metrics(live: _Live, now: datetime, queue: str | None) -> tuple[int, i
     after = MetricPoint.objects.filter(run=run).aggregate(step=Max("step"))["step"] or 0
     rng = rng_for(SEED, "metrics", run.external_id, after)
     points = [
-        p
-        for p in metric_points(rng, live.curve, live.attempt.started_at, now, None)
-        if p.step > after and p.value is not None
+        p for p in metric_points(rng, live.curve, live.started, now, None) if p.step > after and p.value is not None
     ]
     if not points:
         return after, 0
@@ -223,7 +222,7 @@ def _context(live: _Live, now: datetime, status: str, failure: str | None, node:
         hosts=tuple(n.host or f"node-{n.index}" for n in live.nodes),
         node_index=node.index,
         attempt=live.attempt.number,
-        start=live.attempt.started_at,
+        start=live.started,
         end=now,
         status=status,
         failure=failure,
@@ -269,7 +268,7 @@ def _finish(live: _Live, now: datetime, failure: str | None, rng: random.Random)
             alloc=rng.choice((1.0, 2.0, 4.0, 8.0)),
             rank=failed_node * max(1, run.gpus_per_node),
             host=live.nodes[failed_node].host,
-            step=live.curve.step_at((now - live.attempt.started_at).total_seconds()),
+            step=live.curve.step_at((now - live.started).total_seconds()),
         )
     nodes = [
         {

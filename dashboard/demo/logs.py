@@ -309,6 +309,7 @@ def _tail(rng: random.Random, ctx: LogContext) -> list[str]:
     prefix = f"[rank{ctx.failed_rank}]: " if ctx.distributed else ""
     # PyTorch prefixes a rank's Python output with "[rankN]: " and its C++ log lines with "[rankN]:";
     # kernel lines (dmesg, "[ 8123.456789] ...") come from the host, not from a rank.
+    assert ctx.failure is not None  # only a failing node's log has a tail
     child = [
         line if KERNEL_LINE.match(line) else (prefix.rstrip() if line.startswith("[") else prefix) + line
         for line in _ERRORS[ctx.failure](rng, ctx)

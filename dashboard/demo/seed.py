@@ -14,8 +14,10 @@ region than the team's workspace, and a handful of runs queued or running right 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import yaml
 
@@ -27,6 +29,7 @@ from runs.choices import GPUS_PER_NODE, AcceleratorType, Region, RunSource, RunS
 A10, H100, H100_8, B300_8 = (str(t.value) for t in AcceleratorType)
 S, F, C, T = RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT
 HOUR = 3600
+K = TypeVar("K")
 DAYS = 90
 DEMO_EMAIL_DOMAIN = "demo.airboard.example"
 ADMIN_USERNAME = "admin"
@@ -55,7 +58,7 @@ PEOPLE = {
     "judy": ("Judy", "Okafor"), ADMIN_USERNAME: ("Platform", "Admin"),
 }  # fmt: skip
 # Internal subnets per region, for node addresses like 10.12.3.45.
-SUBNETS = {Region.US_WEST_2: 12, Region.US_WEST_1: 14, Region.US_EAST_1: 20, Region.US_EAST_2: 22,
+SUBNETS: dict[str, int] = {Region.US_WEST_2: 12, Region.US_WEST_1: 14, Region.US_EAST_1: 20, Region.US_EAST_2: 22,
            Region.CA_CENTRAL_1: 30, Region.SA_EAST_1: 40}  # fmt: skip
 
 
@@ -74,12 +77,12 @@ class Experiment:
     shapes: tuple[tuple[str, float], ...]
     hours: float  # median duration of a full run
     loss: tuple[float, float]  # start and end of the training loss
-    params: tuple[tuple[str, object], ...]
+    params: tuple[tuple[str, str | int | float], ...]
     repo: str
 
 
 def _exp(team: str, slug: str, shared: bool, shapes: dict[str, float], hours: float, loss: tuple[float, float],
-         repo: str, **params: object) -> Experiment:  # fmt: skip
+         repo: str, **params: str | int | float) -> Experiment:  # fmt: skip
     family = {"vision": "vision", "nlp": "nlp", "speech": "speech"}[team]
     return Experiment(team, slug, family, shared, tuple(shapes.items()), hours, loss, tuple(params.items()), repo)
 
@@ -181,7 +184,7 @@ class RunPlan:
     timeout_minutes: int | None
     max_retries: int
     usage_policy_name: str
-    parameters: dict[str, object]
+    parameters: dict[str, Any]
     workload_yaml: str
     curve: TrainingCurve
     attempts: list[AttemptPlan]
@@ -226,7 +229,7 @@ SCENARIOS = (
 )  # fmt: skip
 
 
-def rng_for(seed: int, *labels: object) -> random.Random:
+def rng_for(seed: int | str, *labels: object) -> random.Random:
     """A generator for one purpose: string seeds hash with SHA-512, stable across processes."""
     return random.Random(":".join(map(str, (seed, *labels))))
 
@@ -268,8 +271,8 @@ def _submission_time(rng: random.Random, now: datetime) -> datetime:
     return ts
 
 
-def _pick(rng: random.Random, weighted: dict | tuple) -> object:
-    items = list(weighted.items()) if isinstance(weighted, dict) else list(weighted)
+def _pick(rng: random.Random, weighted: Mapping[K, float] | Iterable[tuple[K, float]]) -> K:
+    items = list(weighted.items()) if isinstance(weighted, Mapping) else list(weighted)
     return rng.choices([k for k, _ in items], weights=[w for _, w in items])[0]
 
 
@@ -292,8 +295,8 @@ def _plan_run(
     elif region and any(t.home_region == region for t in TEAMS):
         exp = rng.choice([e for e in EXPERIMENTS if _team(e.team).home_region == region])
     else:
-        team = _pick(rng, {t.name: t.weight for t in TEAMS})
-        exp = rng.choice([e for e in EXPERIMENTS if e.team == team])
+        team_name = _pick(rng, {t.name: t.weight for t in TEAMS})
+        exp = rng.choice([e for e in EXPERIMENTS if e.team == team_name])
     team = _team(exp.team)
     username = rng.choice(team.members[:1] * 2 + team.members)  # the first member runs the most
     shape = scenario.shape if scenario else shape or _pick(rng, exp.shapes)
@@ -496,13 +499,15 @@ def _timeline(
             attempt.oom_alloc_gib = rng.choice(OOM_ALLOCATIONS)
             attempt.exit_code = FAILURES[kind].exit_code
         else:
-            attempt.exit_code = {S: 0, C: 143, T: 143}[status]
+            exit_codes: dict[str, int] = {S: 0, C: 143, T: 143}
+            attempt.exit_code = exit_codes[status]
         for index in range(nodes):
             failed_here = attempt.failure is not None and index == attempt.failed_node
             code = attempt.exit_code if failed_here or attempt.failure is None else 143  # the others get SIGTERM
             attempt.nodes.append(NodePlan(index, _host(rng, region), attempt.status, code))
         if attempt.status == RunStatus.RUNNING:
             break
+        assert attempt.ended_at is not None  # every attempt but a running one has ended
         ts = attempt.ended_at + timedelta(seconds=rng.uniform(40, 180))
     return attempts
 
@@ -583,6 +588,7 @@ def _egress(rng: random.Random, run: RunPlan) -> list[tuple[str, str, int, datet
     """Cross-region data: the dataset pulled at the start, checkpoints written home at the end."""
     gib = 1024**3
     size = rng.uniform(20, 900) if run.num_accelerators >= 8 else rng.uniform(1, 120)
+    assert run.started_at is not None  # _plan_run asks only for a started run's
     records = [(run.home_region, run.region, int(size * gib), run.started_at + timedelta(minutes=2))]
     if run.ended_at:
         records.append((run.region, run.home_region, int(rng.uniform(0.5, 60) * gib), run.ended_at))

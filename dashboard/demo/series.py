@@ -299,7 +299,7 @@ def minute_rollups(
             links = [nvlink_kbps(profile, u, pf, gpus) for u, (_, _, pf) in zip(utils, probes, strict=True)]
             if all(link is not None for link in links):
                 for i, name in enumerate(("nvlink_tx_kbps", "nvlink_rx_kbps")):
-                    values = [link[i] for link in links]
+                    values = [link[i] for link in links if link is not None]  # all are
                     gpm |= {f"{name}_min": min(values), f"{name}_avg": round(sum(values) / 4, 1),
                             f"{name}_max": max(values)}  # fmt: skip
             yield (

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from django.contrib.auth.hashers import get_hasher, make_password
 from django.contrib.auth.models import Group, User
@@ -257,7 +258,7 @@ def _people(clock: PhaseClock) -> tuple[dict[str, Group], dict[str, User | None]
 
 def _write_runs(
     plan: DemoPlan, groups: dict[str, Group], users: dict[str, User | None]
-) -> dict[tuple[str, int, int], int]:
+) -> dict[tuple[int, int, int], int]:
     """Runs, attempts and nodes; sets each RunPlan's pk and returns node ids by (run, attempt, index)."""
     rows = [
         Run(
@@ -314,7 +315,12 @@ def _end(attempt: AttemptPlan, now: datetime) -> datetime:
     return attempt.ended_at or now
 
 
-def _write_logs(plan: DemoPlan, runs: list[RunPlan], node_ids: dict[tuple[str, int, int], int]) -> int:
+def _start(attempt: AttemptPlan) -> datetime:
+    assert attempt.started_at is not None, "only a started attempt has telemetry"
+    return attempt.started_at
+
+
+def _write_logs(plan: DemoPlan, runs: list[RunPlan], node_ids: dict[tuple[int, int, int], int]) -> int:
     """Every node of every attempt of the given runs: a few chunks each, seq from 0."""
     chunks: list[LogChunk] = []
     for run in runs:
@@ -353,7 +359,7 @@ def _insert(model: type[Model], rows: list[dict[str, object]]) -> None:
         return
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     table = connection.ops.quote_name(model._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    columns = ", ".join(connection.ops.quote_name(cast(str, f.column)) for f in fields)  # concrete: a column each
     sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608 - names from _meta
     # A field a row does not name gets its model default, as bulk_create would give it.
     adapters = [(f.attname, _adapter(f), f.get_default()) for f in fields]
@@ -362,7 +368,9 @@ def _insert(model: type[Model], rows: list[dict[str, object]]) -> None:
     with connection.cursor() as cursor:
         for start in range(0, len(rows), 10 * BATCH):
             batch = rows[start : start + 10 * BATCH]
-            params = [[adapt(row.get(name, default)) for name, adapt, default in adapters] for row in batch]
+            params: list[list[Any]] = [
+                [adapt(row.get(name, default)) for name, adapt, default in adapters] for row in batch
+            ]
             cursor.executemany(sql, params)
             if bar is not None:
                 bar.advance(len(batch))
@@ -370,7 +378,7 @@ def _insert(model: type[Model], rows: list[dict[str, object]]) -> None:
         bar.close()
 
 
-def _adapter(field: DjangoField) -> Callable[[object], object]:
+def _adapter(field: DjangoField) -> Callable[[Any], object]:
     if field.get_internal_type() == "DateTimeField":
         return connection.ops.adapt_datetimefield_value
     return _same
@@ -396,12 +404,12 @@ def _write_metrics(plan: DemoPlan, runs: list[RunPlan]) -> int:
 
 def _activity(plan: DemoPlan, run: RunPlan, attempt: AttemptPlan) -> Activity:
     return Activity.for_attempt(
-        run.external_id, attempt.number, attempt.started_at, _end(attempt, plan.now), attempt.failure
+        run.external_id, attempt.number, _start(attempt), _end(attempt, plan.now), attempt.failure
     )
 
 
 def _write_samples(
-    plan: DemoPlan, size: DemoSize, node_ids: dict[tuple[str, int, int], int]
+    plan: DemoPlan, size: DemoSize, node_ids: dict[tuple[int, int, int], int]
 ) -> tuple[dict[int, datetime], int]:
     """1 Hz samples for the newest live or just-finished runs (a just-OOMed one first).
 
@@ -423,7 +431,7 @@ def _write_samples(
         gpus = run.gpus_per_node
         seconds = min(RAW_WINDOW.total_seconds(), left // (len(chosen) - i) // (gpus * len(attempt.nodes)))
         # Start on a minute boundary, so the rollups written directly end where these begin.
-        start = _ceil_minute(max(attempt.started_at, end - timedelta(seconds=seconds)))
+        start = _ceil_minute(max(_start(attempt), end - timedelta(seconds=seconds)))
         if start >= end:
             continue
         activity = _activity(plan, run, attempt)
@@ -444,7 +452,7 @@ def _write_samples(
 
 
 def _write_rollups(
-    plan: DemoPlan, size: DemoSize, node_ids: dict[tuple[str, int, int], int], raw_from: dict[int, datetime]
+    plan: DemoPlan, size: DemoSize, node_ids: dict[tuple[int, int, int], int], raw_from: dict[int, datetime]
 ) -> int:
     """Minute rollups for the newest runs' last attempt, every node over the same span, written directly.
 
@@ -468,7 +476,7 @@ def _write_rollups(
         else:
             minutes = left // (len(runs) - i) // width
         stop = raw_from.get(run.pk, _end(attempt, plan.now))
-        first = max(attempt.started_at.replace(second=0), stop - timedelta(minutes=minutes))
+        first = max(_start(attempt).replace(second=0), stop - timedelta(minutes=minutes))
         if minutes < 1 or first >= stop:
             continue
         activity = _activity(plan, run, attempt)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, localcontext
+from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Mod
@@ -402,7 +403,8 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
     and binding and planning their ids was a third of the advice page's time).
     """
     evidence = Evidence(now=now)
-    ids: QuerySet[Run] | list[int] = run_query.values("pk") if run_query is not None else [r.pk for r in runs]
+    # A subquery or the ids: either is what `__in` takes.
+    ids: Iterable[Any] = run_query.values("pk") if run_query is not None else [r.pk for r in runs]
     cluster_ids = [c.pk for c in clusters]
     # The log phrases ingest noted (runs/failures/logphrases.py): rows per run and kind, never the logs' text.
     catch_up()
@@ -416,7 +418,7 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
         .distinct()
     ):
         evidence.cluster_log_hits[kind].add(cluster_id)
-    multi = (
+    multi: Iterable[Any] = (
         run_query.filter(num_accelerators__gt=1).values("pk")
         if run_query is not None
         else [r.pk for r in runs if r.num_accelerators > 1]
@@ -425,7 +427,8 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
     rows = RunUtilization.objects.filter(run_id__in=multi, gpu_minutes__gt=0).values_list(
         "run_id", "gpu_minutes", "utilization_sum"
     )
-    evidence.mean_util = {pk: (mean_utilization(n, total), n) for pk, n, total in rows}
+    # gpu_minutes > 0, so every mean is a number.
+    evidence.mean_util = {pk: (mean, n) for pk, n, total in rows if (mean := mean_utilization(n, total)) is not None}
     counts = Run.objects.filter(cluster_id__in=cluster_ids).values("cluster_id").annotate(n=Count("id"))
     evidence.cluster_runs = {row["cluster_id"]: row["n"] for row in counts}
     texts: dict[int, list[str]] = defaultdict(list)
@@ -437,8 +440,8 @@ def gather(runs: list[Run], clusters: list[Cluster], now: datetime, run_query: Q
         texts[cluster_id].append(f"{yaml_text}\n{json.dumps(params or {}, sort_keys=True)}")
     evidence.cluster_texts = {pk: "\n".join(parts) for pk, parts in texts.items()}
     if run_query is not None:  # the runs are not loaded yet: the low ones are those of the summaries
-        low = [pk for pk, (mean, _) in evidence.mean_util.items() if mean is not None and mean < LOW_UTIL_PERCENT]
-        low = list(Run.objects.filter(pk__in=low)) if low else []
+        low_ids = [pk for pk, (mean, _) in evidence.mean_util.items() if mean is not None and mean < LOW_UTIL_PERCENT]
+        low = list(Run.objects.filter(pk__in=low_ids)) if low_ids else []
     else:
         low = [r for r in runs if r.pk in evidence.mean_util and evidence.mean_util[r.pk][0] < LOW_UTIL_PERCENT]
     if any(r.get_deferred_fields() for r in low):

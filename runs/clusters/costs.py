@@ -151,7 +151,7 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
     uptimes = cluster_uptime(clusters, now=as_of)
     # Idle cost is the runs' own (billing.costs.run_costs prices it), so /costs/ and this page agree.
     members = list(Run.objects.filter(cluster__in=clusters, source=RunSource.CLASSIC))
-    idle: dict[int, list[tuple[Decimal, Decimal]]] = defaultdict(list)
+    idle: dict[int | None, list[tuple[Decimal, Decimal]]] = defaultdict(list)
     breakdowns = breakdowns_for_runs(members, now=as_of) if members else {}
     for run in members:
         idle[run.cluster_id].append((breakdowns[run.pk].idle_gpu_hours, breakdowns[run.pk].idle))
@@ -161,6 +161,7 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
     minutes: dict[int, list[tuple[datetime, bool]]] = defaultdict(list)
     rows = GpuMinute.objects.filter(run__cluster__in=clusters, utilization_gpu_max__isnull=False)
     for cluster_id, minute, peak in rows.values_list("run__cluster_id", "minute", "utilization_gpu_max"):
+        assert peak is not None  # utilization_gpu_max__isnull=False
         minutes[cluster_id].append((minute, peak < threshold))
     shapes = {c.pk: serverless_equivalent(c.node_type_id) for c in clusters}
     accel = accelerator_prices({(s, c.region) for c in clusters if (s := shapes[c.pk]) and c.region})
@@ -172,7 +173,13 @@ def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> l
         worker_prices = prices.get((c.node_type_id, uptime.region), [])
         out.append(
             _cluster_cost(
-                uptime, worker_prices, minutes[c.pk], shape, accel.get((shape, c.region), []), as_of, idle[c.pk]
+                uptime,
+                worker_prices,
+                minutes[c.pk],
+                shape,
+                accel.get((shape, c.region), []) if shape else [],
+                as_of,
+                idle[c.pk],
             )
         )
     return out

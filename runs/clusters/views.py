@@ -6,6 +6,8 @@ not a 403, so the page does not confirm that it exists.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -29,7 +31,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     clusters = list(_clusters_for(request).prefetch_related("events").order_by("team__name", "name", "cluster_id"))
     now = timezone.now()
     costs = cluster_costs(clusters, now=now)
-    rows = [{"cost": cost, "access": access_mode(cost.cluster)} for cost in costs]
+    rows: list[dict[str, Any]] = [{"cost": cost, "access": access_mode(cost.cluster)} for cost in costs]
     if request.GET.get("format") == "csv":
         return _clusters_csv(request.GET.get("table", ""), rows, team_totals(costs))
     # CPU-only clusters are listed apart: their hours are never GPU time (runs.models.instance_types).

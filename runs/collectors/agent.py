@@ -146,7 +146,7 @@ def _valid_rows(raw: list[Any], schema: Any, what: str, problems: list[str]) -> 
 
 
 def _checked_run(
-    runs: dict[tuple[str, str], Run], row: Any, horizon: datetime, where: str, problems: list[str]
+    runs: dict[tuple[str | None, str], Run], row: Any, horizon: datetime, where: str, problems: list[str]
 ) -> Run | None:
     """The row's run, or None with a problem named: not the key's team's (or no such run), or too far ahead."""
     run = runs.get((row.run_source, row.run))

@@ -11,7 +11,7 @@ DATABRICKS_HOST and DATABRICKS_TOKEN are set, and no command is configured.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -96,7 +96,7 @@ class RunSourceClient(Protocol):
 
     def list_runs(self, start_time_from_ms: int | None) -> list[dict[str, Any]]: ...
 
-    def get_runs(self, run_ids: list[int]) -> tuple[list[dict[str, Any]], list[str]]: ...
+    def get_runs(self, run_ids: Sequence[int | str]) -> tuple[list[dict[str, Any]], list[str]]: ...
 
     def list_clusters(self) -> list[dict[str, Any]] | None: ...
 
@@ -150,7 +150,7 @@ class CliClient:
             raise CollectorError(f"{len(problems)} of {len(run_ids)} listed run(s) could not be read: {problems[0]}")
         return found
 
-    def get_runs(self, run_ids: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+    def get_runs(self, run_ids: Sequence[int | str]) -> tuple[list[dict[str, Any]], list[str]]:
         """Each run by id; a run that cannot be fetched is a problem line, not an error."""
         found: list[dict[str, Any]] = []
         problems: list[str] = []
@@ -207,11 +207,11 @@ class SdkClient:
         runs = self.client.jobs.list_runs(expand_tasks=True, start_time_from=start_time_from_ms)
         return [run.as_dict() for run in runs]
 
-    def get_runs(self, run_ids: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+    def get_runs(self, run_ids: Sequence[int | str]) -> tuple[list[dict[str, Any]], list[str]]:
         found, problems = [], []
         for run_id in run_ids:
             try:
-                found.append(self.client.jobs.get_run(run_id).as_dict())
+                found.append(self.client.jobs.get_run(int(run_id)).as_dict())
             except Exception as exc:  # the SDK raises its own DatabricksError family
                 problems.append(f"run {run_id}: {redact(str(exc))}")
         return found, problems

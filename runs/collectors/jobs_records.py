@@ -173,7 +173,10 @@ def for_each_task_run_id(record: dict[str, Any]) -> int | None:
     ]
     newest = max(tries, key=lambda t: int(t.get("attempt_number") or 0))
     value = newest.get("run_id")
-    return int(value) if isinstance(value, int) or str(value or "").isdigit() else None
+    if isinstance(value, int):
+        return int(value)
+    text = str(value or "")
+    return int(text) if text.isdigit() else None
 
 
 def sweep_total(record: dict[str, Any]) -> int | None:

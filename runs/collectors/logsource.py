@@ -22,6 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, BinaryIO
@@ -319,11 +320,12 @@ def fetch_with_command(template: str, result: CollectResult) -> None:
         run = attempt.run
         for index in [node.index for node in attempt.nodes.all()] or [0]:
             where = f"{run.external_id} attempt {attempt.number} node {index}"
+            text: str | None
             try:
                 # Plain text, or the AI Runtime logs endpoint / `air logs -o json` (air_logs).
                 text = fetch_node_log(
                     template, run.external_id, attempt.number, index, settings.AIRBOARD_COLLECTOR_TIMEOUT_SECONDS,
-                    skip=lambda why, where=where: result.skip(where, why),
+                    skip=partial(result.skip, where),
                 )  # fmt: skip
             except CollectorError as exc:
                 text = _mlflow_fallback(attempt, index, exc, result)

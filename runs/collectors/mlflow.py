@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, overload
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -234,7 +235,7 @@ def attempt_from_tag(value: object) -> int | None:
 
 
 def _upsert(record: RunRecord, link: Link | None, experiment_names: dict[str, str]) -> MlflowRun:
-    defaults = {
+    defaults: dict[str, Any] = {
         "experiment_id": record.experiment_id,
         "experiment_name": experiment_names.get(record.experiment_id, ""),
         "run_name": record.run_name[:500],
@@ -396,6 +397,10 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+@overload
+def _ts(ms: int) -> datetime: ...
+@overload
+def _ts(ms: int | None) -> datetime | None: ...
 def _ts(ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms is not None else None
 

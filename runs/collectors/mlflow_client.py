@@ -110,6 +110,8 @@ class MetricCursor:
     @classmethod
     def from_json(cls, key: str, data: dict[str, Any] | None) -> MetricCursor | None:
         """The cursor stored in MlflowRun.metric_cursors[key], or None for a missing or odd one."""
+        if data is None:
+            return None
         try:
             return cls(
                 count=int(data["n"]),

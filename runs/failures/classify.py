@@ -224,6 +224,93 @@ def _joined(previous: tuple[int, str, Rule | None, frozenset[int]], text: str) -
     return None
 
 
+def _read_joined(
+    previous: tuple[int, str, Rule | None, frozenset[int]], rule: Rule | None, number: int, text: str
+) -> tuple[Rule | None, int, str]:
+    """The rule, line number and text of a line that continues `previous`: the rule a message split
+    over the two lines matches only when joined, with the line that best shows it as evidence."""
+    joined = _joined(previous, text)
+    if joined is None or (previous[2] is not None and previous[2].tier <= SYMPTOM):
+        return rule, number, text
+    if len(previous[1]) <= JOIN_CHARS:
+        # The message starts on a short line ("RuntimeError: CUDA error: an"): the
+        # evidence is that line. A long wrapped line's tail is what continues here,
+        # so this line shows the cause better.
+        return joined, previous[0], previous[1]
+    return joined, number, text
+
+
+def _completes_root(kind: str, rule: Rule, header: bool) -> bool:
+    """Whether a later ROOT line completes the ROOT evidence of class `kind`: the message an
+    IPython header announced, or the reason a scheduler gives for its kill."""
+    return (header and kind == rule.class_id) or (kind == "cancelled" and rule.class_id in KILL_REASONS)
+
+
+def _after_root(rule: Rule, number: int, text: str, flags: frozenset[int]) -> tuple[bool, int | None, bool]:
+    """How far to read on after the first ROOT line: (bare, open_until, warned); all three false
+    or None mean the scan ends at this line.
+
+    IPython's traceback header ("ResourceExhaustedError   Traceback (most recent call
+    last)") names the exception; its message comes at the traceback's end. Read on
+    for that message, keeping the header if the excerpt ends first. A scheduler's
+    deletion or cancel line is often followed by its reason ("job deleted" then
+    "job exceeded wallclock limit"): read KILL_REASON_LINES more lines for one.
+    """
+    if BARE_EXCEPTION.search(text):
+        return True, None, False
+    if _IPYTHON_HEADER in flags:
+        return False, sys.maxsize, False
+    if rule.class_id == "cancelled":
+        return False, number + KILL_REASON_LINES, False
+    if _HARMLESS in flags:
+        # A cause a warning carries (an OOM in an NCCL WARN): read on, since training
+        # that goes on after it (RECOVERED_AFTER progress lines) means the warning was
+        # survived, and a later error line is still the cascade it set off.
+        return False, None, True
+    return False, None, False
+
+
+def _decide(
+    best: dict[int, tuple[int, str, str]],
+    tail: deque[tuple[int, str]],
+    *,
+    exit_code: int | None,
+    failed: bool,
+    recovered: bool,
+    warned: bool,
+) -> Classification:
+    """The verdict from what the scan kept (steps 5 to 10 of `classify_lines`): the earliest line
+    of each tier in `best`, the log's tail, and whether training went on after the last error."""
+    run_failed = failed or bool(exit_code)
+    if best and (ROOT not in best or warned) and recovered and not run_failed:
+        # Training went on after the last error line: whatever it was, it did not end the run.
+        return _verdict("none", None, "")
+    for tier in sorted(best):
+        if tier > SYMPTOM and exit_code in EXIT_CODE_CLASSES:
+            break
+        number, class_id, text = best[tier]
+        return _verdict(class_id, number, text.strip()[:MAX_EVIDENCE_CHARS])
+    if exit_code in EXIT_CODE_CLASSES:
+        return _verdict(EXIT_CODE_CLASSES[exit_code], None, f"exit code {exit_code}")
+    refused = next(((n, t) for n, t in tail if INFO_SOCKET_FAILED.search(t)), None)
+    if refused is not None:
+        # A collective's socket call failing at INFO level, with nothing else to explain the end.
+        return _verdict("nccl_error", refused[0], refused[1].strip()[:MAX_EVIDENCE_CHARS])
+    if run_failed:
+        likeliest = _likeliest_line(tail)
+        if likeliest is not None:
+            return _verdict("other", likeliest[0], likeliest[1].strip()[:MAX_EVIDENCE_CHARS])
+    ended = _abnormal_end(tail)
+    if ended is not None:
+        # No rule named a cause, but the log's tail reads as a failure: an unrecognised one.
+        return _verdict("other", ended[0], ended[1].strip()[:MAX_EVIDENCE_CHARS])
+    if exit_code:
+        return _verdict("other", None, f"exit code {exit_code}")
+    if failed:
+        return _verdict("other", None, "the run source reports the run as failed")
+    return _verdict("none", None, "")
+
+
 def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed: bool = False) -> Classification:
     """Classify a log given as lines (numbered from 1 in the order given).
 
@@ -286,16 +373,15 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
             frame_indent = _indent(text)
             previous = None
             tail.append((number, text))
-            if TRACEBACK not in best:  # a traceback, even one cut before its message, is an abnormal end
-                best[TRACEBACK] = (number, "other", text)
+            # A traceback, even one cut before its message, is an abnormal end.
+            best.setdefault(TRACEBACK, (number, "other", text))
             continue
-        if frame_indent is not None:
-            if _indent(text) > frame_indent:
-                # The source a frame quotes: its lines (Python 3.11+ shows a statement's every
-                # line) and the carets under them, all indented deeper than the frame line.
-                previous = None
-                continue
-            frame_indent = None
+        if frame_indent is not None and _indent(text) > frame_indent:
+            # The source a frame quotes: its lines (Python 3.11+ shows a statement's every
+            # line) and the carets under them, all indented deeper than the frame line.
+            previous = None
+            continue
+        frame_indent = None
         if _OVERFLOW in flags and (rule is None or rule.tier != ROOT):
             streak += 1
             if streak == 1:
@@ -306,14 +392,7 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
             continue
         streak = 0
         if previous is not None and (rule is None or rule.tier > SYMPTOM) and _continues(previous, text):
-            joined = _joined(previous, text)
-            if joined is not None and (previous[2] is None or previous[2].tier > SYMPTOM):
-                rule = joined
-                if len(previous[1]) <= JOIN_CHARS:
-                    # The message starts on a short line ("RuntimeError: CUDA error: an"): the
-                    # evidence is that line. A long wrapped line's tail is what continues here,
-                    # so this line shows the cause better.
-                    number, text = previous[0], previous[1]
+            rule, number, text = _read_joined(previous, rule, number, text)
         # A line may continue on the next when it opened an error or is long enough to have
         # been wrapped (a progress bar redrawn in place is long but never continues).
         may_continue = rule is not None or (len(text) >= WRAP_CHARS and _PROGRESS not in flags)
@@ -333,65 +412,23 @@ def classify_lines(lines: Iterable[str], *, exit_code: int | None = None, failed
             framed.setdefault(rule.tier, (number, rule.class_id, text))
             continue
         if rule.tier in best:
-            if rule.tier == ROOT and open_until is not None:
-                kind = best[ROOT][1]
-                if (header and kind == rule.class_id) or (kind == "cancelled" and rule.class_id in KILL_REASONS):
-                    # The message the header announced; the reason a scheduler gives for its kill.
-                    best[ROOT] = (number, rule.class_id, text)
-                    break
+            if rule.tier == ROOT and open_until is not None and _completes_root(best[ROOT][1], rule, header):
+                # The message the header announced; the reason a scheduler gives for its kill.
+                best[ROOT] = (number, rule.class_id, text)
+                break
             continue
         best[rule.tier] = (number, rule.class_id, text)
         if rule.tier == ROOT:
-            # IPython's traceback header ("ResourceExhaustedError   Traceback (most recent call
-            # last)") names the exception; its message comes at the traceback's end. Read on
-            # for that message, keeping the header if the excerpt ends first. A scheduler's
-            # deletion or cancel line is often followed by its reason ("job deleted" then
-            # "job exceeded wallclock limit"): read KILL_REASON_LINES more lines for one.
             header = _IPYTHON_HEADER in flags
-            if BARE_EXCEPTION.search(text):
-                bare = True
-            elif header:
-                open_until = sys.maxsize
-            elif rule.class_id == "cancelled":
-                open_until = number + KILL_REASON_LINES
-            elif _HARMLESS in flags:
-                # A cause a warning carries (an OOM in an NCCL WARN): read on, since training
-                # that goes on after it (RECOVERED_AFTER progress lines) means the warning was
-                # survived, and a later error line is still the cascade it set off.
-                warned = True
-            else:
+            bare, open_until, warned = _after_root(rule, number, text, flags)
+            if not (bare or warned or open_until is not None):
                 break
 
     for tier, found in framed.items():
         best.setdefault(tier, found)
-    run_failed = failed or bool(exit_code)
-    if best and (ROOT not in best or warned) and progress_since_error >= RECOVERED_AFTER and not run_failed:
-        # Training went on after the last error line: whatever it was, it did not end the run.
-        return _verdict("none", None, "")
-    for tier in sorted(best):
-        if tier > SYMPTOM and exit_code in EXIT_CODE_CLASSES:
-            break
-        number, class_id, text = best[tier]
-        return _verdict(class_id, number, text.strip()[:MAX_EVIDENCE_CHARS])
-    if exit_code in EXIT_CODE_CLASSES:
-        return _verdict(EXIT_CODE_CLASSES[exit_code], None, f"exit code {exit_code}")
-    refused = next(((n, t) for n, t in tail if INFO_SOCKET_FAILED.search(t)), None)
-    if refused is not None:
-        # A collective's socket call failing at INFO level, with nothing else to explain the end.
-        return _verdict("nccl_error", refused[0], refused[1].strip()[:MAX_EVIDENCE_CHARS])
-    if run_failed:
-        likeliest = _likeliest_line(tail)
-        if likeliest is not None:
-            return _verdict("other", likeliest[0], likeliest[1].strip()[:MAX_EVIDENCE_CHARS])
-    ended = _abnormal_end(tail)
-    if ended is not None:
-        # No rule named a cause, but the log's tail reads as a failure: an unrecognised one.
-        return _verdict("other", ended[0], ended[1].strip()[:MAX_EVIDENCE_CHARS])
-    if exit_code:
-        return _verdict("other", None, f"exit code {exit_code}")
-    if failed:
-        return _verdict("other", None, "the run source reports the run as failed")
-    return _verdict("none", None, "")
+    return _decide(
+        best, tail, exit_code=exit_code, failed=failed, recovered=progress_since_error >= RECOVERED_AFTER, warned=warned
+    )
 
 
 def classify_text(text: str, *, exit_code: int | None = None, failed: bool = False) -> Classification:

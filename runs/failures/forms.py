@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import AnonymousUser, Group, User
 from django.core.validators import MaxLengthValidator
 
 from dashboard import access
@@ -38,10 +38,12 @@ class PostMortemForm(forms.ModelForm):
     def __init__(self, *args: Any, team: Group, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Owners come from the run's team only.
-        self.fields["owner"].queryset = User.objects.filter(groups=team).order_by("username")
+        cast(forms.ModelChoiceField, self.fields["owner"]).queryset = User.objects.filter(groups=team).order_by(
+            "username"
+        )
         # Markdown fields are rendered on every view of the page: bounded here, where they are written.
         for name in ("summary", "root_cause", "body"):
-            self.fields[name].max_length = postmortem.MARKDOWN_MAX_CHARS
+            cast(forms.CharField, self.fields[name]).max_length = postmortem.MARKDOWN_MAX_CHARS
             self.fields[name].validators.append(MaxLengthValidator(postmortem.MARKDOWN_MAX_CHARS))
             self.fields[name].widget.attrs["maxlength"] = str(postmortem.MARKDOWN_MAX_CHARS)
         if self.instance.pk and not self.is_bound:
@@ -60,7 +62,9 @@ class FailureFilterForm(forms.Form):
     )
     end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}), validators=DATE_BOUNDS)
 
-    def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = access.visible_teams(user)
-        self.fields["failure_class"].choices = [("", "any")] + [(k, c.title) for k, c in CLASSES.items()]
+        cast(forms.ModelChoiceField, self.fields["team"]).queryset = access.visible_teams(user)
+        cast(forms.ChoiceField, self.fields["failure_class"]).choices = [("", "any")] + [
+            (k, c.title) for k, c in CLASSES.items()
+        ]

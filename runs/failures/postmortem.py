@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import nh3
 from django.utils import timezone
@@ -374,7 +375,8 @@ class RunAnalysis:
 
 def _attempt_candidates(run: Run, attempt: Attempt) -> list[Candidate]:
     nodes = sorted(attempt.nodes.all(), key=lambda n: n.index)
-    candidates = [_node_candidate(attempt, node) for node in nodes or [None]]
+    targets: list[Node | None] = [*nodes] or [None]  # an attempt without nodes: the attempt itself
+    candidates = [_node_candidate(attempt, node) for node in targets]
     message = _state_message_candidate(attempt)
     if message is not None:
         candidates.append(message)
@@ -528,7 +530,7 @@ def _markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
     # Every link is parsed as one and nh3 drops the href of any scheme outside
     # MARKDOWN_URL_SCHEMES, so `[x](javascript:...)` renders as plain "x", not as source text.
-    md.validateLink = lambda url: True
+    md.validateLink = lambda url: True  # type: ignore[method-assign]  # markdown-it's documented override
     return md
 
 
@@ -601,7 +603,7 @@ def root_cause_text(analysis: FailureAnalysis | None) -> str:
 SNAPSHOT_MINUTES = 10
 
 
-def telemetry_snapshot(run: Run, attempt_number: int | None, at: datetime | None) -> list[dict[str, object]]:
+def telemetry_snapshot(run: Run, attempt_number: int | None, at: datetime | None) -> list[dict[str, Any]]:
     """Per minute, over the GPUs of the attempt, in the SNAPSHOT_MINUTES up to `at`: mean
     utilization, the fullest GPU's memory share, mean power as a share of its limit."""
     if at is None:

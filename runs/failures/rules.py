@@ -40,10 +40,17 @@ class FailureClass:
     remedy: str
 
 
+class LineMatch(Protocol):
+    def end(self) -> int: ...
+
+
 class LinePattern(Protocol):
     """What the classifier needs of a compiled pattern (an RE2 regexp)."""
 
-    def search(self, text: str) -> object | None: ...
+    @property
+    def pattern(self) -> str: ...
+    def search(self, text: str) -> LineMatch | None: ...
+    def sub(self, repl: str, text: str) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 from django.db.models.functions import Coalesce, TruncDate, TruncWeek
 
@@ -70,7 +70,7 @@ class FailureStats:
     capped: bool
 
 
-def failures_for(user: User, *, team: int | None = None, class_id: str = "", start: date | None = None,
+def failures_for(user: User | AnonymousUser, *, team: int | None = None, class_id: str = "", start: date | None = None,
                  end: date | None = None) -> QuerySet[FailureAnalysis]:  # fmt: skip
     """Stored verdicts of the failed runs the user may see, filtered; end date inclusive."""
     # The team filter on the run's own team, not `run__in` a scoped subquery of every run: at

@@ -9,10 +9,11 @@ post-mortems to the user's teams on their joined run, `access.team_q`), so anoth
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,7 +24,7 @@ from django.utils.text import slugify
 
 from billing.prices.money import format_usd
 from dashboard import access
-from runs.choices import PostMortemStatus
+from runs.choices import PostMortemStatus, RunStatus
 from runs.failures import logtime, postmortem
 from runs.failures import stats as failure_stats
 from runs.failures.forms import FailureFilterForm, PostMortemForm
@@ -64,7 +65,7 @@ def _on_failure_axis(
     layout.setdefault("xaxis", {})["range"] = [charts.plotly_time(start), charts.plotly_time(end)]
     layout["shapes"] = [
         {"type": "line", "xref": "x", "yref": "paper", "x0": charts.plotly_time(at), "x1": charts.plotly_time(at),
-         "y0": 0, "y1": 1, "line": {"color": charts.STATUS_COLORS["failed"], "width": 2, "dash": "dash"}}
+         "y0": 0, "y1": 1, "line": {"color": charts.STATUS_COLORS[RunStatus.FAILED], "width": 2, "dash": "dash"}}
         for at, _ in marks
     ]  # fmt: skip
     layout["annotations"] = [
@@ -104,7 +105,7 @@ def metric_figures(run: Run, start: datetime, end: datetime) -> tuple[list[dict[
     panels = []
     for i, key in enumerate(keys[:MAX_METRIC_PANELS]):
         xs, ys = series[key]
-        figure = {
+        figure: dict[str, Any] = {
             "data": [{"type": "scatter", "mode": "lines+markers" if len(xs) < 30 else "lines", "name": key,
                       "x": xs, "y": ys}],
             "layout": charts.time_layout(key, "", series_count=1, height=220, showlegend=False),
@@ -216,7 +217,7 @@ def log_tail(request: HttpRequest, pk: int) -> JsonResponse:
     after = _count(request.GET.get("after", "0"))
     if after is None:
         return JsonResponse({"error": "after must be a line number"}, status=400)
-    lines = []
+    lines: list[dict[str, object]] = []
     last = after
     for number, raw in enumerate(iter_lines(chunk_texts(node), partial=False), start=1):
         if number <= after:
@@ -272,7 +273,8 @@ def run_search(request: HttpRequest, pk: int) -> HttpResponse:
 def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
     """Start a post-mortem of a run, its root cause prefilled from the classifier."""
     run = _run_for(request, pk)
-    instance = PostMortem(run=run, created_by=request.user, owner=request.user)
+    user = cast(User, request.user)  # login_required: never anonymous here
+    instance = PostMortem(run=run, created_by=user, owner=user)
     if request.method == "POST":
         form = PostMortemForm(request.POST, instance=instance, team=run.team)
         if form.is_valid():
@@ -293,7 +295,7 @@ def postmortem_new(request: HttpRequest, pk: int) -> HttpResponse:
             "root_cause": postmortem.root_cause_text(analysis),
             # The write-up drafts itself from what is stored; people edit it from there.
             "body": postmortem.draft_body(run, analysis, failed_cost=cost_text, links=links),
-            "owner": request.user.pk if run.team.user_set.filter(pk=request.user.pk).exists() else None,
+            "owner": user.pk if run.team.user_set.filter(pk=user.pk).exists() else None,
             "status": PostMortemStatus.DRAFT,
         }
         form = PostMortemForm(instance=instance, initial=initial, team=run.team)

@@ -161,7 +161,7 @@ def mlflow_end_run(tracking_uri: str, run_id: str, status: str) -> None:
     MlflowClient(tracking_uri=tracking_uri).set_terminated(run_id, status=status)
 
 
-MLFLOW_STATUS = {RunStatus.SUCCEEDED: "FINISHED", RunStatus.FAILED: "FAILED"}  # else KILLED
+MLFLOW_STATUS: dict[str, str] = {RunStatus.SUCCEEDED: "FINISHED", RunStatus.FAILED: "FAILED"}  # else KILLED
 
 
 # --- Streaming the child's output into LogChunks ----------------------------------------------
@@ -498,7 +498,7 @@ class Launcher:
         """Make SIGINT/SIGTERM a cancel, not a KeyboardInterrupt in the middle of a database write."""
         if threading.current_thread() is not threading.main_thread():
             return {}  # only the main thread may set handlers; a caller in a thread cancels via the database
-        previous = {}
+        previous: dict[int, Any] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, self._on_signal)
         return previous

@@ -50,6 +50,11 @@ class MetricPoint(models.Model):
 class CollectorState(models.Model):
     """One collector's cursor and health: last success, lag, items ingested, last error."""
 
+    # Not stored: what a page shows of the error and refusals (dashboard.views.shown_errors).
+    shown_error: str
+    shown_refused: int | None
+    shown_refusal: str
+
     name = models.CharField(max_length=100, help_text="e.g. 'mlflow', 'runs', 'logs', 'agent:gpu-node-17'.")
     kind = models.CharField(max_length=16, choices=CollectorKind.choices)
     cursor = models.JSONField(default=dict, blank=True, help_text="Where the next pass starts.")

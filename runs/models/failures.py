@@ -16,6 +16,8 @@ class FailureAnalysis(models.Model):
     """The classifier's verdict on a failed run: its first causal error, where, and what to do."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="failure")
+    # Not stored: the run's newest post-mortem, set for display by runs.failures.views.
+    postmortem: PostMortem | None
     # A class id of runs.failures.rules.CLASSES; not a choices field, so a new class in the
     # rules needs no migration.
     class_id = models.CharField(max_length=40)

@@ -97,10 +97,10 @@ def instance_gpus(instance_type: str) -> GpuSpec | None:
     if known := _AZURE_GPUS.get(name.lower()):
         return GpuSpec(*known)
     if name.startswith("Standard_N"):
-        model = next((m for m in _MODELS if f"_{m}" in name or f"{m}_" in name), None)
-        if model:
+        named = next((m for m in _MODELS if f"_{m}" in name or f"{m}_" in name), None)
+        if named:
             prefix = re.match(r"Standard_(N[CD]\d+)", name)
-            return GpuSpec(model, _AZURE_COUNT.get(prefix[1] if prefix else "", 1))
+            return GpuSpec(named, _AZURE_COUNT.get(prefix[1] if prefix else "", 1))
     return None
 
 

@@ -84,8 +84,8 @@ def merged_problems(run: Run, attempts: list[Span], now: datetime) -> list[tuple
     total = sum(((a.end or now) - a.start for a in started if a.start is not None), timedelta())
     starts = [a.start for a in started if a.start is not None] + ([run.started_at] if run.started_at else [])
     ends = [a.end or now for a in started] + ([run.ended_at] if run.ended_at else [])
-    span = max(ends) - min(starts)
-    room = min(span + skew, MAX_RUNTIME)
+    run_span = max(ends) - min(starts)
+    room = min(run_span + skew, MAX_RUNTIME)
     if total > room:
         problems.append(
             ("attempts", f"{len(started)} attempts held the GPUs for {_hours(total)} together, more than the "

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import AnonymousUser, Group, User
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -29,7 +29,7 @@ MAX_RUNTIME = CLI_RUNTIME_CAP
 
 
 class RunQuerySet(models.QuerySet):
-    def for_user(self, user: User) -> RunQuerySet:
+    def for_user(self, user: User | AnonymousUser) -> RunQuerySet:
         """Runs the user may see: their teams' runs, or everything for staff."""
         return access.scope(self, user)
 
@@ -39,6 +39,11 @@ class RunQuerySet(models.QuerySet):
 
 class Run(models.Model):
     """One training run as its source knows it, with the workload it was submitted as."""
+
+    # Not stored: set for templates by runs.glance.attach (a runs.glance.Glance and a
+    # runs.telemetry.underuse.Underuse or None; not imported here, where models import nothing above them).
+    glance: Any
+    underuse: Any
 
     source = models.CharField(max_length=16, choices=RunSource.choices, default=RunSource.SERVERLESS)
     external_id = models.CharField(max_length=200, help_text="The source's own run id.")
@@ -183,7 +188,8 @@ class _DurationSeconds(models.Func):
 
     output_field = models.BigIntegerField()
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    # The stubs type the params as a tuple; Django's own Func.as_sql returns a list, as this does.
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:  # type: ignore[override]
         (ended, ended_params), (now, now_params), (started, started_params) = (
             compiler.compile(expression) for expression in self.source_expressions
         )

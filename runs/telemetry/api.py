@@ -73,7 +73,7 @@ TelemetryField = Literal[ROLLUP_FIELDS]  # type: ignore[valid-type]
 
 
 class TelemetryQuery(Schema):
-    field: list[TelemetryField] = Field(  # type: ignore[valid-type]
+    field: list[TelemetryField] = Field(
         default_factory=lambda: ["utilization_gpu"],
         max_length=len(ROLLUP_FIELDS),
         description="Telemetry fields to read (repeat the parameter); utilization_gpu when left out.",

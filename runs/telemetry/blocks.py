@@ -36,7 +36,7 @@ import logging
 import math
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -106,7 +106,7 @@ def _chunk(values: np.ndarray) -> bytes:
 
 
 def encode_block(
-    gpus: Sequence[int], offsets_us: Sequence[int], columns: dict[str, Sequence[Any]], processes: Sequence[Any]
+    gpus: Sequence[int], offsets_us: Sequence[int], columns: Mapping[str, Sequence[Any]], processes: Sequence[Any]
 ) -> bytes:
     """One node-minute as bytes: GPU indexes, offsets (microseconds into the minute), value fields, process lists.
 

@@ -102,9 +102,9 @@ class EpochSeconds(Func):
     @property
     def convert_value(self) -> Callable[..., Any]:
         # Both databases hand back a float already: no per-row float() converter.
-        return self._convert_value_noop
+        return self._convert_value_noop  # type: ignore[attr-defined]  # Django's own (BaseExpression)
 
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # as_sql's (sql, params)
         # Django stores "YYYY-MM-DD HH:MM:SS[.ffffff]" in UTC. strftime('%s') is exact whole
         # seconds; julianday arithmetic would turn 09:00:00 into 08:59:59.99998. '%f' - '%S'
         # adds the milliseconds back. (%%%% here becomes %% in SQL, which Django makes %.)
@@ -178,9 +178,8 @@ def gpu_series(
     tier = choose_tier(start, end, raw_points, rollup_rows)
     # Empty tiers fall back: rollups not computed yet -> finer; raw pruned by retention -> minutes;
     # minutes pruned (AIRBOARD_TELEMETRY_MINUTE_DAYS) -> hours.
-    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
-        tier, ["raw", "minute", "hour"]
-    )
+    orders: dict[str, list[Tier]] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}
+    order = orders.get(tier, ["raw", "minute", "hour"])
     for candidate in order:
         series = _collect(_tier_rows(run, field, candidate, start, end, node_ids), names, candidate, max_points)
         if series:
@@ -252,8 +251,8 @@ def _tier_rows(
     """(node_id, gpu, epoch seconds, value, low, avg) rows of one tier in [start, end], in series and time order."""
     if tier == "raw":
         # Both parts of the raw tier: hot rows and compacted minutes (runs/telemetry/blocks.py).
-        rows = blocks.raw_rows(run.pk, start, end, [field], node_ids=node_ids)
-        return [(node, gpu, ts.timestamp(), value) for node, gpu, ts, value in rows]
+        raw = blocks.raw_rows(run.pk, start, end, [field], node_ids=node_ids)
+        return [(node, gpu, ts.timestamp(), value) for node, gpu, ts, value in raw]
     model, time_field = (GpuMinute, "minute") if tier == "minute" else (GpuHour, "hour")
     # A bucket that starts before `start` still overlaps it: widen the lower bound by one row.
     lower = start - tier_step(tier)

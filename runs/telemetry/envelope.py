@@ -38,7 +38,7 @@ pass merges it, a minute at most.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -143,7 +143,7 @@ class _Buckets:
         self.sum = {f: np.zeros(n) for f in fields}
         self.count = {f: np.zeros(n) for f in fields}
 
-    def add_rows(self, rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> None:
+    def add_rows(self, rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> None:
         """Rows of a grouped query: bucket `b`, and per field `lo_`, `hi_`, `sum_`, `n_`."""
         for row in rows:
             b = int(row["b"])
@@ -205,8 +205,8 @@ def _read_rollups(
         # The whole run: its GPUs already folded per minute (hour) on the write path, one row a bucket.
         seconds = envelope_store.MINUTE if tier == "minute" else envelope_store.HOUR
         folded = RunEnvelope.objects.filter(run=run, seconds=seconds, start__gt=after, start__lte=end)
-        grouped = folded.annotate(b=_bucket_expression("start", t0, w)).values("b")
-        acc.add_rows(list(grouped.annotate(**envelope_store.bucket_fold(fields)).order_by()), fields)
+        buckets = folded.annotate(b=_bucket_expression("start", t0, w)).values("b")
+        acc.add_rows(list(buckets.annotate(**envelope_store.bucket_fold(fields)).order_by()), fields)
         if not acc.empty:
             return
     # One node, or rollups written without their fold: every GPU's rows, folded here the same way.
@@ -272,7 +272,7 @@ def _read_raw(
 def _hot_rows(
     run: Run, fields: Sequence[str], spans: Sequence[tuple[int, datetime, datetime]], start: datetime, end: datetime,
     t0: float, w: float, node_scope: Collection[int],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[Mapping[str, Any]]:  # fmt: skip
     """The hot rows of `spans` (node, first minute, end) grouped by bucket in SQL: one row a bucket, all GPUs folded.
 
     The nodes of a run share their live edge, so spans are merged by time into `node IN (...)
@@ -316,6 +316,7 @@ def _worst(
     Windows over WORST_FROM_MINUTES read hour rollups, so the mean may take in up to half an hour
     before the window's start; the query reads GPUs x hours rows, not GPUs x minutes.
     """
+    model: type[GpuMinute] | type[GpuHour]
     if end - start <= WORST_FROM_MINUTES:
         model, time_field, after = GpuMinute, "minute", start - timedelta(minutes=1)
     else:
@@ -324,7 +325,9 @@ def _worst(
     rows = model.objects.filter(run=run, **{f"{time_field}__gt": after, f"{time_field}__lte": end})
     if node_ids is not None:
         rows = rows.filter(node_id__in=node_ids)
-    means = list(rows.values("node_id", "gpu_index").annotate(**{f: Avg(f"{f}_avg") for f in fields}).order_by())
+    means: list[Mapping[str, Any]] = list(
+        rows.values("node_id", "gpu_index").annotate(**{f: Avg(f"{f}_avg") for f in fields}).order_by()
+    )
     if not means:
         # Raw rows not rolled up (loaded without the ingest path): their own means, hot part only.
         hot = GpuSample.objects.filter(run=run, ts__gte=start, ts__lte=end)
@@ -383,9 +386,8 @@ def read_envelopes(
     # The page's panels ask at least MIN_WIDTH (`clamp_width`); the read API may ask fewer buckets.
     width = max(1, min(MAX_WIDTH, width))
     tier = pick_tier(span, width) if bucket_seconds is None else step_tier(span, bucket_seconds)
-    order: list[Tier] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}.get(
-        tier, ["raw", "minute", "hour"]
-    )
+    orders: dict[str, list[Tier]] = {"hour": ["hour", "minute", "raw"], "minute": ["minute", "raw", "hour"]}
+    order = orders.get(tier, ["raw", "minute", "hour"])
     t0 = _epoch(start)
     node_scope = list(node_ids) if node_ids is not None else list(names)
     acc, w = _Buckets(fields, 1), 1.0
@@ -476,10 +478,10 @@ def envelope_figure(env: Envelope, node: int | None = None) -> Figure | None:
     worst = ""
     if env.worst is not None:
         word = "lowest" if env.worst.low else "highest"
-        mean, others = env.worst.mean / scale, env.worst.others / scale
+        worst_mean, others = env.worst.mean / scale, env.worst.others / scale
         worst = plotly_markup(
             "<br><span style='font-size:11px'>{word}: {name} averaged {mean} {unit}; the others {others} {unit}</span>",
-            word=word, name=env.worst.name, mean=f"{mean:.{digits}f}", others=f"{others:.{digits}f}", unit=unit,
+            word=word, name=env.worst.name, mean=f"{worst_mean:.{digits}f}", others=f"{others:.{digits}f}", unit=unit,
         )  # fmt: skip
     heading = plotly_markup("{title} <span style='font-size:12px'>· {note}</span>", title=title, note=note)
     layout = charts.time_layout(PlotlyMarkup(heading + worst), y_title, series_count=3, height=340)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, Max, Min, Model, Sum
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, RunEnvelope
 from runs.telemetry.upsert_sql import keys_cte, rows_written
@@ -81,7 +81,7 @@ def gpu_fold_sql(fields: Sequence[str], alias: str = "s") -> dict[str, str]:
     }
 
 
-def _source(seconds: int) -> tuple[type, str]:
+def _source(seconds: int) -> tuple[type[Model], str]:
     if seconds == MINUTE:
         return GpuMinute, "minute"
     if seconds == HOUR:

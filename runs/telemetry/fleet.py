@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Case, F, FloatField, Sum, When
 from django.utils import timezone
 
@@ -94,7 +94,7 @@ class NodeRow:
     gpus: list[GpuCell] = field(default_factory=list)
 
 
-def live_gpus(user: User, now: datetime | None = None) -> list[NodeRow]:
+def live_gpus(user: User | AnonymousUser, now: datetime | None = None) -> list[NodeRow]:
     """The latest minute rollup of every GPU of the user's running runs, one row per node.
 
     1. One query: the minute rollups of running runs in the user's teams within the last
@@ -126,7 +126,7 @@ def live_gpus(user: User, now: datetime | None = None) -> list[NodeRow]:
 
 
 def utilization_history(
-    user: User, now: datetime | None = None, span: timedelta = HISTORY
+    user: User | AnonymousUser, now: datetime | None = None, span: timedelta = HISTORY
 ) -> dict[GroupBy, list[tuple[str, datetime, float | None, int]]]:
     """Per grouping (team, accelerator type): (group, hour, mean GPU utilization, sample count) rows.
 
@@ -158,7 +158,7 @@ def utilization_history(
             sums[2] += n or 0
     return {
         group_by: [
-            (group, hour, total / w if w else None, n)
+            (group, hour, total / w if w else None, int(n))
             for (group, hour), (total, w, n) in sorted(by_key.items(), key=lambda item: (item[0][0] or "", item[0][1]))
         ]
         for group_by, by_key in folded.items()

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from runs.telemetry.labels import gpu_label, mig_gpu_index
 
@@ -196,7 +196,7 @@ def out_of_range(values: dict[str, float | None]) -> str:
     return ""
 
 
-def _typed(values: dict[str, float | None]) -> dict[str, float | int | None]:
+def _typed(values: dict[str, float | None]) -> dict[str, Any]:  # an int for a byte count, else as read
     return {k: (round(v) if k in BYTE_FIELDS and v is not None else v) for k, v in values.items()}
 
 
@@ -776,24 +776,12 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
                 out.problem(number, f"Hostname {hostname[:60]!r} is not {host!r}: import each host as its own --node")
                 continue
         try:
-            if "gpu" not in labels:
-                raise ValueError("no gpu label")
-            gpu = _gpu_index(labels["gpu"])
-            if labels.get("GPU_I_ID"):
-                gpu = mig_gpu_index(gpu, _gpu_index(labels["GPU_I_ID"]))
-                if sample.name in DCGM_NOT_ON_MIG:
-                    continue
-            try:
-                value: float | None = float(sample.value)
-            except ValueError:
-                raise ValueError(f"bad value {sample.value[:40]!r}") from None
-            if value is not None and (not math.isfinite(value) or value >= DCGM_BLANK_FLOOR):
-                value = None
-            if sample.timestamp is not None:
-                ts = datetime.fromtimestamp(float(sample.timestamp) / 1000, tz=UTC)
-            elif start is not None:
-                ts = start
-            else:
+            reading = _dcgm_reading(sample)
+            if reading is None:
+                continue  # a field that is no reading on a MIG instance
+            gpu, value = reading
+            ts = _dcgm_time(sample, start)
+            if ts is None:
                 if not untimed_reported:
                     out.problem(0, "DCGM lines without a timestamp: pass --start for the scrape time")
                     untimed_reported = True
@@ -812,6 +800,44 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
                 out.problem(number, f"{sample.name} of {gpu_label(gpu)} at {ts.isoformat()} already read")
             continue
         group[target] = scaled
+    _add_dcgm_groups(out, groups, first_line)
+    return out.result
+
+
+def _dcgm_reading(sample: PromSample) -> tuple[int, float | None] | None:
+    """The GPU (a MIG instance is a GPU of its own) and value of one DCGM line, the value None when
+    blank or not finite; None for a field that is no reading on a MIG instance. Raises ValueError."""
+    labels = sample.labels
+    if "gpu" not in labels:
+        raise ValueError("no gpu label")
+    gpu = _gpu_index(labels["gpu"])
+    if labels.get("GPU_I_ID"):
+        gpu = mig_gpu_index(gpu, _gpu_index(labels["GPU_I_ID"]))
+        if sample.name in DCGM_NOT_ON_MIG:
+            return None
+    try:
+        value: float | None = float(sample.value)
+    except ValueError:
+        raise ValueError(f"bad value {sample.value[:40]!r}") from None
+    if value is not None and (not math.isfinite(value) or value >= DCGM_BLANK_FLOOR):
+        value = None
+    return gpu, value
+
+
+def _dcgm_time(sample: PromSample, start: datetime | None) -> datetime | None:
+    """A line's time: its trailing milliseconds, else `start`, else None (never guessed).
+    Raises OverflowError or OSError for a timestamp out of range."""
+    if sample.timestamp is not None:
+        return datetime.fromtimestamp(float(sample.timestamp) / 1000, tz=UTC)
+    return start
+
+
+def _add_dcgm_groups(
+    out: _Collector,
+    groups: dict[tuple[int, datetime], dict[str, float | None]],
+    first_line: dict[tuple[int, datetime], int],
+) -> None:
+    """Each (GPU, time)'s fields, folded, as one sample, in order; a group with only FB_FREE is refused."""
     free_only_noted = False
     for (gpu, ts), group in sorted(groups.items()):
         values = _fold_dcgm(group)
@@ -823,7 +849,6 @@ def parse_dcgm(text: str, start: datetime | None = None) -> ParseResult:
             out.problem(0, f"memory used is not known: {FB_FREE_ONLY}")
             free_only_noted = True
         out.add(first_line[(gpu, ts)], gpu, ts, values)
-    return out.result
 
 
 def dcgm_sample_values(read: dict[str, float | None]) -> dict[str, float | int | None]:
@@ -888,9 +913,13 @@ def suspect_values(samples: list[ParsedSample]) -> str:
 
 
 class HasRunTimes(Protocol):
-    submitted_at: datetime | None
-    started_at: datetime | None
-    ended_at: datetime | None
+    # Read-only members: a model's DateTimeField reads as `datetime | None` but accepts more.
+    @property
+    def submitted_at(self) -> datetime | None: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def ended_at(self) -> datetime | None: ...
 
 
 def run_window(run: HasRunTimes, now: datetime | None = None) -> tuple[datetime | None, datetime | None]:

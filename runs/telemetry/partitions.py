@@ -30,9 +30,11 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from runs.models import GpuSample, GpuSampleBlock
@@ -53,7 +55,7 @@ _BOUND = re.compile(r"FOR VALUES FROM \((?P<start>[^)]*)\) TO \((?P<end>[^)]*)\)
 class PartitionedTable:
     """A table partitioned by UTC day on `column`, with a DEFAULT partition."""
 
-    model: type
+    model: type[Model]
     column: str
 
     @property
@@ -181,7 +183,7 @@ def _create_day(day: datetime, table: PartitionedTable = RAW) -> str | None:
     name = partition_name(day, table)
     end = day + ONE_DAY
     parent, default, key = table.name, table.default, table.column
-    columns = ", ".join(f.column for f in table.model._meta.concrete_fields)
+    columns = ", ".join(cast(str, f.column) for f in table.model._meta.concrete_fields)  # concrete: a column each
     with transaction.atomic(), connection.cursor() as cursor:
         _lock_for_ddl(cursor)
         if any(p.overlaps(day, end) for p in list_partitions(table)):

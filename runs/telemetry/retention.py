@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 
 from runs.models import GpuMinute, GpuSample, GpuSampleBlock
@@ -57,19 +59,19 @@ def minute_cutoff(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(days=settings.AIRBOARD_TELEMETRY_MINUTE_DAYS)
 
 
-def _delete_before(model: type, field: str, cutoff: datetime, batch_size: int, max_batches: int | None) -> int:
+def _delete_before(model: type[Model], field: str, cutoff: datetime, batch_size: int, max_batches: int | None) -> int:
     """Delete `model` rows whose `field` is before `cutoff`, oldest first, `batch_size` ids per transaction."""
     deleted = batches = 0
     while max_batches is None or batches < max_batches:
         before = {f"{field}__lt": cutoff}
-        ids = list(model.objects.filter(**before).order_by(field).values_list("id", flat=True)[:batch_size])
+        ids = list(model._default_manager.filter(**before).order_by(field).values_list("id", flat=True)[:batch_size])
         if not ids:
             break
         with transaction.atomic():
-            doomed = model.objects.filter(id__in=ids, **before)
+            doomed = model._default_manager.filter(id__in=ids, **before)
             if model is GpuMinute:
                 # The runs' utilization summaries stay equal to their stored minutes.
-                utilization.subtract_minutes(doomed)
+                utilization.subtract_minutes(cast("QuerySet[GpuMinute]", doomed))
             count, _ = doomed.delete()
         deleted += count
         batches += 1

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Model
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 from runs.telemetry import blocks, envelope_store, streaks, utilization
@@ -70,7 +71,7 @@ class StoreResult:
     duplicates: int
 
 
-def _count_where(model: type, keys: Sequence[tuple], fields: Sequence[str]) -> int:
+def _count_where(model: type[Model], keys: Sequence[tuple], fields: Sequence[str]) -> int:
     """How many of `keys` (tuples over `fields`) already exist; batched by the first field."""
     if not keys:
         return 0
@@ -80,7 +81,9 @@ def _count_where(model: type, keys: Sequence[tuple], fields: Sequence[str]) -> i
     for first_value in {k[0] for k in keys}:
         candidates = [k for k in wanted if k[0] == first_value]
         ts_values = list({k[-1] for k in candidates})
-        existing = model.objects.filter(**{first: first_value, f"{fields[-1]}__in": ts_values}).values_list(*fields)
+        existing = model._default_manager.filter(**{first: first_value, f"{fields[-1]}__in": ts_values}).values_list(
+            *fields
+        )
         found += len(wanted.intersection(existing))
     return found
 
@@ -277,9 +280,9 @@ def _hour(ts: datetime) -> datetime:
 class Tier:
     """A rollup tier: `target` rows, one per (run, node, GPU, bucket of `step`), aggregated from `source` rows."""
 
-    source: type
+    source: type[Model]
     time_field: str  # of `source`
-    target: type
+    target: type[Model]
     bucket_field: str  # of `target`
     step: timedelta
     aggregates: dict[str, str]  # target column -> SQL aggregate over `source` rows (aliased s)

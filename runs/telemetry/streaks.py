@@ -55,7 +55,9 @@ def is_hung(utilization: float | None, sm_active: float | None, power: float | N
         return False
     if sm_active is not None and sm_active < SM_IDLE:
         return True
-    return power is not None and bool(limit) and power < POWER_FRACTION * limit
+    if power is None or not limit:
+        return False
+    return power < POWER_FRACTION * limit
 
 
 @dataclass
@@ -140,13 +142,14 @@ def _recompute(latest: dict[SeriesKey, datetime]) -> dict[SeriesKey, Streak]:
 
 
 def _rows(state: dict[SeriesKey, Streak]) -> list[GpuStreak]:
-    return [
-        GpuStreak(
+    rows = []
+    for (r, n, g), s in state.items():
+        assert s.last_ts is not None  # a GPU enters the state with its first sample
+        rows.append(GpuStreak(
             run_id=r, node_id=n, gpu_index=g, last_ts=s.last_ts, hung_since=s.hung_since,
             no_process_since=s.no_process_since,
-        )
-        for (r, n, g), s in state.items()
-    ]  # fmt: skip
+        ))  # fmt: skip
+    return rows
 
 
 def rebuild(run_ids: Sequence[int], now: datetime) -> int:

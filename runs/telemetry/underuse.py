@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Case, F, FloatField, Q, QuerySet, Sum, When
@@ -128,7 +129,7 @@ def gpu_means(runs: Iterable[Run], now: datetime | None = None) -> dict[int, tup
         (ended if run.ended_at is not None and not run.is_active else active).append(run.pk)
     out: dict[int, tuple[bool, list[GpuMean]]] = {}
     group = ["run_id", "node__index", "gpu_index"]
-    queries = []
+    queries: list[tuple[bool, QuerySet[Any]]] = []
     if active:
         # The minutes that start within the window: the last 30, the current one partly.
         queries.append((False, GpuMinute.objects.filter(run_id__in=active, minute__gt=now - WINDOW)))

@@ -107,9 +107,9 @@ def rebuild(run_ids: Iterable[int] | None = None) -> int:
         ids |= set(RunUtilization.objects.values_list("run_id", flat=True))
     else:
         ids = set(run_ids)
-    ids = sorted(ids)
-    for i in range(0, len(ids), CHUNK):
-        chunk = ids[i : i + CHUNK]
+    ordered = sorted(ids)
+    for i in range(0, len(ordered), CHUNK):
+        chunk = ordered[i : i + CHUNK]
         with transaction.atomic():
             lock(chunk)
             found = aggregate_minutes(GpuMinute.objects.filter(run_id__in=chunk))

@@ -372,7 +372,8 @@ class WorkloadFile(Section):
 
     @classmethod
     def rules(cls, raw: dict[str, Any]) -> Iterator[tuple[Loc, str]]:
-        plain, secret = (raw.get(k) if isinstance(raw.get(k), dict) else {} for k in ("env_variables", "secrets"))
-        for name in sorted(set(plain) & set(secret)):
+        plain, secret = (raw.get(k) for k in ("env_variables", "secrets"))
+        both = set(plain) & set(secret) if isinstance(plain, dict) and isinstance(secret, dict) else set()
+        for name in sorted(both):
             yield ("env_variables", name), "is also set in secrets; remove it from one"
         yield from exclusive(raw, "usage_policy_name", "usage_policy_id", ": give one usage policy, by name or id")

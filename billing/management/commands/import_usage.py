@@ -43,6 +43,7 @@ class Command(BaseCommand):
             except usage_source.UsageSourceError as exc:
                 raise CommandError(str(exc)) from exc
             return self._report(result)
+        assert file is not None  # a FILE when not --from-command (checked above)
         try:
             with ExitStack() as stack:
                 usage = stack.enter_context(open(file, encoding="utf-8-sig", newline=""))

@@ -47,6 +47,7 @@ class Command(BaseCommand):
             if default:
                 result = load_default_prices(replace=replace, progress=progress)
             else:
+                assert file is not None  # a FILE when not --default (checked above)
                 result = load_price_csv(file, replace=replace, progress=progress)
         except OSError as exc:
             raise CommandError(f"Cannot read {file}: {exc.strerror or exc}") from exc

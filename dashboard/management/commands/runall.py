@@ -146,7 +146,7 @@ class Command(BaseCommand):
         alice = User.objects.filter(username=DEMO_USERNAME).first()
         team = alice.groups.order_by("name").first() if alice else None
         already = Run.objects.filter(experiment_name__startswith=DEMO_WORKLOAD_EXPERIMENT_PREFIX).exists()
-        if team is None or already:
+        if alice is None or team is None or already:
             return
         for name in ("succeed", "fail", "timeout"):
             workload = settings.BASE_DIR / "dashboard" / "demo" / "workloads" / f"{name}.yaml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from argparse import ArgumentParser
+from typing import Any
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -30,12 +31,12 @@ class Command(BaseCommand):
             help="Only the planned runs: no extra clusters and runs that trigger each configuration-advice rule.",
         )
 
-    def handle(self, *args: object, **options: object) -> None:
-        runs = int(options["runs"])  # type: ignore[arg-type]
+    def handle(self, *args: Any, **options: Any) -> None:
+        runs = int(options["runs"])
         if runs < 0:
             raise CommandError("--runs must be 0 or more")
         counts = seed_demo(
-            seed=int(options["seed"]),  # type: ignore[arg-type]
+            seed=int(options["seed"]),
             runs=runs,
             reset=bool(options["reset"]),
             if_empty=bool(options["if_empty"]),

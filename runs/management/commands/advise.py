@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from argparse import ArgumentParser
+from typing import Any
 
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
@@ -22,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print a JSON list of findings.")
         parser.add_argument("--team", help="Only this team's clusters and runs (team name).")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         runs, clusters = Run.objects.all(), Cluster.objects.all()
         if team_name := options.get("team"):
             team = Group.objects.filter(name=team_name).first()

@@ -59,7 +59,7 @@ class Command(BaseCommand):
             report = _report(workload, problems, team)
             report["admission"] = admission
             self.stdout.write(json.dumps(report, indent=2))
-        elif admission is not None:
+        elif admission is not None and workload is not None:
             self.stdout.write(f"{admission['decision'].upper()}: {workload.experiment_name} for team {team}"
                               + (f" under policy {admission['policy']}" if admission["policy"] else ""))  # fmt: skip
             for problem in problems:

@@ -11,6 +11,7 @@ import json
 import sys
 from argparse import ArgumentParser
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -27,7 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("cluster_id", help="The workspace's cluster id, e.g. 0915-021615-dvxnyad4.")
         parser.add_argument("file", help="The JSON the CLI or the API printed; '-' reads standard input.")
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         cluster_id = str(options["cluster_id"])
         cluster = Cluster.objects.filter(cluster_id=cluster_id).first()
         if cluster is None:

@@ -69,6 +69,7 @@ class Command(BaseCommand):
             reasons += [f"not admitted: {reason}" for reason in admit(workload, team)]
         if reasons:
             self._refuse(reasons)
+        assert team is not None  # a missing team is one of the reasons refused above
 
         launcher = Launcher(
             workload,
