@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.costs.failed import price_book
-from billing.costs.figures import stored_figures, usable
+from billing.costs.figures import stored_figures, unusable
 from billing.costs.reports import CostFilters
 from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
 from billing.costs.spend import TeamMonth, team_month
@@ -99,8 +99,9 @@ class RunFigures:
         self.book = price_book()  # once a download, not once a chunk
 
     def stored(self) -> tuple[Q, str, str]:
-        """For a query of runs: which runs' stored figure is usable, and its usd and kind columns."""
-        return usable(self.book), "cost_figure__usd", "cost_figure__kind"
+        """For a query of runs: the runs whose stored figure is not usable (read from the figures
+        alone: `figures.unusable`), and the stored figure's usd and kind columns."""
+        return Q(pk__in=unusable(self.book)), "cost_figure__usd", "cost_figure__kind"
 
     def of(self, run_ids: Iterable[int]) -> dict[int, tuple[Decimal, str, Decimal | None]]:
         ids = list(run_ids)

@@ -239,7 +239,8 @@ def runs_csv(
         replaced, glance_cells = added.sql()
         cells = [SqlIntegerCell(F("pk")), *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
-        flagged = runs.filter(replaced).order_by().values_list("pk", flat=True)
+        first, *more = (runs.filter(q).order_by().values_list("pk", flat=True) for q in replaced)
+        flagged = first.union(*more)
         return copy_streaming_response(
             filename, CSV_HEADER, runs.values_list(*cells, *glance_cells), in_index_order=in_index_order,
             added=(glance.CSV_HEADER, flagged, added),

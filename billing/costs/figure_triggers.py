@@ -10,9 +10,10 @@ send no Django signal. So the database does it: a trigger on each of those table
 `RunCostFigure.version` in the same transaction as the write, whichever code wrote it, and a
 figure is read only while the version it was priced at (`priced_version`) is still the version.
 
-- A run without a figure row gets one (no figure, version 1), so a pass pricing that run at the
-  same time stores a figure already out of date (the pass reads the versions before it prices:
-  `figures.versions`).
+- Every run has a row, from its insert on (no figure until the pass prices it), so the runs
+  without a usable figure are read from this table alone (`figures.unusable`); a write to a
+  run without one makes it (version 1), so a pass pricing that run at the same time stores a
+  figure already out of date (the pass reads the versions before it prices: `figures.versions`).
 - An update bumps only when a column other than `updated_at` changed (PostgreSQL: the rows
   compared whole as JSON, so a column added later counts too; SQLite: the columns the table has
   when the triggers are installed, which `install` does after every `migrate`).
@@ -51,11 +52,7 @@ PREFIX = "airboard_cost_inputs"
 
 def trigger_names() -> list[tuple[str, str]]:
     """(table, trigger name) of every trigger `install` makes on either backend."""
-    names = []
-    for table, column in WATCHED:
-        events = ("upd", "del") if column == "id" else ("ins", "upd", "del")
-        names.extend((table, f"{PREFIX}_{event}_{table}") for event in events)
-    return names
+    return [(table, f"{PREFIX}_{event}_{table}") for table, _ in WATCHED for event in ("ins", "upd", "del")]
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
@@ -87,6 +84,11 @@ BEGIN
     ));
     RETURN NULL;
 END $$;
+CREATE OR REPLACE FUNCTION {PREFIX}_run_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {PREFIX}_bump(ARRAY(SELECT id FROM new_rows));
+    RETURN NULL;
+END $$;
 CREATE OR REPLACE FUNCTION {PREFIX}_run_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM {FIGURES} WHERE run_id IN (SELECT id FROM old_rows);
@@ -105,7 +107,11 @@ def _pg_triggers(table: str, column: str) -> dict[str, str]:
             f" FOR EACH STATEMENT EXECUTE FUNCTION {PREFIX}_updated('{column}')"
         ),
     }
-    if column == "id":  # the run's own row: no figure to keep for a run that is gone
+    if column == "id":  # the run's own row: a row from its start, none once it is gone
+        out[name.format("ins")] = (
+            f"CREATE TRIGGER {name.format('ins')} AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION {PREFIX}_run_inserted()"
+        )
         out[name.format("del")] = (
             f"CREATE TRIGGER {name.format('del')} AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows"
             f" FOR EACH STATEMENT EXECUTE FUNCTION {PREFIX}_run_deleted()"
@@ -139,7 +145,7 @@ def _install_pg(cursor: Any) -> None:
 def _uninstall_pg(cursor: Any) -> None:
     for table, name in trigger_names():
         cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
-    for function in ("updated()", "inserted()", "deleted()", "run_deleted()", "bump(bigint[])"):
+    for function in ("updated()", "inserted()", "deleted()", "run_inserted()", "run_deleted()", "bump(bigint[])"):
         cursor.execute(f"DROP FUNCTION IF EXISTS {PREFIX}_{function}")
 
 
@@ -159,6 +165,9 @@ def _sqlite_triggers(cursor: Any, connection: Any, table: str, column: str) -> d
     name = f"{PREFIX}_{{}}_{table}"
     if column == "id":
         return {
+            name.format("ins"): (
+                f"CREATE TRIGGER {name.format('ins')} AFTER INSERT ON {table} BEGIN {_sqlite_bump('NEW.id')} END"
+            ),
             name.format("upd"): (
                 f"CREATE TRIGGER {name.format('upd')} AFTER UPDATE ON {table} WHEN {changed}"
                 f" BEGIN {_sqlite_bump('NEW.id')} END"
@@ -216,6 +225,12 @@ def install(connection: Any) -> None:
             _install_pg(cursor)
         else:
             _install_sqlite(cursor, connection)
+        # Every run has a row from then on (the insert trigger): the runs without a usable figure
+        # are found from the figures' side (`figures.unusable`), never by reading every run.
+        cursor.execute(
+            f"INSERT INTO {FIGURES} (run_id, version, kind, price_book) SELECT r.id, 0, '', '' FROM {RUNS} r"  # noqa: S608
+            f" WHERE NOT EXISTS (SELECT 1 FROM {FIGURES} f WHERE f.run_id = r.id)"
+        )
 
 
 def uninstall(connection: Any) -> None:

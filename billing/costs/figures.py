@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 
 from billing.costs.failed import ON_SHARED_CLUSTER, price_book
 from billing.costs.run_costs import RUN_COST_FIELDS, RunBreakdown, breakdowns_for_runs
@@ -69,6 +69,12 @@ def usable(book: str) -> Q:
     """Runs whose stored figure is still the engine's answer (`book`: today's `price_book()`):
     priced at the version the database keeps for the run, with today's price book."""
     return Q(cost_figure__priced_version=F("cost_figure__version"), cost_figure__price_book=book)
+
+
+def unusable(book: str) -> QuerySet[RunCostFigure]:
+    """The ids of the runs whose stored figure is not the engine's answer: every run has a row
+    (billing.costs.figure_triggers), so this reads the figures alone, not every run."""
+    return RunCostFigure.objects.exclude(priced_version=F("version"), price_book=book).values("run_id")
 
 
 def versions(run_ids: Iterable[int]) -> dict[int, int]:

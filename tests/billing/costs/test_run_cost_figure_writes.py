@@ -245,7 +245,7 @@ def test_migrate_makes_the_triggers_again_where_missing(db: None) -> None:
     """Every trigger is installed; `migrate`'s post_migrate makes one again that a migration dropped
     (SQLite drops a table's triggers when it rebuilds the table to alter a column)."""
     names = {name for _, name in figure_triggers.trigger_names()}
-    assert len(names) == 11 and figure_triggers.installed(connection) == names
+    assert len(names) == 12 and figure_triggers.installed(connection) == names
     figure_triggers.uninstall(connection)
     assert figure_triggers.installed(connection) == set()
     emit_post_migrate_signal(verbosity=0, interactive=False, db=connection.alias)
