@@ -99,9 +99,12 @@ class RunFigures:
         self.book = price_book()  # once a download, not once a chunk
 
     def stored(self) -> tuple[Q, str, str]:
-        """For a query of runs: the runs whose stored figure is not usable (read from the figures
-        alone: `figures.unusable`), and the stored figure's usd and kind columns."""
-        return Q(pk__in=unusable(self.book)), "cost_figure__usd", "cost_figure__kind"
+        """For a query of runs: the runs whose stored figure is not usable, and the stored figure's
+        usd and kind columns. The runs are read here, from the figures alone (`figures.unusable`,
+        one query): as a subquery PostgreSQL cannot tell how few they are (a comparison of two
+        columns of a row is guessed true for nearly all) and read all 100,000 runs to join them."""
+        ids = list(unusable(self.book).values_list("run_id", flat=True))
+        return Q(pk__in=ids), "cost_figure__usd", "cost_figure__kind"
 
     def of(self, run_ids: Iterable[int]) -> dict[int, tuple[Decimal, str, Decimal | None]]:
         ids = list(run_ids)
