@@ -33,7 +33,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, RunFigures, run_costs
-from dashboard.csv_export import SqlDatetimeCell, SqlDecimalCell, SqlTextCell
+from dashboard.csv_export import SqlDatetimeCell, Tail
 from runs.models import GpuHour, GpuMinute, Node, Run
 from runs.telemetry import underuse
 
@@ -132,7 +132,7 @@ class CsvCells:
         self.now = now
         self.costs = RunFigures(now)
 
-    def sql(self) -> tuple[list[Q], list[Expression]]:
+    def sql(self) -> tuple[list[Q], list[Expression], Tail]:
         """The CSV_HEADER cells as SQL, for COPY (dashboard.csv_export's rules), and which runs'
         cells must come from `__call__` instead: the runs any of the conditions returned selects
         (csv_export._splice reads their ids first, the union of one query a condition).
@@ -140,14 +140,15 @@ class CsvCells:
         SQL writes a row whole when the run has no minute in the window (no utilization to show:
         its last sample is the probe `_recent` makes for a silent run, whose minute is read the
         same way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a
-        run has no billed usage, so no bill). Every other row's cells are replaced. The test of
+        run has no billed usage, so no bill), the cost cells appended from those figures
+        (`RunFigures.stored_cells`, the returned `Tail`). Every other row's cells are replaced. The test of
         which is not in the COPY's rows, nor over every run: each condition is a set of a few
         hundred runs read from its small side (the minutes of the last hour; the figures not
         usable, every run having a figure row), so each query of the union probes the runs by id
         rather than reading all 100,000; the COPY joins the stored figure, a plain LEFT JOIN.
         """
         since = (self.now - WINDOW).replace(second=0, microsecond=0)
-        unusable, usd, kind = self.costs.stored()
+        unusable, _, _ = self.costs.stored()
         # The runs with a minute in the window.
         recent = Q(pk__in=GpuMinute.objects.filter(minute__gte=since).values("run_id"))
         end = ExpressionWrapper(F("minute") + Value(timedelta(minutes=1)), output_field=DateTimeField())
@@ -165,8 +166,9 @@ class CsvCells:
         with_minutes = RawSQL(skip, [])  # noqa: S611
         last = Case(When(Q(pk__in=with_minutes), then=last), default=None, output_field=DateTimeField())
         nothing = Value(None, output_field=TextField())
-        cells = [nothing, SqlDatetimeCell(last), SqlDecimalCell(F(usd)), SqlTextCell(F(kind)), nothing]
-        return [recent, unusable], cells
+        # The cost cells (usd, kind, the empty bill) from the stored figures, read beside the
+        # COPY rather than joined a row in it (csv_export.Tail).
+        return [recent, unusable], [nothing, SqlDatetimeCell(last)], Tail(3, self.costs.stored_cells())
 
     def __call__(self, run_ids: Sequence[int]) -> dict[int, list[object]]:
         runs = list(Run.objects.filter(pk__in=list(run_ids)).only("pk"))
