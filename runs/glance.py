@@ -133,19 +133,21 @@ class CsvCells:
         self.costs = RunFigures(now)
 
     def sql(self) -> tuple[list[Q], list[Expression], Tail]:
-        """The CSV_HEADER cells as SQL, for COPY (dashboard.csv_export's rules), and which runs'
-        cells must come from `__call__` instead: the runs any of the conditions returned selects
-        (csv_export._splice reads their ids first, the union of one query a condition).
+        """The CSV_HEADER cells for COPY (dashboard.csv_export's rules): which runs' cells must come
+        from `__call__` (the runs any of the returned conditions selects; csv_export._splice reads
+        their ids first, the union of one query a condition), the first two cells as SQL, and the
+        cost cells of every other run as a `Tail` (the stored figures', read beside the COPY).
 
-        SQL writes a row whole when the run has no minute in the window (no utilization to show:
-        its last sample is the probe `_recent` makes for a silent run, whose minute is read the
-        same way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a
-        run has no billed usage, so no bill), the cost cells appended from those figures
-        (`RunFigures.stored_cells`, the returned `Tail`). Every other row's cells are replaced. The test of
-        which is not in the COPY's rows, nor over every run: each condition is a set of a few
-        hundred runs read from its small side (the minutes of the last hour; the figures not
-        usable, every run having a figure row), so each query of the union probes the runs by id
-        rather than reading all 100,000; the COPY joins the stored figure, a plain LEFT JOIN.
+        SQL writes a row when the run has no minute in the window (no utilization to show: its
+        last sample is the probe `_recent` makes for a silent run, whose minute is read the same
+        way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a run has
+        no billed usage, so no bill), and its cost cells are the stored figure's
+        (`RunFigures.stored_cells`). Every other row's cells are replaced. The test of which is
+        not in the COPY's rows, nor over every run: each condition is a set of a few hundred runs
+        read from its small side (the minutes of the last hour; the figures not usable, every run
+        having a figure row), so each query of the union probes the runs by id rather than
+        reading all 100,000. Nor are the figures joined in the COPY: in its index's order that
+        was an index probe a row.
         """
         since = (self.now - WINDOW).replace(second=0, microsecond=0)
         unusable, _, _ = self.costs.stored()
