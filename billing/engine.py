@@ -21,18 +21,20 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import F, Q, QuerySet, TextField, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from billing.costs.failed import price_book
-from billing.costs.figures import stored_figures, usable
+from billing.costs.figures import stored_figures, unusable
 from billing.costs.reports import CostFilters
 from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
 from billing.costs.spend import TeamMonth, team_month
-from billing.models import BilledUsage
+from billing.models import BilledUsage, RunCostFigure
 from billing.prices.money import BILLED, Figure, month_start, utc
 from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, scoped_usage
 from billing.reconcile.matching import BilledFigure, per_run
+from dashboard.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
 from runs.models import Run
 
 __all__ = [
@@ -102,8 +104,21 @@ class RunFigures:
         self.book = price_book()  # once a download, not once a chunk
 
     def stored(self) -> tuple[Q, str, str]:
-        """For a query of runs: which runs' stored figure is usable, and its usd and kind columns."""
-        return usable(self.book), "cost_figure__usd", "cost_figure__kind"
+        """For a query of runs: the runs whose stored figure is not usable, and the stored figure's
+        usd and kind columns. The runs are read here, from the figures alone (`figures.unusable`,
+        one query): as a subquery PostgreSQL cannot tell how few they are (a comparison of two
+        columns of a row is guessed true for nearly all) and read all 100,000 runs to join them."""
+        ids = list(unusable(self.book).values_list("run_id", flat=True))
+        return Q(pk__in=ids), "cost_figure__usd", "cost_figure__kind"
+
+    def stored_cells(self) -> QuerySet[RunCostFigure]:
+        """The usable stored figures as the CSV writes them: the run's id, usd, kind and an empty
+        bill (a run with a stored figure has no billed usage), in SQL (dashboard.csv_export's rules)."""
+        usable = RunCostFigure.objects.filter(priced_version=F("version"), price_book=self.book)
+        cells = Concat(
+            SqlDecimalCell(F("usd")), Value(","), SqlTextCell(F("kind")), Value(","), output_field=TextField()
+        )
+        return usable.values_list(SqlIntegerCell(F("run_id")), cells)
 
     def of(self, run_ids: Iterable[int]) -> dict[int, tuple[Decimal, str, Decimal | None]]:
         ids = list(run_ids)

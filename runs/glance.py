@@ -33,7 +33,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, RunFigures, run_costs
-from dashboard.csv_export import SqlDatetimeCell, SqlDecimalCell, SqlTextCell
+from dashboard.csv_export import SqlDatetimeCell, Tail
 from runs.models import GpuHour, GpuMinute, Node, Run
 from runs.telemetry import underuse
 
@@ -132,22 +132,26 @@ class CsvCells:
         self.now = now
         self.costs = RunFigures(now)
 
-    def sql(self) -> tuple[Q, list[Expression]]:
-        """The CSV_HEADER cells as SQL, for COPY (dashboard.csv_export's rules), and which runs'
-        cells must come from `__call__` instead (csv_export._splice reads their ids first).
+    def sql(self) -> tuple[list[Q], list[Expression], Tail]:
+        """The CSV_HEADER cells for COPY (dashboard.csv_export's rules): which runs' cells must come
+        from `__call__` (the runs any of the returned conditions selects; csv_export._splice reads
+        their ids first, the union of one query a condition), the first two cells as SQL, and the
+        cost cells of every other run as a `Tail` (the stored figures', read beside the COPY).
 
-        SQL writes a row whole when the run has no minute in the window (no utilization to show:
-        its last sample is the probe `_recent` makes for a silent run, whose minute is read the
-        same way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a
-        run has no billed usage, so no bill). Every other row's cells are replaced. The test of
-        which is not in the COPY's rows: as one query's WHERE (read once, before it) the
-        subqueries are read once each, where in every row of the COPY they were a figure-validity
-        test and an EXISTS a row (~15-20 us a row at 100,000 runs); the COPY joins the stored
-        figure, a plain LEFT JOIN.
+        SQL writes a row when the run has no minute in the window (no utilization to show: its
+        last sample is the probe `_recent` makes for a silent run, whose minute is read the same
+        way) and its stored cost figure is still the engine's (`RunFigures.stored`; such a run has
+        no billed usage, so no bill), and its cost cells are the stored figure's
+        (`RunFigures.stored_cells`). Every other row's cells are replaced. The test of which is
+        not in the COPY's rows, nor over every run: each condition is a set of a few hundred runs
+        read from its small side (the minutes of the last hour; the figures not usable, every run
+        having a figure row), so each query of the union probes the runs by id rather than
+        reading all 100,000. Nor are the figures joined in the COPY: in its index's order that
+        was an index probe a row.
         """
         since = (self.now - WINDOW).replace(second=0, microsecond=0)
-        usable, usd, kind = self.costs.stored()
-        # The runs with a minute in the window, read once into a hash (`pk IN (SELECT ...)`).
+        unusable, _, _ = self.costs.stored()
+        # The runs with a minute in the window.
         recent = Q(pk__in=GpuMinute.objects.filter(minute__gte=since).values("run_id"))
         end = ExpressionWrapper(F("minute") + Value(timedelta(minutes=1)), output_field=DateTimeField())
         newest = GpuMinute.objects.filter(run_id=OuterRef("pk")).order_by("-minute")
@@ -164,13 +168,9 @@ class CsvCells:
         with_minutes = RawSQL(skip, [])  # noqa: S611
         shown = Case(When(Q(pk__in=with_minutes), then=last), default=None, output_field=DateTimeField())
         nothing = Value(None, output_field=TextField())
-        return recent | ~usable, [
-            nothing,
-            SqlDatetimeCell(shown),
-            SqlDecimalCell(F(usd)),
-            SqlTextCell(F(kind)),
-            nothing,
-        ]
+        # The cost cells (usd, kind, the empty bill) from the stored figures, read beside the
+        # COPY rather than joined a row in it (csv_export.Tail).
+        return [recent, unusable], [nothing, SqlDatetimeCell(shown)], Tail(3, self.costs.stored_cells())
 
     def __call__(self, run_ids: Sequence[int]) -> dict[int, list[object]]:
         runs = list(Run.objects.filter(pk__in=list(run_ids)).only("pk"))

@@ -236,13 +236,14 @@ def runs_csv(
 
     added = glance.CsvCells(now)
     if by_database:
-        replaced, glance_cells = added.sql()
+        replaced, glance_cells, tail = added.sql()
         cells = [SqlIntegerCell(F("pk")), *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
-        flagged = runs.filter(replaced).order_by().values_list("pk", flat=True)
+        first, *more = (runs.filter(q).order_by().values_list("pk", flat=True) for q in replaced)
+        flagged = first.union(*more)
         return copy_streaming_response(
             filename, CSV_HEADER, runs.values_list(*cells, *glance_cells), in_index_order=in_index_order,
-            added=(glance.CSV_HEADER, flagged, added),
+            added=(glance.CSV_HEADER, flagged, added, tail),
         )  # fmt: skip
 
     def rows() -> Iterator[list[object]]:

@@ -153,12 +153,14 @@ def _recompute(days: Iterable[date], as_of: datetime, keep: set[int] | None = No
     baseline: list[AccrualBaseline] = []
     book = failed.price_book()
     for i in range(0, len(run_ids), CHUNK):
+        # What the settled runs' figures rest on, as of before they are read and priced.
+        seen = figures.versions(run_ids[i : i + CHUNK])
         runs = list(Run.objects.filter(pk__in=run_ids[i : i + CHUNK]).only(*RUN_COST_FIELDS))
         breakdowns = breakdowns_for_runs(runs, now=as_of)
         # The failed runs' failed-attempt cost, from the same breakdowns, for the failures overview.
         failed.cache(breakdowns, as_of, book)
         # And the settled runs' figures, for the run list's CSV.
-        figures.cache(breakdowns, as_of, book)
+        figures.cache(breakdowns, as_of, seen, book)
         for run in runs:
             dims = tuple(getattr(run, name) or "" for name in DIMENSIONS)
             run_days = breakdowns[run.pk].days

@@ -201,19 +201,31 @@ class FailedRunCost(models.Model):
 
 
 class RunCostFigure(models.Model):
-    """The cost engine's estimate of a settled run (its total and kind), as of `priced_at`.
+    """The cost engine's estimate of a settled run (its total and kind), and whether it still holds.
 
     Written by the cost rollup pass (billing.costs.figures.cache) for the runs it prices, and read
-    by the run list's CSV instead of pricing up to 100,000 runs a download. Used only while it is
-    still the engine's answer (billing.costs.figures.stored_figures): the run not changed since,
-    not running, no egress or billed usage record of its own, the price book the same.
+    by the run list's CSV instead of pricing up to 100,000 runs a download. Valid by construction
+    (billing.costs.figures): the database bumps `version` (triggers, migration billing 0018)
+    whenever something the figure rests on is written: the run's row, an attempt, an egress
+    record or a billed usage record of the run. The figure is the engine's answer only while
+    `priced_version` (the version read before the run was priced) is still `version` and the
+    price book is the one it was priced with. A row with no figure (`priced_version` null) is
+    what a write leaves for a run never priced: its version, for a pass pricing it meanwhile.
     """
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="cost_figure")
-    usd = ExactDecimalField()
-    kind = models.CharField(max_length=32)
-    priced_at = models.DateTimeField()
-    price_book = models.CharField(max_length=64, help_text="billing.costs.failed.price_book() when priced.")
+    usd = ExactDecimalField(null=True)
+    kind = models.CharField(max_length=32, blank=True)
+    priced_at = models.DateTimeField(null=True)
+    price_book = models.CharField(max_length=64, blank=True, help_text="billing.costs.failed.price_book() when priced.")
+    version = models.BigIntegerField(
+        default=0, help_text="Bumped by the database on every write the figure rests on (billing 0018's triggers)."
+    )
+    priced_version = models.BigIntegerField(
+        null=True, help_text="The version read before the figure was priced; null: no figure."
+    )
 
     def __str__(self) -> str:
+        if self.priced_version is None or self.priced_at is None:
+            return f"{self.run_id}: no figure (version {self.version})"
         return f"{self.run_id}: ${self.usd} ({self.kind}) as of {self.priced_at.isoformat()}"
