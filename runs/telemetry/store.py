@@ -193,7 +193,7 @@ def _insert_postgresql(rows: Sequence[Sequence[Any]]) -> dict[BucketKey, int]:
     text = None
     if all(column is not None for column in cells):
         text = "".join(f"{line}\n" for line in map("\t".join, zip(*cells, strict=True)))
-        if not _any_stored(by_column) and _copy_direct(table, copied, text):
+        if not _any_stored(by_column) and copy_direct(table, copied, text):
             counts: dict[BucketKey, int] = {}
             minutes: dict[datetime, datetime] = {}
             for r, n, g, ts in zip(*by_column[:4], strict=True):
@@ -253,7 +253,7 @@ def _any_stored(by_column: Sequence[Sequence[Any]]) -> bool:
         return cursor.fetchone()[0]
 
 
-def _copy_direct(table: str, copied: str, text: str) -> bool:
+def copy_direct(table: str, copied: str, text: str) -> bool:
     """COPY the text straight into the table in a savepoint; False (nothing written) on a natural-key conflict."""
     try:
         with (

@@ -112,8 +112,8 @@ def advance(rows: Sequence[Sequence[Any]]) -> int:
         if streak.last_ts is not None and ts_of(samples[0]) <= streak.last_ts:
             late[key] = max(streak.last_ts, ts_of(samples[-1]))
             continue
-        streak.hung_since = _trailing_start(samples, _is_hung_row, ts_of, streak.hung_since)
-        streak.no_process_since = _trailing_start(samples, _no_process_row, ts_of, streak.no_process_since)
+        streak.hung_since = trailing_start(samples, _is_hung_row, ts_of, streak.hung_since)
+        streak.no_process_since = trailing_start(samples, _no_process_row, ts_of, streak.no_process_since)
         streak.last_ts = ts_of(samples[-1])
         state[key] = streak
     if late:
@@ -139,7 +139,7 @@ def _no_process_row(row: Sequence[Any]) -> bool:
     return row[_AT["processes"]] == []
 
 
-def _trailing_start(
+def trailing_start(
     samples: Sequence[Sequence[Any]],
     flagged: Callable[[Sequence[Any]], bool],
     ts_of: Callable[[Sequence[Any]], datetime],

@@ -65,9 +65,9 @@ def test_a_conflicting_direct_copy_writes_nothing_and_leaves_the_transaction_usa
     # Two rows, the second one stored already: the whole COPY is undone.
     text = "".join(f"{run.pk}\t{node.pk}\t0\t{T0 + timedelta(seconds=s)}\tapi\n" for s in (0, 1))
     with transaction.atomic():
-        assert store._copy_direct(table, "run_id, node_id, gpu_index, ts, source", text) is False
+        assert store.copy_direct(table, "run_id, node_id, gpu_index, ts, source", text) is False
         assert GpuSample.objects.count() == 1
     fresh = "".join(f"{run.pk}\t{node.pk}\t0\t{T0 + timedelta(seconds=s)}\tapi\n" for s in (5, 6))
     with transaction.atomic():
-        assert store._copy_direct(table, "run_id, node_id, gpu_index, ts, source", fresh) is True
+        assert store.copy_direct(table, "run_id, node_id, gpu_index, ts, source", fresh) is True
     assert GpuSample.objects.count() == 3

@@ -8,7 +8,7 @@ from operator import itemgetter
 
 import pytest
 
-from runs.telemetry.streaks import Streak, _trailing_start
+from runs.telemetry.streaks import Streak, trailing_start
 from tests.conftest import T0
 
 
@@ -20,5 +20,5 @@ def test_the_backward_walk_is_the_forward_fold(stored, count: int) -> None:
         folded = Streak(last_ts=T0 - timedelta(seconds=1), hung_since=stored)
         for ts, flag in rows:
             folded.fold(ts, flag, False)
-        walked = _trailing_start(rows, itemgetter(1), itemgetter(0), stored)
+        walked = trailing_start(rows, itemgetter(1), itemgetter(0), stored)
         assert walked == folded.hung_since, flags
