@@ -243,8 +243,13 @@ def append_log(request: HttpRequest, external_id: str, payload: LogChunkIn, sour
     return Status(201 if status == "stored" else 200, body)
 
 
-# A sample's value columns in row order, read in one C call rather than a lookup each.
-_sample_values = itemgetter(*ingest.SAMPLE_VALUE_COLUMNS)
+# A sample's value columns in row order, read in one C call rather than a lookup each: those of
+# the first row layout, then the ones appended since (NVLink), left off when all are missing
+# (as `ingest.trim_sample_rows` would trim them, without a pop per row).
+_V1_VALUES = ingest.SAMPLE_V1_WIDTH - (len(ingest.SAMPLE_COLUMNS) - len(ingest.SAMPLE_VALUE_COLUMNS))
+_sample_values = itemgetter(*ingest.SAMPLE_VALUE_COLUMNS[:_V1_VALUES])
+_later_values = itemgetter(*ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:], "gpu")  # "gpu": a tuple however many
+_NO_LATER_VALUES = (None,) * len(ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:])
 _sample_key = itemgetter("run_source", "run", "ts")
 _node_key = itemgetter("run_source", "run", "attempt", "node")
 
@@ -345,6 +350,7 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
         # The GPUs of a node share their instants: each is formatted once.
         stamps: dict[Any, str] = {}
         rows = []
+        no_later = list(_NO_LATER_VALUES)
         with transaction.atomic():
             # (run source, run, attempt, node) -> (run id, node id), every node in a few queries.
             wanted = [(runs[key[:2]], key[2], key[3], host) for key, host in hosts.items()]
@@ -358,7 +364,11 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
                 stamp = stamps.get(ts)
                 if stamp is None:
                     stamp = stamps[ts] = ts.isoformat()
-                rows.append([*ids[key], s["gpu"], stamp, *_sample_values(s)])
+                *later, gpu = _later_values(s)
+                row = [*ids[key], gpu, stamp, *_sample_values(s)]
+                if later != no_later:
+                    row += later
+                rows.append(row)
             return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload["source"])
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, NotRequired
 
 from ninja import Schema
-from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 # pydantic reads TypedDicts from typing_extensions on Python < 3.12.
 from typing_extensions import TypedDict
@@ -25,6 +25,7 @@ from dashboard.schemas import (
     ExternalId,
     RegionName,
     Timestamp,
+    aware,
     refuse_nul,
 )
 from runs.choices import AcceleratorType, RunSource, RunStatus, TelemetrySource, accelerator_count_problem
@@ -208,6 +209,9 @@ _SAMPLE_ROW_FIELDS = {name: _typed_dict_field(name, info) for name, info in GpuS
 _SAMPLE_ROW_FIELDS["processes"] = NotRequired[
     Annotated[list[GpuProcessRow] | None, Field(default=None, max_length=1000)]
 ]
+# The time as a plain datetime here: `aware` (Timestamp's check, a Python call per row) runs once
+# per distinct instant after parsing (`SampleBatchValidator`), not 10,000 times.
+_SAMPLE_ROW_FIELDS["ts"] = datetime
 GpuSampleRow = TypedDict("GpuSampleRow", _SAMPLE_ROW_FIELDS)  # type: ignore[misc]  # as GpuProcessRow
 GpuSampleBatchRows = TypedDict(  # noqa: UP013
     "GpuSampleBatchRows",
@@ -216,7 +220,41 @@ GpuSampleBatchRows = TypedDict(  # noqa: UP013
         "samples": Annotated[list[GpuSampleRow], Field(min_length=1)],
     },
 )
-GPU_SAMPLE_BATCH: TypeAdapter[Any] = TypeAdapter(GpuSampleBatchRows)
+
+
+class SampleBatchValidator:
+    """GpuSampleBatchRows' validator, then Timestamp's `aware` on each distinct instant of the batch.
+
+    The GPUs of a node share their instants (8 samples an instant for an 8-GPU node), so the
+    check that was a Python call per sample (~10 ms of a 10,000-sample batch) runs an eighth as
+    often. A time it refuses raises a ValidationError naming the sample, as the model does.
+    """
+
+    def __init__(self) -> None:
+        self.adapter: TypeAdapter[Any] = TypeAdapter(GpuSampleBatchRows)
+
+    def json_schema(self) -> dict[str, Any]:
+        return self.adapter.json_schema()
+
+    def validate_json(self, body: bytes | str) -> dict[str, Any]:
+        payload = self.adapter.validate_json(body)
+        utc: dict[datetime, datetime] = {}
+        for i, sample in enumerate(payload["samples"]):
+            ts = sample["ts"]
+            at = utc.get(ts)
+            if at is None:  # equal instants share an entry: their UTC value is the same
+                try:
+                    at = utc[ts] = aware(ts)
+                except ValueError as error:
+                    raise ValidationError.from_exception_data(
+                        "GpuSampleBatchRows",
+                        [{"type": "value_error", "loc": ("samples", i, "ts"), "input": ts, "ctx": {"error": error}}],
+                    ) from None
+            sample["ts"] = at
+        return payload
+
+
+GPU_SAMPLE_BATCH = SampleBatchValidator()
 
 
 class MetricPointIn(BaseModel):

@@ -23,11 +23,11 @@ from datetime import datetime, timedelta
 from typing import cast
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Model, QuerySet
 from django.utils import timezone
 
-from runs.models import GpuMinute, GpuSample, GpuSampleBlock
+from runs.models import GpuMinute, GpuSample, GpuSampleBlock, Node, Run
 from runs.telemetry import envelope_store, partitions, utilization
 
 # Rows per delete: small enough for a short transaction, large enough that a day's worth of a
@@ -47,6 +47,8 @@ class PruneResult:
     minutes_deleted: int = 0
     # PostgreSQL: partitions of the compacted part (GpuSampleBlock) dropped whole.
     block_partitions_dropped: tuple[str, ...] = ()
+    # Raw samples whose run or node no longer exists (GpuSample has no database foreign keys).
+    orphans_deleted: int = 0
 
 
 def raw_cutoff(now: datetime | None = None) -> datetime:
@@ -106,6 +108,7 @@ def prune_raw_samples(
     minutes_deleted = _delete_before(GpuMinute, "minute", minute_cutoff(now), batch_size, max_batches)
     # The run envelope's minutes go with the minutes they fold (its hours stay, as GpuHour).
     envelope_store.prune_minutes(minute_cutoff(now), batch_size, max_batches)
+    orphans_deleted = prune_orphan_samples(batch_size, max_batches)
     deleted = batches = 0
     while max_batches is None or batches < max_batches:
         ids = list(GpuSample.objects.filter(ts__lt=cutoff).order_by("ts").values_list("id", flat=True)[:batch_size])
@@ -125,4 +128,52 @@ def prune_raw_samples(
         blocks_deleted=blocks_deleted,
         minutes_deleted=minutes_deleted,
         block_partitions_dropped=block_partitions,
+        orphans_deleted=orphans_deleted,
     )
+
+
+def _missing_ids(column: str, parent: type[Model]) -> list[int]:
+    """The distinct `column` values of the raw samples that name no `parent` row.
+
+    A loose index scan (a recursive CTE stepping from one value to the next: one index probe
+    per distinct run or node, `gpusample_natural_key` for runs, `gpusample_node_ts_idx` for
+    nodes), not a scan of the raw rows.
+    """
+    quote = connection.ops.quote_name
+    table, parents = quote(GpuSample._meta.db_table), quote(parent._meta.db_table)
+    with connection.cursor() as cursor:
+        # Only our own constants and quoted table names are formatted in.
+        cursor.execute(
+            f"WITH RECURSIVE ids(v) AS (SELECT MIN({column}) FROM {table} UNION ALL "  # noqa: S608
+            f"SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > ids.v) FROM ids WHERE ids.v IS NOT NULL) "
+            f"SELECT v FROM ids WHERE v IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {parents} p WHERE p.id = ids.v)"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def prune_orphan_samples(batch_size: int = DELETE_BATCH, max_batches: int | None = None) -> int:
+    """Delete raw samples whose run or node no longer exists; returns how many went.
+
+    GpuSample's run and node keys have no database constraint (runs/models/telemetry.py: the
+    commit-time checks cost ingest ~70 ms a batch). Django's cascade deletes a run's samples
+    with it, but a batch a worker writes after its run was deleted (accepted before, processed
+    after) leaves rows that name nothing: this sweep removes them, `batch_size` ids a
+    transaction, as the retention deletes do. Cost when there are none: one index probe per
+    distinct run and node.
+    """
+    missing_runs, missing_nodes = _missing_ids("run_id", Run), _missing_ids("node_id", Node)
+    if not missing_runs and not missing_nodes:
+        return 0
+    orphans = GpuSample.objects.filter(run_id__in=missing_runs) | GpuSample.objects.filter(node_id__in=missing_nodes)
+    deleted = batches = 0
+    while max_batches is None or batches < max_batches:
+        ids = list(orphans.values_list("id", flat=True)[:batch_size])
+        if not ids:
+            break
+        with transaction.atomic():
+            count, _ = GpuSample.objects.filter(id__in=ids).delete()
+        deleted += count
+        batches += 1
+        if len(ids) < batch_size:
+            break
+    return deleted

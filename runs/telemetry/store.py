@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
+from psycopg import errors as psycopg_errors
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
 from runs.telemetry import blocks, envelope_store, streaks, utilization
@@ -167,15 +168,24 @@ def _insert(rows: Sequence[Sequence[Any]]) -> None:
 
 
 def _insert_postgresql(rows: Sequence[Sequence[Any]]) -> dict[BucketKey, int]:
-    """COPY the batch into a temporary table, then INSERT ... SELECT ... ON CONFLICT DO NOTHING.
+    """Insert the rows (no two with one natural key), skipping stored keys; returns how many
+    rows each (run, node, GPU, minute) really gained: the exact count, and the rollup keys.
 
-    Returns how many rows each (run, node, GPU, minute) really gained: the exact count, and the
-    rollup keys. The insert's RETURNING is grouped by minute in the same statement, so a batch
-    hands back a row per GPU-minute (~170 for 10,000 samples) rather than 10,000 timestamps to
-    parse. COPY instead of a multi-row VALUES list: psycopg parses a 22,000-placeholder
-    statement in Python for every chunk, which cost more than the insert itself. Only the
-    columns some row holds are copied (the staging table's others stay NULL): NVML reports a
-    dozen of the 24, and each copied cell costs Python time.
+    1. The rows become COPY text, column by column (`_copy_cells`). Only the columns some row
+       holds are copied (the others stay NULL): NVML reports a dozen of the 24, and each
+       copied cell costs Python time. COPY instead of a multi-row VALUES list: psycopg parses
+       a 22,000-placeholder statement in Python for every chunk, which cost more than the
+       insert itself.
+    2. When no stored row shares a series of the batch within the batch's time span (one
+       probe of the natural key's index per series), the text is COPYed straight into the
+       table, in a savepoint: every row is new, so the counts are the batch's own, grouped in
+       Python. This skips the staging table and the conflict-checked INSERT ... SELECT, ~40%
+       of the database's time for a 10,000-row batch.
+    3. Otherwise, or when the direct COPY hits the natural key anyway (a concurrent writer of
+       the same samples, not yet committed at the probe), the text is COPYed into a temporary
+       table and moved with INSERT ... SELECT ... ON CONFLICT DO NOTHING, whose RETURNING is
+       grouped by minute in the same statement: a row per GPU-minute (~170 for 10,000
+       samples) rather than 10,000 timestamps to parse.
     """
     table = connection.ops.quote_name(GpuSample._meta.db_table)
     columns = ", ".join(INSERT_COLUMNS)
@@ -183,6 +193,19 @@ def _insert_postgresql(rows: Sequence[Sequence[Any]]) -> dict[BucketKey, int]:
     present = [i for i, values in enumerate(by_column) if i <= _TS or values.count(None) < len(values)]
     copied = ", ".join(INSERT_COLUMNS[i] for i in present)
     cells = [_copy_cells(by_column[i], json_text=i == _PROCESSES) for i in present]
+    text = None
+    if all(column is not None for column in cells):
+        text = "".join(f"{line}\n" for line in map("\t".join, zip(*cells, strict=True)))
+        if not _any_stored(by_column) and copy_direct(table, copied, text):
+            counts: dict[BucketKey, int] = {}
+            minutes: dict[datetime, datetime] = {}
+            for r, n, g, ts in zip(*by_column[:4], strict=True):
+                minute = minutes.get(ts)
+                if minute is None:
+                    minute = minutes[ts] = _minute(ts)
+                key = (r, n, g, minute)
+                counts[key] = counts.get(key, 0) + 1
+            return counts
     with connection.cursor() as cursor:
         # ON COMMIT DROP: an error rolls back past the CREATE and leaves nothing behind.
         cursor.execute(
@@ -190,8 +213,8 @@ def _insert_postgresql(rows: Sequence[Sequence[Any]]) -> dict[BucketKey, int]:
             f"SELECT {columns} FROM {table} WITH NO DATA"
         )
         with cursor.cursor.copy(f"COPY {STAGING_TABLE} ({copied}) FROM STDIN") as copy:
-            if all(column is not None for column in cells):
-                copy.write("".join(f"{line}\n" for line in map("\t".join, zip(*cells, strict=True))))
+            if text is not None:
+                copy.write(text)
             else:  # a value of another type: psycopg adapts every row
                 field = GpuSample._meta.get_field("processes")
                 for row in rows:
@@ -210,6 +233,41 @@ def _insert_postgresql(rows: Sequence[Sequence[Any]]) -> dict[BucketKey, int]:
         # Inside an outer transaction (two batches in one), ON COMMIT has not come yet: drop it now.
         cursor.execute(f"DROP TABLE {STAGING_TABLE}")
         return counts
+
+
+def _any_stored(by_column: Sequence[Sequence[Any]]) -> bool:
+    """Whether a stored sample shares a (run, node, GPU) series of the batch within its time span.
+
+    One probe of `gpusample_natural_key` per series (8 for a node's batch), over the day
+    partitions the span covers. False means no row of the batch can conflict with a
+    committed one.
+    """
+    series = sorted(set(zip(*by_column[:3], strict=True)))
+    stamps = by_column[_TS]
+    table = connection.ops.quote_name(GpuSample._meta.db_table)
+    with connection.cursor() as cursor:
+        # Only our own constants and the quoted table name are formatted in; values are bound.
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS k(r, n, g) "  # noqa: S608
+            f"WHERE EXISTS (SELECT 1 FROM {table} s WHERE s.run_id = k.r AND s.node_id = k.n "
+            "AND s.gpu_index = k.g AND s.ts >= %s AND s.ts <= %s))",
+            [[k[0] for k in series], [k[1] for k in series], [k[2] for k in series], min(stamps), max(stamps)],
+        )
+        return cursor.fetchone()[0]
+
+
+def copy_direct(table: str, copied: str, text: str) -> bool:
+    """COPY the text straight into the table in a savepoint; False (nothing written) on a natural-key conflict."""
+    try:
+        with (
+            transaction.atomic(),
+            connection.cursor() as cursor,
+            cursor.cursor.copy(f"COPY {table} ({copied}) FROM STDIN") as copy,
+        ):
+            copy.write(text)
+    except (IntegrityError, psycopg_errors.UniqueViolation):
+        return False
+    return True
 
 
 # COPY's text format: these four characters are written as escapes in a cell.
@@ -231,7 +289,7 @@ def _copy_cells(values: Sequence[Any], json_text: bool = False) -> list[str] | N
     if json_text:
         values = [None if v is None else json.dumps(v) for v in values]
         kinds = {str} if kinds else kinds
-    if kinds == {str}:
+    if kinds and all(issubclass(kind, str) for kind in kinds):  # text choices too (TelemetrySource.API)
         return ["\\N" if v is None else v.translate(_COPY_ESCAPES) for v in values]
     if not (kinds <= _NUMBERS or kinds == {datetime}):
         return None

@@ -28,7 +28,7 @@ make two workers writing one run take turns: the second reads the first's commit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import itemgetter
@@ -82,19 +82,24 @@ def _marks(values: Sequence[Any]) -> tuple[bool, bool]:
 
 
 def advance(rows: Sequence[Sequence[Any]]) -> int:
-    """Fold newly stored sample rows (blocks.ROW_COLUMNS order) into their GPUs' streaks; returns GPUs written."""
+    """Fold newly stored sample rows (blocks.ROW_COLUMNS order) into their GPUs' streaks; returns GPUs written.
+
+    Folding a GPU's samples in time order leaves what its trailing ones say: the latest time,
+    and where each trailing flagged streak starts (the stored start when every new sample
+    continues it). So each GPU's samples are read backwards from the latest, only as far as
+    a streak reaches: for a GPU that is not stalled, one sample, not all of them.
+    """
     if not rows:
         return 0
-    by_series: dict[SeriesKey, list[tuple[datetime, bool, bool]]] = {}
-    series, ts_of, values_of = itemgetter(0, 1, 2), itemgetter(_AT["ts"]), itemgetter(*(_AT[n] for n in STALL_FIELDS))
+    by_series: dict[SeriesKey, list[Sequence[Any]]] = {}
+    series, ts_of = itemgetter(0, 1, 2), itemgetter(_AT["ts"])
     for row in rows:
-        sample = (ts_of(row), *_marks(values_of(row)))
         key = series(row)
         samples = by_series.get(key)
         if samples is None:
-            by_series[key] = [sample]
+            by_series[key] = [row]
         else:
-            samples.append(sample)
+            samples.append(row)
     run_ids = {key[0] for key in by_series}
     node_ids = {key[1] for key in by_series}
     stored = {
@@ -104,13 +109,14 @@ def advance(rows: Sequence[Sequence[Any]]) -> int:
     state: dict[SeriesKey, Streak] = {}
     late: dict[SeriesKey, datetime] = {}
     for key, samples in by_series.items():
-        samples.sort()
+        samples.sort(key=ts_of)
         streak = stored.get(key, Streak())
-        if streak.last_ts is not None and samples[0][0] <= streak.last_ts:
-            late[key] = max(streak.last_ts, samples[-1][0])
+        if streak.last_ts is not None and ts_of(samples[0]) <= streak.last_ts:
+            late[key] = max(streak.last_ts, ts_of(samples[-1]))
             continue
-        for sample in samples:
-            streak.fold(*sample)
+        streak.hung_since = trailing_start(samples, _is_hung_row, ts_of, streak.hung_since)
+        streak.no_process_since = trailing_start(samples, _no_process_row, ts_of, streak.no_process_since)
+        streak.last_ts = ts_of(samples[-1])
         state[key] = streak
     if late:
         state.update(_recompute(late))
@@ -122,6 +128,33 @@ def advance(rows: Sequence[Sequence[Any]]) -> int:
         batch_size=1000,
     )
     return len(state)
+
+
+_hung_values = itemgetter(*(_AT[n] for n in STALL_FIELDS[:4]))
+
+
+def _is_hung_row(row: Sequence[Any]) -> bool:
+    return is_hung(*_hung_values(row))
+
+
+def _no_process_row(row: Sequence[Any]) -> bool:
+    return row[_AT["processes"]] == []
+
+
+def trailing_start(
+    samples: Sequence[Sequence[Any]],
+    flagged: Callable[[Sequence[Any]], bool],
+    ts_of: Callable[[Sequence[Any]], datetime],
+    stored_start: datetime | None,
+) -> datetime | None:
+    """Where the flagged streak `samples` (in time order, all after the stored latest) end in starts:
+    None when the latest is unflagged, the stored start when every sample is flagged (Streak.fold's result)."""
+    start = None
+    for row in reversed(samples):
+        if not flagged(row):
+            return start
+        start = ts_of(row)
+    return stored_start or start
 
 
 def _recompute(latest: dict[SeriesKey, datetime]) -> dict[SeriesKey, Streak]:
