@@ -60,6 +60,11 @@ def test_every_relative_link_of_the_documentation_leads_somewhere() -> None:
     assert [b for path in checked for b in broken_links(path)] == []
 
 
+def test_every_code_block_of_the_documentation_is_closed() -> None:
+    # An unclosed ``` turns the rest of a page into code, and hides its links from the check above.
+    assert [p.name for p in documents(ROOT) if p.read_text().count("```") % 2] == []
+
+
 def test_the_readme_links_every_docs_page() -> None:
     readme = (ROOT / "README.md").read_text()
     linked = {Path(t.partition("#")[0]).as_posix() for t in LINK.findall(readme)}
