@@ -1,6 +1,6 @@
 """The cost engine: what a serverless GPU run cost, from the price book, in exact Decimals.
 
-Money rule (DESIGN.md): for every attempt (retries are billed), num_accelerators x billed hours
+Money rule (docs/costs.md, "The money rule"): for every attempt (retries are billed), num_accelerators x billed hours
 x the accelerator-hour price in force for the run's type and region, split at price changes and
 at UTC day boundaries; plus egress bytes x the price for that region pair.
 

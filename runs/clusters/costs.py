@@ -1,6 +1,6 @@
 """Classic GPU clusters: what their GPUs are, what their uptime cost, busy vs idle, and a what-if.
 
-A classic ML runtime cluster is billed by uptime, driver + workers, busy or idle (DESIGN.md).
+A classic ML runtime cluster is billed by uptime, driver + workers, busy or idle (docs/costs.md, "The money rule").
 This module answers, per cluster and per team:
 
 - uptime cost: uptime x (driver price + workers x worker price) from `InstancePrice`, split at

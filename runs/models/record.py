@@ -21,7 +21,7 @@ from runs.choices import (
     RunStatus,
 )
 
-# Serverless GPU runtime caps (DESIGN.md "Limits"): a run stops at its cap whatever its timeout.
+# Serverless GPU runtime caps (docs/costs.md, "The money rule"): a run stops at its cap whatever its timeout.
 NOTEBOOK_RUNTIME_CAP = timedelta(days=7)
 CLI_RUNTIME_CAP = timedelta(days=14)
 # The longest any run may hold GPUs: what a pushed run's window is checked against.

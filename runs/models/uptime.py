@@ -1,6 +1,6 @@
 """A classic cluster's billable uptime and worker count: the one rule (issue 16).
 
-Classic clusters are billed by uptime, driver + workers, busy or idle (DESIGN.md). This module
+Classic clusters are billed by uptime, driver + workers, busy or idle (docs/costs.md, "The money rule"). This module
 answers *when* a cluster was up and *how many workers* it had, from the cluster's lifecycle
 events (the Clusters API's `POST /api/2.1/clusters/events`, `databricks clusters events`:
 https://docs.databricks.com/api/clusters/v2). The clusters page, run costs, rollups and advice
