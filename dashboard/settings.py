@@ -383,7 +383,7 @@ AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum
 # the node's GPUs; runs/telemetry/blocks.py); a sample arriving later for a compacted minute reopens that minute.
 AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES", 10, minimum=2)
 # Days minute rollups are kept; older minutes live on in the hour rollups (runs/telemetry/retention.py).
-# 30 by default: at 1,000 GPUs a day of minutes is ~0.55 GB (README, Scaling out, on paper).
+# 30 by default: at 1,000 GPUs a day of minutes is ~0.55 GB (docs/scaling.md).
 AIRBOARD_TELEMETRY_MINUTE_DAYS = env_int("AIRBOARD_TELEMETRY_MINUTE_DAYS", 30, minimum=1)
 # PostgreSQL (runs/telemetry/partitions.py): daily partitions of the raw samples are made this many days
 # ahead, so a day's samples never start in the DEFAULT partition while the beat runs.
