@@ -25,7 +25,7 @@ from django.utils.text import slugify
 from billing.prices.money import format_usd
 from dashboard import access
 from runs.choices import PostMortemStatus, RunStatus
-from runs.failures import logtime, postmortem
+from runs.failures import classify_pass, detail, logtime, postmortem
 from runs.failures import stats as failure_stats
 from runs.failures.forms import FailureFilterForm, PostMortemForm
 from runs.forms import MAX_QUERY_LENGTH
@@ -123,14 +123,14 @@ def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
     attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
     now = timezone.now()
     failed_at = (analysis.failed_at if analysis else None) or run.ended_at
-    context_lines: list[postmortem.ContextLine] = []
+    context_lines: list[detail.ContextLine] = []
     evidence_node = None
     if analysis and analysis.line and analysis.attempt_number is not None and analysis.node_index is not None:
         evidence_node = Node.objects.filter(
             attempt__run=run, attempt__number=analysis.attempt_number, index=analysis.node_index
         ).first()
         if evidence_node is not None:
-            context_lines = postmortem.log_context(evidence_node, analysis.line)
+            context_lines = detail.log_context(evidence_node, analysis.line)
     # Each shown line with the time it states, for the log's gutter and the charts' marker.
     timed_lines = [(line, logtime.line_time(line.text)) for line in context_lines]
     evidence_at = next((at for line, at in timed_lines if line.is_evidence), None)
@@ -163,7 +163,7 @@ def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "run": run,
         "analysis": analysis,
         "attempts": attempts,
-        "failed_attempts": [a for a in attempts if a.status in postmortem.FAILED_STATUSES],
+        "failed_attempts": [a for a in attempts if a.status in classify_pass.FAILED_STATUSES],
         "timeline": charts.timeline_figure(attempts, now=now),
         "context_lines": context_lines,
         "timed_lines": timed_lines,
