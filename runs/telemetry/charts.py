@@ -452,7 +452,7 @@ FIELD_UNITS: dict[str, tuple[str, str, str, float, int]] = {
     # 100% "utilization" with SMs near 0 is spinning in a collective, not computing.
     "sm_active": ("SM activity", "SMs active (%)", "%", 1, 0),
     "tensor_active": ("Tensor core activity", "tensor pipe active (%)", "%", 1, 0),
-    # Stored in KB/s as NVML reports (dmon's MB/s x 1024, runs/telemetry/importers.py): drawn in MB/s.
+    # Stored in KB/s as NVML reports (dmon's MB/s x 1024, runs/telemetry/importers/dmon.py): drawn in MB/s.
     "pcie_tx_kbps": ("PCIe transmit", "PCIe TX (MB/s)", "MB/s", 1024, 1),
     "pcie_rx_kbps": ("PCIe receive", "PCIe RX (MB/s)", "MB/s", 1024, 1),
     # All NVLink links together, KB/s (GPM MiB/s x 1024, DCGM bytes/s / 1024): drawn in GB/s,
