@@ -9,7 +9,8 @@ from typing import Any
 
 from runs.choices import RunStatus
 from runs.models import MetricPoint, Run
-from runs.telemetry.charts import STATUS_COLORS, gpu_figure, gpu_series, plotly_time, time_layout
+from runs.telemetry.charts import STATUS_COLORS, gpu_figure, gpu_series, time_layout
+from runs.telemetry.tier_reads import plotly_time
 
 
 def on_failure_axis(
