@@ -165,7 +165,7 @@ def enrich(team: Group, now: datetime) -> None:
     from billing.costs.rollups import refresh_changed
     from billing.models import AcceleratorPrice, CostDaily
     from billing.prices.pricebook import load_default_prices
-    from runs.failures.postmortem import classify_run
+    from runs.failures.classify_pass import classify_run
     from runs.models import FailureAnalysis
 
     if not AcceleratorPrice.objects.exists():

@@ -50,7 +50,9 @@ from runs.schemas import (
     TelemetryFileOut,
     UpsertOut,
 )
-from runs.telemetry.importers import DCGM_FORMATS, keep_window, parse_telemetry, run_window
+from runs.telemetry.importers.checks import keep_window, run_window
+from runs.telemetry.importers.common import DCGM_FORMATS
+from runs.telemetry.importers.parse import parse_telemetry
 from runs.workload.schema import WorkloadError
 
 router = Router(tags=["runs"])
@@ -386,7 +388,7 @@ def import_telemetry_file(
     Lines that cannot be used are listed in `skipped` with their line numbers (line 0: the file
     as a whole, e.g. samples outside the run's window). A file with nothing usable, or whose
     values are all zero (a broken exporter), is a 422 naming why. Parsing is linear in the
-    file's size and lines over runs.telemetry.importers.MAX_LINE_CHARS are never parsed.
+    file's size and lines over runs.telemetry.importers.common.MAX_LINE_CHARS are never parsed.
     """
     Access(request).require_write()
     run = _get_run(request, external_id, source)

@@ -16,7 +16,8 @@ from django.db.models import Avg
 
 from dashboard.figures import base_layout, plotly_text
 from runs.models import GpuMinute, MetricPoint, Run
-from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure, plotly_time
+from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure
+from runs.telemetry.tier_reads import plotly_time
 
 MAX_RUNS = 10
 # The fields of a run compared beside its parameters: what differs between two tries.

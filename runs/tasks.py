@@ -148,10 +148,10 @@ def maintain_telemetry_partitions() -> int:
 )
 def classify_run(run_id: int) -> str:
     """Classify a failed run's logs and store the verdict; '' when the run is gone."""
-    from runs.failures import postmortem
+    from runs.failures import classify_pass
     from runs.models import Run
 
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return ""
-    return postmortem.classify_run(run).class_id
+    return classify_pass.classify_run(run).class_id

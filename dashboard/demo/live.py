@@ -38,7 +38,8 @@ from django.db.models import Max
 from django.utils import timezone
 
 from dashboard.demo.clusters import RUN_PREFIX as ADVICE_RUN_PREFIX
-from dashboard.demo.logs import FAILURES, LogContext, checkpoint_dir, closing_lines, progress_lines
+from dashboard.demo.log_context import FAILURES, LogContext, checkpoint_dir
+from dashboard.demo.logs import closing_lines, progress_lines
 from dashboard.demo.seed import EXPERIMENT_BY_SLUG, EXPERIMENTS, rng_for, run_curve
 from dashboard.demo.series import PROFILES, Activity, TrainingCurve, metric_points, node_skew, raw_samples
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource

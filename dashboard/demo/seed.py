@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from dashboard.demo.logs import FAILURES, OOM_ALLOCATIONS
+from dashboard.demo.log_context import FAILURES, OOM_ALLOCATIONS
 from dashboard.demo.series import TrainingCurve
 from runs.choices import GPUS_PER_NODE, AcceleratorType, Region, RunSource, RunStatus
 

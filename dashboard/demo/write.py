@@ -50,7 +50,8 @@ from django.utils import timezone
 from billing.models import EgressRecord
 from dashboard.demo.clusters import remove_demo_clusters, write_demo_clusters
 from dashboard.demo.constants import demo_password
-from dashboard.demo.logs import LogContext, checkpoint_dir, node_log
+from dashboard.demo.log_context import LogContext, checkpoint_dir
+from dashboard.demo.logs import node_log
 from dashboard.demo.seed import (
     ADMIN_USERNAME,
     DEMO_EMAIL_DOMAIN,

@@ -50,13 +50,8 @@ from runs.choices import BatchKind, CollectorKind, RunEventKind, RunStatus, Tele
 from runs.collectors.prometheus_client import CollectorError, PrometheusSource, QueryRefused
 from runs.collectors.state import CollectResult, count_refusals, save_cursor, track
 from runs.models import Attempt, CollectorState, Node, RunEvent
-from runs.telemetry.importers import (
-    DCGM_BLANK_FLOOR,
-    DCGM_FIELDS,
-    DCGM_NOT_ON_MIG,
-    dcgm_sample_values,
-    out_of_range,
-)
+from runs.telemetry.importers.common import out_of_range
+from runs.telemetry.importers.dcgm_exporter import DCGM_BLANK_FLOOR, DCGM_FIELDS, DCGM_NOT_ON_MIG, dcgm_sample_values
 from runs.telemetry.labels import MIG_INDEX_BASE, gpu_label, mig_gpu_index
 
 __all__ = ["CollectorError", "collect_once"]

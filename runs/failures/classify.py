@@ -38,7 +38,6 @@ from runs.failures.rules import (
     PROGRESS,
     RECOVERED_AFTER,
     ROOT,
-    RULES,
     SYMPTOM,
     TAIL_LINES,
     TRACEBACK,
@@ -46,6 +45,7 @@ from runs.failures.rules import (
     Rule,
     compile_linear,
 )
+from runs.failures.rules_table import RULES
 
 # Terminal colour codes (tqdm, rich) would split words the patterns look for.
 ANSI_CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")

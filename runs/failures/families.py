@@ -1,4 +1,4 @@
-"""Failure families read by mechanism, whatever a framework's wording: pattern data for `rules.RULES`.
+"""Failure families read by mechanism, whatever a framework's wording: pattern data for `rules_table.RULES`.
 
 Each family is a cause with one mechanism and many wordings, written so that a wording no rule
 has seen still lands in its class:
@@ -23,8 +23,9 @@ Context words are joined by `.*`, not a bounded `.{0,N}`: RE2 unrolls a bound in
 the states, and with alternations on both sides that doubled the 300,000-line log's CPU time; the
 line is cut at `classify.MAX_SCAN_CHARS` anyway.
 
-The rules are data only (class, tier, alternatives, in_warning): `rules.py` compiles them in its
-order, so this module imports nothing of the classifier and adds no import cycle.
+The rules are data only (class, tier, alternatives, in_warning): `rules.family_rule` compiles them, and
+`rules_causes.py` and `rules_table.py` place them in order, so this module imports nothing of the
+classifier and adds no import cycle.
 """
 
 from __future__ import annotations
@@ -357,7 +358,7 @@ ENTRYPOINT_MISSING: Family = (
     False,
 )
 
-# Wave 6's (and 7's) mechanisms, in the order rules.py reads them: causes, then the network's symptoms.
+# Wave 6's (and 7's) mechanisms, in the order the rule table reads them: causes, then the network's symptoms.
 MECHANISMS_6: tuple[Family, ...] = (
     PREEMPTED,
     DISK_QUOTA,

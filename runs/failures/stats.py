@@ -22,7 +22,7 @@ from billing.costs.failed import failed_attempts_cost
 from dashboard import access
 from dashboard.csv_export import cell
 from runs.choices import RunStatus
-from runs.failures.postmortem import FAILED_STATUSES
+from runs.failures.classify_pass import FAILED_STATUSES
 from runs.models import FailureAnalysis
 from runs.telemetry.charts import STATUS_COLORS, time_layout
 

@@ -8,34 +8,27 @@ post-mortems to the user's teams on their joined run, `access.team_q`), so anoth
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
 from billing.prices.money import format_usd
 from dashboard import access
-from runs.choices import PostMortemStatus, RunStatus
-from runs.failures import logtime, postmortem
+from runs.choices import PostMortemStatus
+from runs.failures import detail, postmortem
 from runs.failures import stats as failure_stats
 from runs.failures.forms import FailureFilterForm, PostMortemForm
 from runs.forms import MAX_QUERY_LENGTH
 from runs.logs import MAX_LINE_CHARS, chunk_texts, display_text, highlight, iter_lines, query_pattern
-from runs.models import FailureAnalysis, MetricPoint, Node, PostMortem, Run
-from runs.telemetry import charts
+from runs.models import FailureAnalysis, Node, PostMortem, Run
 
-# Minutes of telemetry shown before the failure.
-TELEMETRY_WINDOW = timedelta(minutes=30)
-SIMILAR_FAILURES = 10
 # Lines one tail poll returns at most; the client asks again from the last one it got.
 TAIL_MAX_LINES = 1_000
 # Matches one cross-log search lists at most.
@@ -50,137 +43,11 @@ def _analysis(run: Run) -> FailureAnalysis | None:
     return FailureAnalysis.objects.filter(run=run).first()
 
 
-def _on_failure_axis(
-    figure: dict | None, start: datetime, end: datetime, marks: list[tuple[datetime, str]]
-) -> dict | None:
-    """One time axis for every panel of the page, [start, end], with dashed lines at `marks`.
-
-    Marks are the failure and, when its line states a time, the log's evidence line; the same
-    range on every panel puts them under each other. The window is fixed: zooming must not
-    re-query the whole run (charts.js does on telemetry_field), so the figure's meta goes.
-    """
-    if figure is None:
-        return figure
-    layout = figure["layout"]
-    layout.setdefault("xaxis", {})["range"] = [charts.plotly_time(start), charts.plotly_time(end)]
-    layout["shapes"] = [
-        {"type": "line", "xref": "x", "yref": "paper", "x0": charts.plotly_time(at), "x1": charts.plotly_time(at),
-         "y0": 0, "y1": 1, "line": {"color": charts.STATUS_COLORS[RunStatus.FAILED], "width": 2, "dash": "dash"}}
-        for at, _ in marks
-    ]  # fmt: skip
-    layout["annotations"] = [
-        {"x": charts.plotly_time(at), "xref": "x", "y": 1, "yref": "paper", "text": text, "showarrow": False,
-         "yanchor": "bottom"}
-        for at, text in marks
-    ]  # fmt: skip
-    layout.pop("meta", None)
-    return figure
-
-
-# The failure page's metric panels: training signals first, then the rest, then system metrics.
-METRIC_ORDER = ("loss", "lr", "learning_rate", "grad_norm", "throughput", "samples_per_sec", "tokens_per_sec")
-MAX_METRIC_PANELS = 8
-
-
-def _metric_rank(key: str) -> tuple[int, int, str]:
-    name = key.lower()
-    system = name.startswith("system/")
-    known = next((i for i, word in enumerate(METRIC_ORDER) if word in name), len(METRIC_ORDER))
-    return (int(system), known, name)
-
-
-def metric_figures(run: Run, start: datetime, end: datetime) -> tuple[list[dict[str, Any]], int]:
-    """MLflow metrics in [start, end], one panel per key on its own y axis; and how many keys were left out.
-
-    One axis for loss, learning rate, grad norm and samples/s drew three flat lines: each
-    metric gets its panel, titled with its key, the most telling ones first.
-    """
-    points = MetricPoint.objects.filter(run=run, ts__gte=start, ts__lte=end).order_by("key", "ts")
-    series: dict[str, tuple[list[str], list[float | None]]] = {}
-    for key, ts, value in points.values_list("key", "ts", "value")[:20_000]:
-        xs, ys = series.setdefault(key, ([], []))
-        xs.append(charts.plotly_time(ts))
-        ys.append(value)
-    keys = sorted(series, key=_metric_rank)
-    panels = []
-    for i, key in enumerate(keys[:MAX_METRIC_PANELS]):
-        xs, ys = series[key]
-        figure: dict[str, Any] = {
-            "data": [{"type": "scatter", "mode": "lines+markers" if len(xs) < 30 else "lines", "name": key,
-                      "x": xs, "y": ys}],
-            "layout": charts.time_layout(key, "", series_count=1, height=220, showlegend=False),
-        }  # fmt: skip
-        figure["layout"]["yaxis"]["rangemode"] = "normal"
-        panels.append({"id": f"fig-pm-metric-{i}", "key": key, "figure": figure})
-    return panels, max(0, len(keys) - MAX_METRIC_PANELS)
-
-
 @login_required
 def failure_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The failed run's page: root cause, timeline, log around the evidence, last minutes, cost, similar."""
     run = _run_for(request, pk)
-    analysis = _analysis(run)
-    attempts = list(run.attempts.prefetch_related("nodes").order_by("number"))
-    now = timezone.now()
-    failed_at = (analysis.failed_at if analysis else None) or run.ended_at
-    context_lines: list[postmortem.ContextLine] = []
-    evidence_node = None
-    if analysis and analysis.line and analysis.attempt_number is not None and analysis.node_index is not None:
-        evidence_node = Node.objects.filter(
-            attempt__run=run, attempt__number=analysis.attempt_number, index=analysis.node_index
-        ).first()
-        if evidence_node is not None:
-            context_lines = postmortem.log_context(evidence_node, analysis.line)
-    # Each shown line with the time it states, for the log's gutter and the charts' marker.
-    timed_lines = [(line, logtime.line_time(line.text)) for line in context_lines]
-    evidence_at = next((at for line, at in timed_lines if line.is_evidence), None)
-    figures: dict[str, dict | None] = {}
-    metric_panels: list[dict[str, Any]] = []
-    metrics_left_out = 0
-    if failed_at is not None:
-        start, end = failed_at - TELEMETRY_WINDOW, failed_at + timedelta(minutes=1)
-        marks = [(failed_at, "failure")]
-        if evidence_at is not None and start <= evidence_at <= end and evidence_at != failed_at:
-            marks.append((evidence_at, f"log line {analysis.line}"))  # type: ignore[union-attr]
-        for field in ("utilization_gpu", "memory_used_bytes", "power_watts"):
-            series = charts.gpu_series(run, field, start, end)
-            figures[field] = _on_failure_axis(charts.gpu_figure(field, series), start, end, marks)
-        metric_panels, metrics_left_out = metric_figures(run, start, end)
-        for panel in metric_panels:
-            _on_failure_axis(panel["figure"], start, end, marks)
-    failed_cost = failure_stats.failed_attempts_cost([run.pk], now=now).get(run.pk)
-    similar = []
-    if analysis and analysis.class_id != "none":
-        # Scoped on the joined run's team: `run__in=Run.objects.for_user(...)` hashed every
-        # visible run first (190 ms at 100,000 runs).
-        near = Q(run__team=run.team)
-        if run.experiment_name:
-            near |= Q(run__experiment_name=run.experiment_name)
-        same = FailureAnalysis.objects.filter(access.team_q(request.user, "run__team"), near)
-        same = same.filter(class_id=analysis.class_id).exclude(run=run)
-        similar = list(same.select_related("run__team").order_by("-failed_at")[:SIMILAR_FAILURES])
-    ctx = {
-        "run": run,
-        "analysis": analysis,
-        "attempts": attempts,
-        "failed_attempts": [a for a in attempts if a.status in postmortem.FAILED_STATUSES],
-        "timeline": charts.timeline_figure(attempts, now=now),
-        "context_lines": context_lines,
-        "timed_lines": timed_lines,
-        "evidence_node": evidence_node,
-        "failed_at": failed_at,
-        "window_minutes": int(TELEMETRY_WINDOW.total_seconds() // 60),
-        "utilization": figures.get("utilization_gpu"),
-        "memory": figures.get("memory_used_bytes"),
-        "power": figures.get("power_watts"),
-        "metric_panels": metric_panels,
-        "metrics_left_out": metrics_left_out,
-        "evidence_at": evidence_at,
-        "failed_cost": failed_cost,
-        "similar": similar,
-        "postmortems": run.postmortems.select_related("owner").order_by("-created_at"),
-    }
-    return render(request, "runs/failure_detail.html", ctx)
+    return render(request, "runs/failure_detail.html", detail.failure_detail_context(run, request.user))
 
 
 def _node_of(run: Run, attempt: str | None, node: str | None) -> Node | None:

@@ -36,7 +36,7 @@ class FailureAnalysis(models.Model):
     confidence = models.FloatField(null=True, blank=True)
     # Attempts before the one that ended the run: [{"attempt": 1, "class_id", "title", "evidence"}].
     earlier_attempts = models.JSONField(default=list, blank=True)
-    # What the GPU telemetry showed before the end (runs.failures.postmortem.TelemetrySignal.as_dict).
+    # What the GPU telemetry showed before the end (runs.failures.classify_pass.TelemetrySignal.as_dict).
     telemetry = models.JSONField(default=dict, blank=True)
     classified_at = models.DateTimeField(default=timezone.now)
 

@@ -15,7 +15,7 @@ seconds a bucket; never finer than the tier read (1 s raw, 60 s minute rollups, 
 rollups), which the window and the resolution pick as for the charts (`envelope.pick_tier`).
 The answer is bounded whatever the window: at most MAX_POINTS (+1) buckets a field, and at
 most MAX_ANSWER_POINTS points in a per-GPU answer (fewer per series for many GPUs). The
-window is cut to the run's telemetry (`charts.extent`), so a window of centuries reads what
+window is cut to the run's telemetry (`tier_reads.extent`), so a window of centuries reads what
 a run has and no more; the answer names the window it read.
 
 Scoped as the pages are (`dashboard.api.find_run`): another team's run answers 404, as an
@@ -38,7 +38,7 @@ from dashboard.api import find_run, read_auth
 from dashboard.schemas import ERRORS, Timestamp
 from runs.choices import RunSource
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, Run
-from runs.telemetry import charts, envelope
+from runs.telemetry import charts, envelope, tier_reads
 
 router = Router(tags=["runs"])
 
@@ -146,7 +146,7 @@ def _refuse(problems: list[tuple[str, str]]) -> None:
 
 def _window(run: Run, start: datetime | None, end: datetime | None) -> tuple[datetime, datetime] | None:
     """[start, end] cut to the run's telemetry; None when the run has none there."""
-    found = charts.extent(run)
+    found = tier_reads.extent(run)
     if found is None:
         return None
     start = max(start, found[0]) if start is not None else found[0]

@@ -50,7 +50,7 @@ from django.db.models.functions import Floor
 
 from dashboard.figures import PlotlyMarkup, plotly_markup
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, Run, RunEnvelope
-from runs.telemetry import blocks, charts, envelope_store
+from runs.telemetry import blocks, charts, envelope_store, tier_reads
 from runs.telemetry.downsample import Tier, tier_step
 from runs.telemetry.labels import gpu_label
 
@@ -190,7 +190,7 @@ def _epoch(ts: datetime) -> float:
 
 
 def _bucket_expression(time_field: str, t0: float, width_s: float) -> Floor:
-    since = charts.EpochSeconds(time_field) - Value(t0, output_field=FloatField())
+    since = tier_reads.EpochSeconds(time_field) - Value(t0, output_field=FloatField())
     offset = ExpressionWrapper(since / Value(width_s, output_field=FloatField()), output_field=FloatField())
     return Floor(offset, output_field=FloatField())
 
@@ -375,7 +375,7 @@ def read_envelopes(
             raise ValueError(f"{f!r} is not a telemetry field with a rollup: {ROLLUP_FIELDS}")
     names = names if names is not None else charts.series_names(run)
     if start is None or end is None:
-        found = charts.extent(run)
+        found = tier_reads.extent(run)
         if found is None:
             return {}
         start, end = start or found[0], end or found[1]
@@ -435,7 +435,7 @@ UNITS: dict[str, tuple[str, str, str, float, int]] = {
 
 def _with_gaps(env: Envelope) -> tuple[list[int | None], list[list[float | None]]]:
     """x and the three series with a None row wherever two buckets sit further apart than the tier's gap."""
-    gap_ms = max(charts.GAP_SECONDS[env.tier], 3 * env.bucket_seconds) * 1000
+    gap_ms = max(tier_reads.GAP_SECONDS[env.tier], 3 * env.bucket_seconds) * 1000
     xs: list[int | None] = []
     cols: list[list[float | None]] = [[], [], []]
     previous = None

@@ -22,8 +22,9 @@ from dashboard import access
 from dashboard.figures import plotly_markup
 from runs.choices import RunStatus
 from runs.models import GpuHour, GpuMinute
-from runs.telemetry.charts import Figure, plotly_time, time_layout
+from runs.telemetry.charts import Figure, time_layout
 from runs.telemetry.labels import gpu_label
+from runs.telemetry.tier_reads import plotly_time
 
 GroupBy = Literal["team", "accelerator"]
 # How far back the utilization history goes on the fleet page.

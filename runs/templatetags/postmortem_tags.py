@@ -1,6 +1,6 @@
 """Template tags for the run page's failure card and stall warnings.
 
-They read runs/failures/postmortem.py and runs/telemetry/stalls.py.
+They read runs/failures/classify_pass.py and runs/telemetry/stalls.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunStatus
-from runs.failures.postmortem import classify_run
+from runs.failures.classify_pass import classify_run
 from tests.conftest import T0, World, make_run, serverless_api
 from tests.mlflow_server import MlflowServer, mlflow_server  # noqa: F401 (fixture)
 

@@ -9,7 +9,7 @@ import pytest
 from dashboard.models import ApiKeyRole
 from runs.api import thin
 from runs.choices import RunStatus
-from runs.failures.postmortem import classify_run
+from runs.failures.classify_pass import classify_run
 from runs.models import LogChunk, MetricPoint
 from tests.conftest import T0, World, make_run
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from dashboard.progress import Progress
-from runs.failures.postmortem import FAILED_STATUSES, classify_run
+from runs.failures.classify_pass import FAILED_STATUSES, classify_run
 from runs.models import Run
 
 

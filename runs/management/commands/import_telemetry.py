@@ -1,13 +1,13 @@
 """`manage.py import_telemetry FILE --run RUN_ID`: import GPU telemetry a team already recorded.
 
 Reads nvidia-smi `--query-gpu` CSV, `nvidia-smi dmon`, `dcgmi dmon` or dcgm-exporter text (see
-runs/telemetry/importers.py), stores the samples on one node of the run and builds the minute rollups.
+runs/telemetry/importers/), stores the samples on one node of the run and builds the minute rollups.
 Idempotent: importing the same file again stores nothing new.
 
 Timestamps: nvidia-smi and dmon write local time without a zone; they are read as UTC unless
 `--tz` names the zone they were written in. Files without timestamps (dcgmi dmon, untimed DCGM
 scrapes, dmon without `-o DT`) need `--start`: a time is never guessed from the file's mtime.
-Samples outside the run's window (see runs.telemetry.importers.keep_window) are not imported and counted.
+Samples outside the run's window (see runs.telemetry.importers.checks.keep_window) are not imported and counted.
 
 Exit status 1, with the reason, for an unknown run, a file with nothing usable (every sample
 outside the run's window included), or a file whose values are all zero (a broken exporter).
@@ -26,15 +26,9 @@ from dashboard.progress import Progress
 from runs.choices import RunSource, TelemetrySource
 from runs.ingest import node_for
 from runs.models import GpuSample, Run
-from runs.telemetry.importers import (
-    DCGM_FORMATS,
-    ParsedSample,
-    ParseResult,
-    TelemetryFormat,
-    keep_window,
-    parse_telemetry,
-    run_window,
-)
+from runs.telemetry.importers.checks import keep_window, run_window
+from runs.telemetry.importers.common import DCGM_FORMATS, ParsedSample, ParseResult, TelemetryFormat
+from runs.telemetry.importers.parse import parse_telemetry
 from runs.telemetry.store import store_gpu_samples
 
 # Samples per store_gpu_samples call: bounds one transaction and its rollup refresh.

@@ -21,7 +21,8 @@ from pytest_django import DjangoDbBlocker
 
 from billing.models import EgressRecord
 from dashboard.demo.constants import demo_password
-from dashboard.demo.logs import FAILURES, LogContext, node_log
+from dashboard.demo.log_context import FAILURES, LogContext
+from dashboard.demo.logs import node_log
 from dashboard.demo.seed import DEMO_EMAIL_DOMAIN, TEAMS, build_plan
 from dashboard.demo.series import TrainingCurve
 from dashboard.demo.write import reset_demo, seed_demo

@@ -20,7 +20,7 @@ from django.utils import timezone
 from runs.choices import RunEventKind, RunStatus, TelemetrySource
 from runs.collectors import prometheus
 from runs.models import CollectorState, GpuSample, Node, Run, RunEvent
-from runs.telemetry.importers import MIB
+from runs.telemetry.importers.common import MIB
 from runs.telemetry.labels import mig_gpu_index
 from tests.conftest import TESTS, World, make_run
 from tests.victoria_metrics import PASSWORD, VictoriaMetrics, victoria_metrics  # noqa: F401 (fixture)

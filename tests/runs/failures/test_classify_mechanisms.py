@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from runs.failures.classify import Classification, classify_text
-from runs.failures.postmortem import classify_run
+from runs.failures.classify_pass import classify_run
 from runs.models import Attempt
 from tests.conftest import TESTS, World
 from tests.runs.failures.test_postmortem import add_log, failed_run

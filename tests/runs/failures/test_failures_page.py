@@ -10,7 +10,7 @@ import pytest
 
 from billing.models import AcceleratorPrice
 from runs.choices import AcceleratorType, RunStatus
-from runs.failures.postmortem import classify_run
+from runs.failures.classify_pass import classify_run
 from runs.models import Attempt, GpuSample, Node, Run
 from tests.conftest import T0, World, make_run
 from tests.runs.failures.test_postmortem import NCCL_WATCHDOG, OOM, add_log, failed_run

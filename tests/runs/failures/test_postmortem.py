@@ -1,4 +1,4 @@
-"""runs.failures.postmortem.classify_run: the first causal error across nodes, attempts, exit codes,
+"""runs.failures.classify_pass.classify_run: the first causal error across nodes, attempts, exit codes,
 GPU events and timing; the task through a real worker; the backfill command."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.db import transaction
 
 from runs import ingest
 from runs.choices import RunEventKind, RunStatus
-from runs.failures.postmortem import classify_run, line_timestamp, signature
+from runs.failures.classify_pass import classify_run, line_timestamp, signature
 from runs.models import Attempt, FailureAnalysis, GpuMinute, LogChunk, Node, Run, RunEvent
 from tests.conftest import T0, World, make_run, wait_for
 

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from runs.choices import PostMortemStatus
-from runs.failures.postmortem import classify_run, format_action_items, parse_action_items, render_markdown
+from runs.failures.classify_pass import classify_run
+from runs.failures.postmortem import format_action_items, parse_action_items, render_markdown
 from runs.models import PostMortem
 from tests.conftest import World, make_run
 from tests.runs.failures.test_postmortem import OOM, add_log, failed_run

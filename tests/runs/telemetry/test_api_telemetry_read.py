@@ -11,7 +11,7 @@ from django.urls import reverse
 from dashboard.models import ApiKeyRole
 from runs.models import ROLLUP_FIELDS, GpuMinute, GpuSample
 from runs.telemetry import api as telemetry_api
-from runs.telemetry import charts, envelope
+from runs.telemetry import charts, envelope, tier_reads
 from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
@@ -59,7 +59,7 @@ def test_the_envelope_is_the_charts_fold_and_the_panels_numbers(world: World) ->
     api = world.api(world.vision, ApiKeyRole.READ)
     body = api.get(URL, {"field": ["utilization_gpu", "memory_used_bytes"], "points": 300}).json()
     assert body["run"] == "run-1" and body["view"] == "envelope" and body["node"] is None
-    extent = charts.extent(run)
+    extent = tier_reads.extent(run)
     assert (moment(body["start"]), moment(body["end"])) == extent  # the whole run: the charts' "all"
     util_out, memory_out = body["fields"]
     assert util_out["field"] == "utilization_gpu" and util_out["unit"] == "%" and memory_out["unit"] == "bytes"
@@ -114,7 +114,7 @@ def test_points_and_step_set_the_resolution_and_bound_the_answer(world: World) -
     assert hours["tier"] == "hour" and len(hours["points"]) == 6
     # The default: at most DEFAULT_POINTS (+1) buckets; centuries of window read the run's six hours only.
     wide = api.get(URL, {"start": "1970-01-01T00:00:00Z", "end": "2199-12-31T00:00:00Z", "points": 2000}).json()
-    assert moment(wide["start"]) == T0 and moment(wide["end"]) == charts.extent(run)[1]
+    assert moment(wide["start"]) == T0 and moment(wide["end"]) == tier_reads.extent(run)[1]
     assert len(wide["fields"][0]["points"]) <= 2001
 
 
@@ -125,7 +125,7 @@ def test_each_gpu_is_the_charts_per_gpu_series_within_the_answers_bound(world: W
     body = api.get(URL, {"view": "gpus", "points": 40, "field": ["utilization_gpu", "temperature_c"]}).json()
     util_out, temperature = body["fields"]
     assert util_out["gpus"] == 8 and util_out["points_per_series"] == 40
-    expected = charts.gpu_series(run, "utilization_gpu", *charts.extent(run), 40)
+    expected = charts.gpu_series(run, "utilization_gpu", *tier_reads.extent(run), 40)
     assert [s["name"] for s in util_out["series"]] == [s.name for s in expected]
     assert [p["value"] for p in util_out["series"][0]["points"]] == [y for y in expected[0].y if y is not None]
     assert all(len(s["points"]) <= 40 for s in util_out["series"])

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runs.telemetry.importers import MIB, detect_format, parse_telemetry
+from runs.telemetry.importers.common import MIB
+from runs.telemetry.importers.parse import detect_format, parse_telemetry
 from runs.telemetry.labels import mig_gpu_index
 from tests.conftest import TESTS
 

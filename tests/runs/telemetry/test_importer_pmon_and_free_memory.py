@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from runs.telemetry.importers import MIB, PMON_REFUSED, TelemetryFormat, parse_telemetry
+from runs.telemetry.importers.common import MIB, TelemetryFormat
+from runs.telemetry.importers.dmon import PMON_REFUSED
+from runs.telemetry.importers.parse import parse_telemetry
 from runs.telemetry.labels import mig_gpu_index
 from tests.conftest import TESTS
 

@@ -18,17 +18,15 @@ from hypothesis import strategies as st
 from runs.choices import RunSource, TelemetrySource
 from runs.models import GpuMinute, GpuSample
 from runs.telemetry import charts
-from runs.telemetry.importers import (
+from runs.telemetry.importers.checks import WINDOW_SLACK
+from runs.telemetry.importers.common import MIB, ParsedSample
+from runs.telemetry.importers.dcgm_exporter import (
     DCGM_FP64_BLANK,
     DCGM_INT32_BLANK,
     DCGM_INT64_BLANK,
-    MIB,
-    WINDOW_SLACK,
-    ParsedSample,
-    detect_format,
     parse_prometheus_line,
-    parse_telemetry,
 )
+from runs.telemetry.importers.parse import detect_format, parse_telemetry
 from runs.telemetry.labels import gpu_label, mig_gpu_index
 from tests.conftest import TESTS, World, make_run
 

@@ -1,6 +1,6 @@
 """A MIG instance stored as a GPU of its own reads as `GPU 0 MIG 7` on every page, not as `GPU 1007`.
 
-The importers store instance i of GPU g at index 1000 + 100 g + i (`runs.telemetry.importers.mig_gpu_index`);
+The importers store instance i of GPU g at index 1000 + 100 g + i (`runs.telemetry.labels.mig_gpu_index`);
 the charts already named it; the fleet grid and the stall notices printed the raw index.
 """
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from runs.choices import RunEventKind
 from runs.models import GpuMinute, GpuSample, MetricPoint, RunEvent
-from runs.telemetry import charts
+from runs.telemetry import charts, tier_reads
 from runs.telemetry.store import store_gpu_samples
 from tests.conftest import T0, World, make_run
 
@@ -48,12 +48,12 @@ HOPPER = {
 
 
 def test_a_silence_is_a_gap_not_a_line() -> None:
-    x, (y, avg) = charts.with_gaps([0.0, 1.0, 2.0, 60.0, 61.0], [[1.0, 2.0, 3.0, 4.0, 5.0], [1, 2, 3, 4, 5]], 10.0)
+    x, (y, avg) = tier_reads.with_gaps([0.0, 1.0, 2.0, 60.0, 61.0], [[1.0, 2.0, 3.0, 4.0, 5.0], [1, 2, 3, 4, 5]], 10.0)
     assert x == [0.0, 1.0, 2.0, 31.0, 60.0, 61.0] and y == [1.0, 2.0, 3.0, None, 4.0, 5.0]
     assert avg == [1, 2, 3, None, 4, 5]
-    assert charts.with_gaps([0.0, 1.0], [[1.0, 2.0]], 10.0) == ([0.0, 1.0], [[1.0, 2.0]])
+    assert tier_reads.with_gaps([0.0, 1.0], [[1.0, 2.0]], 10.0) == ([0.0, 1.0], [[1.0, 2.0]])
     # Every 15 s is that series' pace, not a gap each time; a minute's silence in it is one.
-    x, (y,) = charts.with_gaps([0.0, 15.0, 30.0, 45.0, 105.0], [[1, 2, 3, 4, 5]], 10.0)
+    x, (y,) = tier_reads.with_gaps([0.0, 15.0, 30.0, 45.0, 105.0], [[1, 2, 3, 4, 5]], 10.0)
     assert y == [1, 2, 3, 4, None, 5]
 
 

@@ -29,7 +29,7 @@ LATER = T0 + timedelta(days=1)
 
 
 def _sample(run: Run, node: Node, gpu: int, second: float, util: float, **extra) -> GpuSample:
-    # Values in the units and steps NVML reports (runs/telemetry/importers.py, agent/nvml.py): integer
+    # Values in the units and steps NVML reports (runs/telemetry/importers/dmon.py, agent/nvml.py): integer
     # percent, milliwatts as watts, MiB-aligned bytes, MHz, KB/s; GPM activity as a float.
     values = dict(  # noqa: C408 (keyword form: the field names read as GpuSample's)
         utilization_gpu=util, utilization_memory=util / 2, memory_used_bytes=61_000 * 2**20 + int(util) * 2**20,
