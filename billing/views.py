@@ -29,7 +29,7 @@ from billing.policies.budget import period_bounds
 from billing.prices import history
 from billing.prices.money import estimate
 from billing.prices.pricebook import export_price_csv, load_price_csv
-from billing.reconcile import matching as reconcile
+from billing.reconcile import compare
 from dashboard import access
 from dashboard.csv_export import csv_response
 
@@ -81,9 +81,7 @@ def cost_overview(request: HttpRequest) -> HttpResponse:
     creators = reports.grouped(rows, GroupBy.CREATOR, extra)
     daily = reports.sum_by(reports.rows_for(team_ids, filters, group_by), ["day", group_field], extra)
     # The derived estimate per route, the billed NETWORKING rows beside it (as the run page shows them).
-    flows = reconcile.flows_with_billed(
-        reports.egress_flows(team_ids, filters), reconcile.billed_egress(team_ids, filters)
-    )
+    flows = compare.flows_with_billed(reports.egress_flows(team_ids, filters), compare.billed_egress(team_ids, filters))
     idle = sorted((r for r in experiments if r["idle_usd"] > 0), key=lambda r: -r["idle_usd"])
 
     total = reports.totals(reports.rows_for(team_ids, filters), extra)

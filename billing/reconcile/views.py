@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from billing.reconcile import matching as reconcile
+from billing.reconcile import report
 from dashboard import access
 from dashboard.csv_export import csv_response
 
@@ -64,8 +64,8 @@ def reconcile_overview(request: HttpRequest) -> HttpResponse:
     start, end, team = form.values()
     team_ids = [t.pk for t in teams]
     team_id = team.pk if team else None
-    days = reconcile.day_rows(team_ids, start, end, staff, team_id=team_id)
-    runs = reconcile.run_rows(team_ids, start, end, staff, team_id=team_id)
+    days = report.day_rows(team_ids, start, end, staff, team_id=team_id)
+    runs = report.run_rows(team_ids, start, end, staff, team_id=team_id)
 
     if request.GET.get("format") == "csv":
         stamp = f"{start}_{end}"
