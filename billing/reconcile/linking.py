@@ -78,7 +78,7 @@ def link_clusters() -> int:
     source has stored it; a row still without a run then goes to the one collected run that
     had an attempt on that cluster during the row's window. When several did (a shared
     all-purpose cluster), the row stays the cluster's alone: dividing it is the estimate's
-    business (`billing.costs.run_costs.share_uptime`), not the bill's. Returns the rows that
+    business (`billing.costs.uptime.share_uptime`), not the bill's. Returns the rows that
     gained a cluster or a run.
     """
     changed = 0
