@@ -11,6 +11,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from billing.choices import GroupBy
+from billing.costs.reports import CostFilters
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, UsagePolicy
 from dashboard import access, regions
 from dashboard.schemas import DATE_BOUNDS
@@ -64,6 +65,19 @@ class CostFilterForm(forms.Form):
         data["start"], data["end"] = start, end
         data["group_by"] = data.get("group_by") or GroupBy.TEAM
         return data
+
+    def filters(self) -> tuple[CostFilters, str]:
+        """The page's filters and grouping; an unbound or invalid form filters nothing but the range."""
+        data = self.cleaned_data if self.is_bound and self.is_valid() else {}
+        start, end = self.range()
+        filters = CostFilters(
+            start, end,
+            team_id=data["team"].pk if data.get("team") else None,
+            accelerator_type=data.get("accelerator", ""),
+            region=data.get("region", ""),
+            usage_policy_name=data.get("policy", ""),
+        )  # fmt: skip
+        return filters, data.get("group_by") or GroupBy.TEAM
 
     def range(self) -> tuple[date, date]:
         data = getattr(self, "cleaned_data", {})
