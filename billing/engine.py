@@ -33,7 +33,7 @@ from billing.costs.spend import TeamMonth, team_month
 from billing.models import BilledUsage, RunCostFigure
 from billing.prices.money import BILLED, Figure, month_start, utc
 from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, scoped_usage
-from billing.reconcile.matching import BilledFigure, per_run
+from billing.reconcile.compare import BilledFigure, per_run
 from dashboard.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
 from runs.models import Run
 

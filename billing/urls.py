@@ -2,16 +2,17 @@ from django.urls import path
 
 from billing import views
 from billing.policies import views as policy_views
+from billing.prices import views as price_views
 from billing.reconcile import views as reconcile_views
 
 urlpatterns = [
     path("", views.cost_overview, name="cost_overview"),
-    path("prices/", views.price_list, name="price_list"),
-    path("prices/history/", views.price_history, name="price_history"),
-    path("prices/upload/", views.price_upload, name="price_upload"),
-    path("prices/export.csv", views.price_export, name="price_export"),
-    path("prices/<str:kind>/new/", views.price_edit, name="price_new"),
-    path("prices/<str:kind>/<int:pk>/", views.price_edit, name="price_edit"),
+    path("prices/", price_views.price_list, name="price_list"),
+    path("prices/history/", price_views.price_history, name="price_history"),
+    path("prices/upload/", price_views.price_upload, name="price_upload"),
+    path("prices/export.csv", price_views.price_export, name="price_export"),
+    path("prices/<str:kind>/new/", price_views.price_edit, name="price_new"),
+    path("prices/<str:kind>/<int:pk>/", price_views.price_edit, name="price_edit"),
     path("policies/", policy_views.policy_list, name="policy_list"),
     path("policies/new/", policy_views.policy_edit, name="policy_new"),
     path("policies/<int:pk>/", policy_views.policy_detail, name="policy_detail"),

@@ -57,6 +57,12 @@ def spend_over_time_figure(rows: Sequence[dict], group_label: str) -> Figure | N
     return {"data": data, "layout": layout}
 
 
+def daily_spend_figure(daily: Sequence[dict], group_field: str, group_label: str) -> Figure | None:
+    """`spend_over_time_figure` of the cost page's daily rows (`day`, `group_field`, `total_usd`)."""
+    rows = [{"day": r["day"], "group": r[group_field], "total_usd": r["total_usd"]} for r in daily]
+    return spend_over_time_figure(rows, group_label)
+
+
 SANKEY_LINK = "rgba(74, 134, 246, 0.45)"
 SANKEY_NODE = "rgba(74, 134, 246, 0.95)"
 

@@ -20,7 +20,8 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing.costs import egress, failed, figures
-from billing.costs.run_costs import RUN_COST_FIELDS, DayBreakdown, breakdowns_for_runs, cluster_uptime
+from billing.costs.run_costs import RUN_COST_FIELDS, DayBreakdown, breakdowns_for_runs
+from billing.costs.uptime import cluster_uptime
 from billing.models import (
     COST_AMOUNTS,
     AcceleratorPrice,
@@ -81,7 +82,7 @@ def days_between(start: datetime, end: datetime) -> list[date]:
 
 
 def cluster_days(clusters: Iterable[Cluster], now: datetime) -> dict[int, set[date]]:
-    """UTC days each cluster was up (`billing.costs.run_costs.cluster_uptime`: the one uptime rule)."""
+    """UTC days each cluster was up (`billing.costs.uptime.cluster_uptime`: the one uptime rule)."""
     return {
         pk: {day for piece in uptime.pieces for day in days_between(piece.start, piece.end)}
         for pk, uptime in cluster_uptime(clusters, now=now).items()

@@ -21,7 +21,7 @@ from dashboard.fields import EncryptedTextField
 from dashboard.outbound import redact_url
 from runs.models import Run
 
-# --- Usage and budget policies (billing/policies/budget.py, alerts.py, enforcement.py) -----------
+# --- Usage and budget policies (billing/policies/budget.py, admission.py, alerts.py, ...) -----------
 
 
 def default_alert_thresholds() -> list[int]:
@@ -220,7 +220,7 @@ class PolicyAction(models.Model):
 
 
 class Admission(models.Model):
-    """One admission decision (billing.policies.budget.admit) for a workload naming an existing policy.
+    """One admission decision (billing.policies.admission.admit) for a workload naming an existing policy.
 
     Stored so a policy page can show what it let in and what it refused, and why: the API's
     admission check, `check_workload --team` and the launcher each decide through `admit`.

@@ -10,7 +10,7 @@ from billing.choices import (
 from billing.fields import ExactDecimalField
 from runs.models import Cluster, Run
 
-# --- Reconciliation with the provider's bill (billing/reconcile/matching.py) ------------------------
+# --- Reconciliation with the provider's bill (billing/reconcile/) ---------------------------------------
 
 
 class BillingListPrice(models.Model):

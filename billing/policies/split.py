@@ -20,14 +20,8 @@ from django.utils import timezone
 from billing.costs import reports
 from billing.engine import RunCostAnswer, run_costs
 from billing.models import Admission, UsagePolicy
-from billing.policies.budget import (
-    Violation,
-    constraint_violations,
-    covered_team_ids,
-    period_bounds,
-    policy_accrual,
-    policy_rows,
-)
+from billing.policies.admission import Violation, constraint_violations
+from billing.policies.budget import covered_team_ids, period_bounds, policy_accrual, policy_rows
 from billing.prices.money import utc, utc_midnight
 from runs.models import Run
 

@@ -1,6 +1,6 @@
-"""A policy's history as people read it: each setting by its label, each value formatted.
+"""A policy's versions: stored on every save (`record_version`), restored (`rollback`), and read.
 
-A version stores its snapshot and diff as JSON (`billing.policies.budget.snapshot`): field
+A version stores its snapshot and diff as JSON (`snapshot`, `diff`): field
 names, money as a string, teams and thresholds as lists. The history page and the rollback
 confirmation show them through `readable`: "Budget (USD)" for `budget_usd`, "$1,500.00" for
 "1500.00", "vision, nlp" for ["nlp", "vision"], "every team" for [], "no limit" for None.
@@ -12,15 +12,24 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
+from django.db import transaction
 from django.db.models import Field
+from django.utils import timezone
 from django.utils.text import capfirst
 
 from billing.choices import BudgetPeriod, SpentAction
 from billing.models import PolicyVersion, UsagePolicy
-from billing.policies.budget import VERSIONED, diff, snapshot
-from billing.prices.money import format_usd
+from billing.prices.money import CENT, format_usd
 from runs.choices import AcceleratorType
+
+# Fields of a policy kept in a version snapshot, in the order the diff lists them.
+VERSIONED = (
+    "name", "description", "teams", "budget_usd", "period", "period_start_day", "alert_thresholds",
+    "forecast_thresholds", "action", "allowed_accelerator_types", "max_num_accelerators",
+    "max_timeout_minutes", "max_retries", "allowed_regions", "allow_cross_region", "idle_gpu_percent",
+    "idle_warn_minutes", "idle_cancel_minutes",
+)  # fmt: skip
 
 # What a setting's empty value (None, "" or []) means, where it means more than "none".
 EMPTY = {
@@ -116,8 +125,60 @@ def history(policy: UsagePolicy) -> list[VersionView]:
 
 
 def rollback_changes(policy: UsagePolicy, version: PolicyVersion) -> list[Change]:
-    """What rolling back to `version` would change, as `billing.policies.budget.rollback` restores it:
+    """What rolling back to `version` would change, as `rollback` restores it:
     the version's settings over the current ones, its teams as listed that still exist (none: every team)."""
     current = snapshot(policy)
     teams = sorted(Group.objects.filter(name__in=version.snapshot.get("teams", [])).values_list("name", flat=True))
     return readable(diff(current, {**current, **version.snapshot, "teams": teams}))
+
+
+# --- Storing versions ----------------------------------------------------------------------
+
+
+def snapshot(policy: UsagePolicy) -> dict[str, Any]:
+    """The versioned fields of a saved policy as JSON-safe values (teams by name, sorted)."""
+    out: dict[str, Any] = {}
+    for name in VERSIONED:
+        if name == "teams":
+            out[name] = sorted(policy.teams.values_list("name", flat=True))
+            continue
+        value = getattr(policy, name)
+        # Quantized so 1000 typed in a form and 1000.00 read back are one and the same version.
+        out[name] = str(Decimal(value).quantize(CENT)) if isinstance(value, Decimal) else value
+    return out
+
+
+def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{field, old, new}] for every versioned field that differs (all of them when `old` is None)."""
+    old = old or {}
+    return [{"field": f, "old": old.get(f), "new": new.get(f)} for f in VERSIONED if old.get(f) != new.get(f)]
+
+
+def record_version(policy: UsagePolicy, user: User | None, note: str = "") -> PolicyVersion | None:
+    """Store the policy's state as its next version; None when nothing changed since the last."""
+    with transaction.atomic():
+        # Lock the policy row so two saves number their versions one after the other.
+        UsagePolicy.objects.select_for_update().filter(pk=policy.pk).first()
+        last = policy.versions.order_by("-number").first()
+        state = snapshot(policy)
+        changes = diff(last.snapshot if last else None, state)
+        if last is not None and not changes:
+            return None
+        return PolicyVersion.objects.create(
+            policy=policy, number=(last.number + 1) if last else 1, snapshot=state, diff=changes,
+            user=user, at=timezone.now(), note=note,
+        )  # fmt: skip
+
+
+def rollback(policy: UsagePolicy, version: PolicyVersion, user: User | None) -> PolicyVersion | None:
+    """Restore `version`'s snapshot onto the policy and record that as a new version."""
+    state = version.snapshot
+    with transaction.atomic():
+        for name in VERSIONED:
+            if name == "teams" or name not in state:
+                continue
+            value = state[name]
+            setattr(policy, name, Decimal(value) if name == "budget_usd" and value is not None else value)
+        policy.save()
+        policy.teams.set(Group.objects.filter(name__in=state.get("teams", [])))
+        return record_version(policy, user, note=f"rolled back to version {version.number}")

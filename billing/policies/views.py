@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from billing.models import AlertChannel, PolicyAction, UsagePolicy
-from billing.policies import budget, pushed, versions
+from billing.policies import budget, charts, pushed, versions
 from billing.policies import split as policy_split
 from billing.policies.forms import MANAGE_POLICIES, ChannelForm, PolicyForm, can_manage_policies
 from billing.prices.money import ZERO
@@ -77,7 +77,7 @@ def policy_list(request: HttpRequest) -> HttpResponse:
             for s in statuses
         ))  # fmt: skip
     for status in statuses:
-        policy, figure = status.policy, budget.burn_down_figure(status)
+        policy, figure = status.policy, charts.burn_down_figure(status)
         rows.append({"policy": policy, "status": status, "figure": figure, "figure_id": f"burn-{policy.pk}"})
     ctx = {"rows": rows, "can_manage": can_manage_policies(request.user), "current": "policy_list"}
     return render(request, "billing/policy_list.html", ctx)
@@ -99,7 +99,7 @@ def _detail_ctx(request: HttpRequest, policy: UsagePolicy, **extra: object) -> d
         "policy": policy,
         "status": status,
         "pushed_alone": pushed_alone(request, status),
-        "figure": budget.burn_down_figure(status),
+        "figure": charts.burn_down_figure(status),
         "split": policy_split.split(policy, now=status.now, team_ids=viewer_team_ids(request)),
         "channels": policy.channels.order_by("pk"),
         "deliveries": policy.deliveries.order_by("-at", "-pk")[:LOG_ROWS],
@@ -174,7 +174,7 @@ def policy_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             saved = form.save()
-            version = budget.record_version(
+            version = versions.record_version(
                 saved, cast(User, request.user), note="created" if policy is None else "edited"
             )
         if version is None:
@@ -211,7 +211,7 @@ def policy_rollback(request: HttpRequest, pk: int, number: int) -> HttpResponse:
         ctx = {"policy": policy, "version": version, "changes": versions.rollback_changes(policy, version),
                "confirm": CONFIRM, "current": "policy_list"}  # fmt: skip
         return render(request, "billing/policy_rollback.html", ctx)
-    new = budget.rollback(policy, version, cast(User, request.user))
+    new = versions.rollback(policy, version, cast(User, request.user))
     if new is None:
         messages.info(request, f"The policy already matches version {number}.")
     else:

@@ -1,6 +1,6 @@
 """What the provider billed for a team, a policy or a date range: imported usage records, summed.
 
-The run page's billed figure is `matching.per_run` (whole runs, pool shares included). The
+The run page's billed figure is `compare.per_run` (whole runs, pool shares included). The
 pages that show money by period (overview, `/costs/`, policies, `GET /api/v1/costs`,
 `/metrics`) read the records *dated* in their range instead (`usage_date`, a UTC day, as the
 reconciliation page's day table does), so a bill that covers the 1st to the 2nd of a month

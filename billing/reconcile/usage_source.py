@@ -10,7 +10,7 @@ warehouse:
 
 The command's stdout is either CSV (an export, or a script's own output) or the Statement
 Execution API's JSON (`status.state`, `manifest.schema.columns`, `result.data_array`, every
-non-null value a string). Both become the CSV that `reconcile.import_usage` reads, so a query
+non-null value a string). Both become the CSV that `importing.import_usage` reads, so a query
 and a file are imported by the same all-or-nothing rules; in a statement's rows, line N of an
 error is row N - 1 of `data_array`. Commands run with no shell and a timeout, their errors
 redacted, through the run source's `run_command`.
@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from billing.reconcile import matching as reconcile
+from billing.reconcile import importing
 from dashboard.commands import CollectorError, run_command, split_command
 
 
@@ -86,9 +86,9 @@ def configured() -> bool:
     return bool(settings.AIRBOARD_BILLING_USAGE_COMMAND)
 
 
-def import_configured() -> reconcile.ImportResult:
+def import_configured() -> importing.ImportResult:
     """Import billed usage (and list prices, when their command is set) from the configured commands."""
     if not configured():
         raise UsageSourceError("AIRBOARD_BILLING_USAGE_COMMAND is not set")
     prices = read(settings.AIRBOARD_BILLING_PRICES_COMMAND) if settings.AIRBOARD_BILLING_PRICES_COMMAND else None
-    return reconcile.import_usage(read(settings.AIRBOARD_BILLING_USAGE_COMMAND), prices)
+    return importing.import_usage(read(settings.AIRBOARD_BILLING_USAGE_COMMAND), prices)

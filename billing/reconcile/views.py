@@ -6,50 +6,16 @@ Scoped like the cost pages: a user sees their teams' runs; billed records linked
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any, cast
-
-from django import forms
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 
-from billing.reconcile import matching as reconcile
+from billing.reconcile import report
+from billing.reconcile.forms import ReconcileFilterForm
 from dashboard import access
 from dashboard.csv_export import csv_response
 
 FIGURE_HEADER = ["estimated_usd", "billed_usd", "difference_usd", "difference_percent"]
-
-
-class ReconcileFilterForm(forms.Form):
-    """A UTC date range (default: this month so far) and an optional team."""
-
-    start = forms.DateField(required=False, label="From", widget=forms.DateInput({"type": "date"}))
-    end = forms.DateField(required=False, label="to", widget=forms.DateInput({"type": "date"}))
-    team = forms.ModelChoiceField(required=False, queryset=Group.objects.none(), empty_label="all my teams")
-
-    def __init__(self, *args: Any, teams: QuerySet[Group], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cast(forms.ModelChoiceField, self.fields["team"]).queryset = teams
-
-    def clean(self) -> dict:
-        super().clean()
-        data = self.cleaned_data
-        if data.get("start") and data.get("end") and data["start"] > data["end"]:
-            self.add_error("end", "The range ends before it starts.")
-        return data
-
-    def values(self) -> tuple:
-        today = timezone.now().date()
-        data = self.cleaned_data if self.is_bound and self.is_valid() else {}
-        end = data.get("end") or today
-        start = data.get("start") or min(end.replace(day=1), end)
-        if (end - start).days > 3660:
-            start = end - timedelta(days=3660)
-        return start, end, data.get("team")
 
 
 def _figures(row: dict) -> list[object]:
@@ -64,8 +30,8 @@ def reconcile_overview(request: HttpRequest) -> HttpResponse:
     start, end, team = form.values()
     team_ids = [t.pk for t in teams]
     team_id = team.pk if team else None
-    days = reconcile.day_rows(team_ids, start, end, staff, team_id=team_id)
-    runs = reconcile.run_rows(team_ids, start, end, staff, team_id=team_id)
+    days = report.day_rows(team_ids, start, end, staff, team_id=team_id)
+    runs = report.run_rows(team_ids, start, end, staff, team_id=team_id)
 
     if request.GET.get("format") == "csv":
         stamp = f"{start}_{end}"

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from billing.choices import SpentAction
 from billing.models import UsagePolicy
-from billing.policies import budget, enforcement
+from billing.policies import budget, enforcement, versions
 from dashboard.demo.seed import TEAMS
 
 DESCRIPTION = "Demo policy (seed_demo): budget set from the team's spend this month so that alerts fire."
@@ -44,7 +44,7 @@ def seed_policies(now: datetime | None = None) -> list[UsagePolicy]:
         share = BUDGET_SHARE.get(team.name, Decimal("2"))
         policy.budget_usd = max(Decimal("100"), (spent * share).quantize(Decimal("100")))
         policy.save(update_fields=["budget_usd"])
-        budget.record_version(policy, None, note="created by seed_demo")
+        versions.record_version(policy, None, note="created by seed_demo")
         created.append(policy)
     if created:
         enforcement.enforce_all(now=now)

@@ -32,8 +32,9 @@ from decimal import Decimal, localcontext
 from django.conf import settings
 from django.utils import timezone
 
-from billing.costs.run_costs import ClusterUptime, breakdowns_for_runs, cluster_uptime, idle_hours, instance_prices
+from billing.costs.run_costs import breakdowns_for_runs, idle_hours
 from billing.costs.serverless import accelerator_prices
+from billing.costs.uptime import ClusterUptime, cluster_uptime, instance_prices
 from billing.prices.money import (
     EXACT,
     ZERO,
@@ -137,7 +138,7 @@ class TeamClusterCost:
 def cluster_costs(clusters: Iterable[Cluster], now: datetime | None = None) -> list[ClusterCost]:
     """Cost, busy/idle GPU-hours and what-if of each cluster, in a constant number of queries.
 
-    1. Uptime, its cost and its split among runs from `billing.costs.run_costs.cluster_uptime`:
+    1. Uptime, its cost and its split among runs from `billing.costs.uptime.cluster_uptime`:
        the one rule (`runs.models.uptime`), the same the runs' costs and the rollups read.
     2. Idle GPU-hours and idle cost: the sum of the cluster's runs' own (`breakdowns_for_runs`,
        worker instance price per GPU), so the clusters page and /costs/ say the same.

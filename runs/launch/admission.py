@@ -1,6 +1,6 @@
 """Admission of a workload file: parsed here, judged by its team's usage policy (billing).
 
-Billing never reads workload files: it judges a parsed `Workload` (`billing.policies.budget.admit`).
+Billing never reads workload files: it judges a parsed `Workload` (`billing.policies.admission.admit`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.contrib.auth.models import Group
 
-from billing.policies.budget import Decision, Violation, admit
+from billing.policies.admission import Decision, Violation, admit
 from runs.workload.schema import WorkloadError, parse_workload
 
 

@@ -76,10 +76,10 @@ PLACEHOLDER = re.compile(r"\{\{\s*parameters\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 def admit(workload: Workload, team: Group) -> list[str]:
     """Admission hook: the reasons this team may not run this workload now ([] = admitted).
 
-    Delegates to `billing.policies.budget.admit` (usage policy constraints and budget). The launcher
+    Delegates to `billing.policies.admission.admit` (usage policy constraints and budget). The launcher
     prints each reason and exits 1 when the list is not empty.
     """
-    from billing.policies.budget import admit as admit_by_policy
+    from billing.policies.admission import admit as admit_by_policy
 
     return [violation.message for violation in admit_by_policy(workload, team).violations]
 

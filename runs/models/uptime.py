@@ -4,7 +4,7 @@ Classic clusters are billed by uptime, driver + workers, busy or idle (docs/cost
 answers *when* a cluster was up and *how many workers* it had, from the cluster's lifecycle
 events (the Clusters API's `POST /api/2.1/clusters/events`, `databricks clusters events`:
 https://docs.databricks.com/api/clusters/v2). The clusters page, run costs, rollups and advice
-all read it through `billing.costs.run_costs.cluster_uptime`; nothing else decides uptime.
+all read it through `billing.costs.uptime.cluster_uptime`; nothing else decides uptime.
 
 Stretches:
 1. Walk the events in time order. An up kind (CREATING, STARTING, RESTARTING, RUNNING, and

@@ -26,7 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from billing.models import AcceleratorPrice, AlertChannel, UsagePolicy
-from billing.policies.budget import record_version
+from billing.policies.versions import record_version
 from dashboard.models import ApiKeyRole
 from runs.choices import AcceleratorType, BatchKind
 from runs.models import Cluster, FailureAnalysis, IngestBatch, PostMortem, Run

@@ -9,7 +9,7 @@ from django.template import Context, Template
 from django.utils import timezone
 
 from billing.costs.charts import SANKEY_LINK, egress_sankey_figure
-from billing.forms import CostFilterForm
+from billing.costs.forms import CostFilterForm
 from billing.models import Delivery
 from runs.choices import Region
 from runs.clusters.advice import RULE_IDS, RULE_TITLES

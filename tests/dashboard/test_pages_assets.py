@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from billing.models import UsagePolicy
-from billing.policies import budget
+from billing.policies import versions
 from tests.conftest import World
 
 SCRIPTS = ('<script src="/static/vendor/plotly.min.js" defer></script>', '<script src="/static/js/charts.js" defer>')
@@ -23,7 +23,7 @@ SCRIPTS = ('<script src="/static/vendor/plotly.min.js" defer></script>', '<scrip
 def policy(world: World) -> UsagePolicy:
     policy = UsagePolicy.objects.create(name="vision-research", budget_usd=Decimal("1000"))
     policy.teams.add(world.vision)
-    budget.record_version(policy, world.sam, note="created")
+    versions.record_version(policy, world.sam, note="created")
     return policy
 
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from billing.costs import rollups
 from billing.models import CostDaily, UsagePolicy
-from billing.policies.budget import record_version
+from billing.policies.versions import record_version
 from runs.choices import RunStatus
 from runs.models import Attempt, GpuSample, LogChunk, Node, Run
 from tests.conftest import ROOT, World, make_run

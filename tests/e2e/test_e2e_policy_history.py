@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing.costs import rollups
 from billing.models import CostDaily, UsagePolicy
-from billing.policies.budget import record_version
+from billing.policies.versions import record_version
 from tests.e2e.conftest import Browsing, Scene, path_of
 from tests.e2e.test_e2e_phone import DESKTOP, OVERFLOW, PHONE
 

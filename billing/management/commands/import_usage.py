@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.reconcile import usage_source
-from billing.reconcile.matching import ImportResult, import_usage
+from billing.reconcile.importing import ImportResult, import_usage
 from dashboard.progress import Progress
 
 

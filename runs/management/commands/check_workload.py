@@ -24,7 +24,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("-f", "--file", required=True, help="path to the workload YAML file")
-        # With a team, the workload also goes through admission (billing.policies.budget.admit): the
+        # With a team, the workload also goes through admission (billing.policies.admission.admit): the
         # team's usage policy constraints and budget. That needs the database; without --team
         # the check stays pure file checking.
         parser.add_argument("--team", help="team the run would be charged to: also check admission for it")
@@ -89,7 +89,7 @@ def _admission(workload: Workload, team_name: str, region: str | None) -> dict[s
     """Admission's decision as a dict; an unknown team is a deny like any other violation."""
     from django.contrib.auth.models import Group
 
-    from billing.policies.budget import admit
+    from billing.policies.admission import admit
 
     team = Group.objects.filter(name=team_name).first()
     if team is None:

@@ -30,7 +30,7 @@ from billing.costs.egress import EgressRow, store_reported
 from billing.costs.run_costs import breakdowns_for_runs
 from billing.engine import run_costs
 from billing.models import AcceleratorPrice, EgressRecord, RunCostFigure
-from billing.reconcile import matching as reconcile
+from billing.reconcile import importing, linking
 from dashboard.csv_export import cell
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.ingest import upsert_run
@@ -186,9 +186,9 @@ def usage_line(record_id: str, job_run_id: str, quantity: str) -> str:
     )
 
 
-def import_usage(*lines: str) -> reconcile.ImportResult:
+def import_usage(*lines: str) -> importing.ImportResult:
     usage = io.StringIO("\n".join([USAGE_HEADER, *lines]) + "\n", newline="")
-    return reconcile.import_usage(usage, io.StringIO(PRICES, newline=""))
+    return importing.import_usage(usage, io.StringIO(PRICES, newline=""))
 
 
 def test_a_usage_import_linking_a_record(world: World, runs: dict[str, Run]) -> None:
@@ -203,7 +203,7 @@ def test_a_record_linked_when_its_run_arrives(world: World, runs: dict[str, Run]
     Run.objects.filter(pk=runs["a"].pk).update(external_id="a")
     price_pass()  # the record is not linked yet: "a" is stored
     RunCostFigure.objects.update(usd=TAMPERED)
-    assert reconcile.refresh_links_and_prices() == (1, 0)  # the next import's (or beat's) linking
+    assert linking.refresh_links_and_prices() == (1, 0)  # the next import's (or beat's) linking
     assert assert_priced_anew(world, runs)[2] == "7"
 
 

@@ -1,4 +1,4 @@
-"""The policy burn-down (budget.burn_down_figure): a line from the period's start, the budget across the period.
+"""The policy burn-down (charts.burn_down_figure): a line from the period's start, the budget across the period.
 
 Early in a period the chart used to be one dot (the first day's total at the day's start); it now
 starts at $0 at the period start, steps to each day's cumulative total at the day's end, ends at
@@ -13,7 +13,8 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.models import UsagePolicy
-from billing.policies.budget import PolicyStatus, burn_down_figure, period_bounds
+from billing.policies.budget import PolicyStatus, period_bounds
+from billing.policies.charts import burn_down_figure
 
 
 def _t(moment: datetime) -> str:

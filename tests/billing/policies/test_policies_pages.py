@@ -10,14 +10,14 @@ from django.test import Client
 from django.urls import reverse
 
 from billing.models import AlertChannel, PolicyVersion, UsagePolicy
-from billing.policies import budget
+from billing.policies import versions
 
 
 @pytest.fixture
 def policy(world) -> UsagePolicy:
     policy = UsagePolicy.objects.create(name="vision-research", budget_usd=Decimal("1000"))
     policy.teams.add(world.vision)
-    budget.record_version(policy, world.sam, note="created")
+    versions.record_version(policy, world.sam, note="created")
     return policy
 
 

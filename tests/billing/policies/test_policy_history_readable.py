@@ -15,7 +15,7 @@ import pytest
 from django.urls import reverse
 
 from billing.models import UsagePolicy
-from billing.policies import budget, versions
+from billing.policies import versions
 from tests.conftest import World
 
 EDIT = {
@@ -31,7 +31,7 @@ EDIT = {
 def edited(world: World) -> UsagePolicy:
     policy = UsagePolicy.objects.create(name="vision-research", budget_usd=Decimal("1000"))
     policy.teams.add(world.vision)
-    budget.record_version(policy, world.sam, note="created")
+    versions.record_version(policy, world.sam, note="created")
     # cross-region left unticked: allowed before, forbidden after.
     response = world.client_for(world.sam).post(
         reverse("policy_edit", args=[policy.pk]), {**EDIT, "teams": [world.vision.pk, world.nlp.pk]}
@@ -92,7 +92,7 @@ def test_the_first_version_lists_what_each_setting_was_set_to(world, edited) -> 
 
 def test_a_policy_covering_every_team_says_so(world: World) -> None:
     policy = UsagePolicy.objects.create(name="everyone", budget_usd=Decimal("5"))
-    first = budget.record_version(policy, world.sam, note="created")
+    first = versions.record_version(policy, world.sam, note="created")
     assert {c.field: c.new for c in versions.readable(first.diff, first=True)}["teams"] == "every team"
 
 

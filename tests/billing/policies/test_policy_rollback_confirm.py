@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from billing.models import UsagePolicy
-from billing.policies import budget, versions
+from billing.policies import versions
 from tests.conftest import World
 
 
@@ -25,10 +25,10 @@ def policy(world: World) -> UsagePolicy:
     """Version 1 at $1,000 for vision; version 2 at $6,254.12 with a retry limit."""
     policy = UsagePolicy.objects.create(name="vision-research", budget_usd=Decimal("1000"))
     policy.teams.add(world.vision)
-    budget.record_version(policy, world.sam, note="created")
+    versions.record_version(policy, world.sam, note="created")
     policy.budget_usd, policy.max_retries = Decimal("6254.12"), 2
     policy.save()
-    budget.record_version(policy, world.sam, note="edited")
+    versions.record_version(policy, world.sam, note="edited")
     return policy
 
 
@@ -70,7 +70,7 @@ def test_confirming_rolls_back_exactly_what_the_page_showed(world, policy) -> No
 def test_a_team_deleted_since_is_not_promised_back(world, policy) -> None:
     """Rollback restores the version's teams that still exist; the page says so, not the stored list."""
     policy.teams.add(world.nlp)
-    budget.record_version(policy, world.sam, note="edited")
+    versions.record_version(policy, world.sam, note="edited")
     second = policy.versions.get(number=2)
     second.snapshot = {**second.snapshot, "teams": ["gone-team", "vision"]}
     second.save()

@@ -21,7 +21,7 @@ from django.urls import reverse
 from billing.choices import AlertKind, SpentAction
 from billing.costs import rollups
 from billing.models import BudgetAlert, CostDaily, UsagePolicy
-from billing.policies import alerts, budget
+from billing.policies import alerts, budget, charts
 from billing.prices.money import format_usd
 from runs.clusters.advice import Evidence, low_util_multi_gpu
 from runs.launch.admission import admit_yaml
@@ -98,7 +98,7 @@ def test_the_admin_money_columns_print_money_as_the_pages_do(world, policy) -> N
 
 def test_the_burn_down_hover_prints_money_with_separators(world, policy) -> None:
     with time_machine.travel(NOW, tick=False):
-        figure = budget.burn_down_figure(budget.evaluate(policy))
+        figure = charts.burn_down_figure(budget.evaluate(policy))
     assert figure is not None
     for trace in figure["data"]:
         assert "$%{y:,.2f}" in trace["hovertemplate"], trace["name"]

@@ -23,7 +23,7 @@ from django.urls import reverse
 from billing.costs import rollups
 from billing.engine import run_cost
 from billing.models import AcceleratorPrice, UsagePolicy
-from billing.reconcile import matching as reconcile
+from billing.reconcile import importing
 from dashboard.models import ApiKeyRole
 from tests.conftest import T0, World, make_run
 
@@ -54,10 +54,10 @@ def _same_instants(cost: dict) -> dict:
     return cost | {"as_of": datetime.fromisoformat(cost["as_of"]), "billed": billed}
 
 
-def import_records(*lines: str) -> reconcile.ImportResult:
+def import_records(*lines: str) -> importing.ImportResult:
     """Usage records (and the list price) imported as `manage.py import_usage` would."""
     usage = io.StringIO("\n".join([USAGE_HEADER, *lines]) + "\n", newline="")
-    return reconcile.import_usage(usage, io.StringIO(PRICES, newline=""))
+    return importing.import_usage(usage, io.StringIO(PRICES, newline=""))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, BilledUsage, BillingListPrice
-from billing.reconcile import matching as reconcile
+from billing.reconcile import compare, importing, report
 from runs.choices import RunSource
 from tests.conftest import T0, World, make_run
 
@@ -40,9 +40,9 @@ def _usage_line(record_id: str, job_run_id: str, quantity: str, start: datetime 
     )
 
 
-def _import(*lines: str, prices: str | None = PRICES) -> reconcile.ImportResult:
+def _import(*lines: str, prices: str | None = PRICES) -> importing.ImportResult:
     usage = io.StringIO("\n".join([USAGE_HEADER, *lines]) + "\n", newline="")
-    return reconcile.import_usage(usage, io.StringIO(prices, newline="") if prices else None)
+    return importing.import_usage(usage, io.StringIO(prices, newline="") if prices else None)
 
 
 @pytest.fixture
@@ -99,8 +99,8 @@ def test_record_id_falls_back_to_a_hash_and_flattened_metadata_columns(priced: W
         "usage_start_time,usage_end_time,sku_name,usage_quantity,usage_unit,usage_metadata.job_run_id,usage_metadata.cluster_id\n"
         "2026-11-02 09:00:00,2026-11-02 10:00:00,SERVERLESS_GPU,2,DBU,77,\n"
     )
-    assert reconcile.import_usage(io.StringIO(text, newline="")).added == 1
-    assert reconcile.import_usage(io.StringIO(text, newline="")).added == 0
+    assert importing.import_usage(io.StringIO(text, newline="")).added == 1
+    assert importing.import_usage(io.StringIO(text, newline="")).added == 0
     record = BilledUsage.objects.get()
     assert record.record_id.startswith("sha256:") and record.run == run
     assert record.usage_metadata == {"job_run_id": "77"} and record.billed_usd is None
@@ -122,16 +122,16 @@ def test_prices_imported_later_price_the_waiting_rows(priced: World) -> None:
 def test_estimated_vs_billed_per_run_and_per_day_exactly(priced: World) -> None:
     run = make_run(priced.vision, external_id="123")  # 8 GPUs x 1 h x $2.50 = $20
     _import(_usage_line("r1", "123", "10.1"), _usage_line("r2", "123", "17.3", start=T0 + timedelta(hours=1)))
-    figure = reconcile.billed_for_run(run)
+    figure = compare.billed_for_run(run)
     assert figure is not None
     assert (figure.estimated, figure.billed) == (Decimal("20"), Decimal("20.045"))  # 7.07 + 12.975
     assert figure.difference == Decimal("0.045") and figure.percent == Decimal("0.2")
-    assert reconcile.billed_for_run(make_run(priced.nlp, external_id="other")) is None
+    assert compare.billed_for_run(make_run(priced.nlp, external_id="other")) is None
     page = priced.client_for(priced.alice).get(f"/runs/{run.pk}/").content.decode()
     assert "Billed (imported usage, at list price)" in page and "$20.05" in page
 
     rollups.recompute_days([T0.date()], now=T0 + timedelta(days=1))
-    days = reconcile.day_rows([priced.vision.pk], T0.date(), T0.date(), staff=False)
+    days = report.day_rows([priced.vision.pk], T0.date(), T0.date(), staff=False)
     assert days == [
         {"day": T0.date(), "estimated": Decimal("20"), "billed": Decimal("20.045"),
          "difference": Decimal("0.045"), "percent": Decimal("0.2")}

@@ -16,17 +16,17 @@ from django.urls import reverse
 
 from billing.choices import RecordType
 from billing.models import BilledUsage, EgressRecord
-from billing.reconcile import matching as reconcile
+from billing.reconcile import compare, importing
 from runs.choices import AcceleratorType
 from tests.conftest import T0, TESTS, World, make_run
 
 DATA = TESTS / "data" / "databricks"
 
 
-def _import() -> reconcile.ImportResult:
+def _import() -> importing.ImportResult:
     usage_file, prices_file = DATA / "billing_usage_ai_runtime.csv", DATA / "list_prices_promotion.csv"
     with usage_file.open(newline="") as usage, prices_file.open(newline="") as prices:
-        return reconcile.import_usage(usage, prices)
+        return importing.import_usage(usage, prices)
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_usage_is_priced_at_the_effective_list_price(runs: dict) -> None:
 def test_a_retracted_and_restated_record_sums_to_the_corrected_figure(runs: dict) -> None:
     _import()
 
-    figure = reconcile.billed_for_run(runs["corrected"])
+    figure = compare.billed_for_run(runs["corrected"])
     # 10 - 10 + 8 DBU at 0.70, plus 120 GB of inter-region egress at 0.02.
     assert figure is not None and figure.billed == Decimal("5.6") + Decimal("2.4")
     assert figure.records == 4
@@ -74,22 +74,22 @@ def test_a_row_without_a_job_run_id_is_matched_by_its_workload_id(runs: dict) ->
 
     row = BilledUsage.objects.get(ai_runtime_workload_id="5002002")
     assert row.job_run_id == "" and row.run == runs["by_workload"]
-    assert reconcile.billed_for_run(runs["by_workload"]).billed == Decimal("2.8")
+    assert compare.billed_for_run(runs["by_workload"]).billed == Decimal("2.8")
 
 
 def test_networking_rows_are_the_runs_billed_egress_by_route(runs: dict) -> None:
     _import()
 
-    figure = reconcile.billed_for_run(runs["corrected"])
+    figure = compare.billed_for_run(runs["corrected"])
     assert figure.egress == (
-        reconcile.BilledEgress("us-east-1", "us-west-2", Decimal("120"), "GB", Decimal("2.4")),
+        compare.BilledEgress("us-east-1", "us-west-2", Decimal("120"), "GB", Decimal("2.4")),
     )  # fmt: skip
 
 
 def test_a_reserved_pools_rows_are_split_over_its_runs_by_gpu_seconds(runs: dict) -> None:
     _import()
 
-    figures = reconcile.per_run([runs["pool_8"], runs["pool_1"]])
+    figures = compare.per_run([runs["pool_8"], runs["pool_1"]])
     # The pool's 90 DBU x 0.70 = 63.00, split 8 : 1 by GPU-seconds over the same hour.
     assert figures[runs["pool_8"].pk].pool == Decimal("56")
     assert figures[runs["pool_1"].pk].pool == Decimal("7")
@@ -101,12 +101,12 @@ def test_a_pool_row_no_run_overlaps_is_not_split(runs: dict) -> None:
         run.attempts.update(started_at=T0 + timedelta(hours=2), ended_at=T0 + timedelta(hours=3))
     _import()
 
-    assert reconcile.per_run([runs["pool_8"]])[runs["pool_8"].pk].pool == Decimal("0")
+    assert compare.per_run([runs["pool_8"]])[runs["pool_8"].pk].pool == Decimal("0")
 
 
 def test_an_unknown_record_type_is_refused_with_its_line(runs: dict) -> None:
     text = (DATA / "billing_usage_ai_runtime.csv").read_text().replace(",RESTATEMENT,", ",CORRECTION,")
-    result = reconcile.import_usage(io.StringIO(text, newline=""))
+    result = importing.import_usage(io.StringIO(text, newline=""))
 
     assert not result.ok and BilledUsage.objects.count() == 0
     assert [(e.line, e.message) for e in result.errors] == [
@@ -159,8 +159,8 @@ def test_the_cost_page_shows_billed_egress_beside_the_estimate_for_the_users_tea
     assert route[0].endswith(",120,GB,2.4")
     assert not any("eu-west-1" in line for line in lines)
 
-    # The same figure the run page shows, from the same rows (one sum, billing.reconcile.matching._egress_routes).
-    figure = reconcile.billed_for_run(runs["corrected"])
+    # The same figure the run page shows, from the same rows (one sum, billing.reconcile.compare._egress_routes).
+    figure = compare.billed_for_run(runs["corrected"])
     assert figure is not None and [r.billed_usd for r in figure.egress] == [Decimal("2.40")]
     charlie = world.client_for(world.charlie).get(reverse("cost_overview"), query).content.decode()
     assert "eu-west-1" in charlie and "$6.00" in charlie and "(120 GB)" not in charlie

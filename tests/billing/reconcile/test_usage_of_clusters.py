@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from billing.models import BilledUsage
-from billing.reconcile import matching as reconcile
+from billing.reconcile import importing
 from runs.choices import RunOrigin, RunSource
 from runs.models import Cluster
 from tests.conftest import TESTS, World, make_run
@@ -25,9 +25,9 @@ def at(hour: int, minute: int = 0) -> datetime:
     return datetime(2026, 11, 2, hour, minute, tzinfo=UTC)
 
 
-def _import() -> reconcile.ImportResult:
+def _import() -> importing.ImportResult:
     with USAGE.open(newline="") as usage:
-        return reconcile.import_usage(usage)
+        return importing.import_usage(usage)
 
 
 def classic_run(world: World, external_id: str, cluster: Cluster, start: datetime, end: datetime) -> object:

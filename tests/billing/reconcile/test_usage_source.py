@@ -100,9 +100,9 @@ def test_statement_rows_with_errors_name_the_line_and_write_nothing(world: World
     position = [c["name"] for c in payload["manifest"]["schema"]["columns"]].index("usage_quantity")
     payload["result"]["data_array"][1][position] = "lots"
     text = usage_source.statement_csv(payload)
-    from billing.reconcile import matching as reconcile
+    from billing.reconcile import importing
 
-    result = reconcile.import_usage(io.StringIO(text, newline=""))
+    result = importing.import_usage(io.StringIO(text, newline=""))
     assert [str(e) for e in result.errors] == ["line 3: usage_quantity 'lots' is not a number"]
     assert not BilledUsage.objects.exists()
 

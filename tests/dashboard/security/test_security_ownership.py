@@ -32,7 +32,7 @@ from billing.choices import SpentAction
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, BilledUsage, PolicyAction, UsagePolicy
 from billing.policies import enforcement
-from billing.reconcile import matching as reconcile
+from billing.reconcile import compare, importing
 from dashboard.models import ApiKey, ApiKeyRole
 from runs import ingest
 from runs.choices import RunOrigin, RunSource, RunStatus
@@ -389,10 +389,10 @@ def test_billed_usage_joins_the_collectors_run_not_a_keys_twin(world: World) -> 
         f'r1,2026-11-02T09:00:00Z,2026-11-02T10:00:00Z,2026-11-02,SERVERLESS_GPU,10,DBU,"{metadata}","{{}}"\n'
     )
 
-    reconcile.import_usage(io.StringIO(usage, newline=""))
+    importing.import_usage(io.StringIO(usage, newline=""))
 
     assert BilledUsage.objects.get().run == theirs
-    assert reconcile.billed_for_run(squat) is None
+    assert compare.billed_for_run(squat) is None
 
 
 def test_a_keys_run_claims_an_mlflow_run_only_of_its_own_teams_user(world: World) -> None:

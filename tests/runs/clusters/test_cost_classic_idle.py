@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing.choices import PriceKind
-from billing.costs.run_costs import breakdowns_for_runs, combined_rate, idle_hours
+from billing.costs.run_costs import breakdowns_for_runs, idle_hours
 from billing.costs.serverless import PricePeriod, estimate_run_cost
+from billing.costs.uptime import combined_rate
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice
 from runs.choices import RunSource
 from runs.models import Attempt, Cluster, GpuMinute, Node

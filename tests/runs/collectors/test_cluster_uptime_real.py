@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from billing.costs import rollups
-from billing.costs.run_costs import cluster_uptime
+from billing.costs.uptime import cluster_uptime
 from billing.engine import run_costs
 from billing.models import CostDaily, InstancePrice
 from runs.choices import RunSource

@@ -21,7 +21,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from billing.costs.run_costs import cluster_uptime
+from billing.costs.uptime import cluster_uptime
 from billing.models import BilledUsage
 from runs.choices import RunStatus
 from runs.collectors.cluster_events import collect_events

@@ -1,4 +1,4 @@
-"""Admission (billing.policies.budget.admit): the API, `check_workload --team` and the launcher hook."""
+"""Admission (billing.policies.admission.admit): the API, `check_workload --team` and the launcher hook."""
 
 from __future__ import annotations
 
