@@ -11,7 +11,7 @@ run (the telemetry is relative to now).
    `ingest.upsert_run` (the push API's write path), and a signed-in member each (not staff).
 2. The "with" team's hour: 1 Hz samples of every GPU for the last `--minutes` minutes with the
    shapes of runs/demo_series at NVML's resolution (bench/storage.sample_rows), every batch of
-   10,000 through the real ingest path: `ingest.record_batch` then `ingest.process_batch` (the
+   10,000 through the real ingest path: `ingest.record_batch` then `ingest_process.process_batch` (the
    worker: raw insert, minute and hour rollups, stall streaks). In its first run one GPU idles
    (the under-use flag), in its second two GPUs hang for the last 20 minutes (the stall panel).
 3. `--log-mb` of training logs in 64 KB chunks (the launcher's size) through
@@ -61,7 +61,7 @@ from django.test import Client
 
 from bench.pages import machine_speed
 from bench.storage import sample_rows
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import BatchKind, RunSource, RunStatus
 from runs.models import GpuHour, GpuMinute, GpuSample, GpuSampleBlock, LogChunk, Node, Run
 from runs.telemetry import blocks, partitions, utilization
@@ -158,7 +158,7 @@ def _samples(team: Group, runs: list[Run], start: datetime, seconds: int, rng: r
                 row[4], row[13] = 100.0, 0.8
         for at in range(0, len(rows), BATCH):
             batch, _ = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows[at : at + BATCH], "nvml")
-            ingest.process_batch(batch.pk)
+            ingest_process.process_batch(batch.pk)
         stored += len(rows)
     return stored, time.perf_counter() - began
 

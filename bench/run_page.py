@@ -12,7 +12,7 @@ The workspace, per run (the 64-GPU one and a 1-GPU one, both running):
      written with COPY, as bench/pages.py does (13 days x 64 GPUs at 1 Hz is 72 billion samples:
      no ingest path builds that here). One GPU of each run spikes to 100 % for one minute.
   2. `--raw-minutes` of 1 Hz samples of every GPU up to now through the real ingest path:
-     `ingest.record_batch` (what the API stores) and `ingest.process_batch` (the worker:
+     `ingest.record_batch` (what the API stores) and `ingest_process.process_batch` (the worker:
      store_sample_rows, minute and hour rollups) in batches of 10,000, then the beat's
      compaction (`blocks.compact_samples`) until only the last
      AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES stay hot rows. No VACUUM after it: the reads must
@@ -53,7 +53,7 @@ from django.core.management import call_command
 from django.db import connection, reset_queries
 from django.test import Client
 
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import AcceleratorType, BatchKind, RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, LogChunk, Node, Run
 from runs.telemetry import blocks, envelope_store, utilization
@@ -147,7 +147,7 @@ def _ingest(team: Group, run: Run, nodes: list[Node], gpus: int, start: datetime
                              66.0, 1950.0, 2619.0, util - 15, util - 30, 0, 0, 0, None, None, None])  # fmt: skip
         if len(rows) >= BATCH or s == seconds - 1:
             batch, _ = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows, "nvml")
-            stored += ingest.process_batch(batch.pk).inserted
+            stored += ingest_process.process_batch(batch.pk).inserted
             rows = []
     return stored
 

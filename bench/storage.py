@@ -13,7 +13,7 @@ Point DATABASE_URL (or AIRBOARD_VAR_DIR) at a throwaway database: it is migrated
    every column of today's row (runs/ingest.SAMPLE_COLUMNS, NVLink included).
 2. Every batch of 10,000 goes through the real path behind the API: `ingest.record_batch`
    (the IngestBatch row with its JSON rows, as the web process writes it), then
-   `ingest.process_batch` (the worker: store_sample_rows, the minute and hour rollups, and the
+   `ingest_process.process_batch` (the worker: store_sample_rows, the minute and hour rollups, and the
    batch's rows dropped).
 3. Old layout: the size of the row table (runs_gpusample, all partitions, indexes and TOAST)
    holding every sample, per sample.
@@ -48,7 +48,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from dashboard.demo.series import PROFILES, Activity, raw_samples
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import AcceleratorType, BatchKind, RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, IngestBatch, Node, Run
 from runs.telemetry import blocks, partitions
@@ -170,7 +170,7 @@ def main() -> None:
             batch, _ = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows[at : at + BATCH], "nvml")
             if at == 0 and i == 0:
                 batch_bytes_kept = batch_row_bytes()  # one batch with its rows, as kept before
-            ingest.process_batch(batch.pk)
+            ingest_process.process_batch(batch.pk)
         ingest_s += time.perf_counter() - began
         stored += len(rows)
         print(f"  run {i + 1}/{runs}: {stored:,} samples, {stored / ingest_s:,.0f} samples/s", flush=True)

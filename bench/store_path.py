@@ -5,7 +5,7 @@
 
 Records `--batches` batches of one 8-GPU run's samples (1 Hz, an hour back, so every minute
 is old enough to be checked for compacted blocks, as a backfill's are) the way the HTTP API
-records them, then runs `runs.ingest.process_batch` on each in this process and prints, per
+records them, then runs `runs.ingest_process.process_batch` on each in this process and prints, per
 batch, the wall time, this process's CPU time and, when the database runs on this machine,
 its backend's CPU time (from /proc): CPU times stand still when a shared machine is busy,
 where wall times do not. `--profile` adds the statements' times and a cProfile of the batches.
@@ -44,7 +44,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from runs import ingest
+    from runs import ingest, ingest_process
     from runs.choices import AcceleratorType, BatchKind, RunSource, RunStatus
     from runs.models import Attempt, Node, Run
 
@@ -99,7 +99,7 @@ def main() -> None:
             wall, cpu, db = time.perf_counter(), time.process_time(), backend_cpu()
             if args.profile:
                 profiler.enable()
-            result = ingest.process_batch(batch_id)
+            result = ingest_process.process_batch(batch_id)
             if args.profile:
                 profiler.disable()
             walls.append(time.perf_counter() - wall)

@@ -10,7 +10,7 @@ GPUs than for 8, and no read depending on autovacuum having caught up with compa
 
 The workspace:
   1. Two finished runs of --samples samples each at 1 Hz, through the real ingest path
-     (`ingest.record_batch` + `ingest.process_batch`: raw rows, minute and hour rollups, stall
+     (`ingest.record_batch` + `ingest_process.process_batch`: raw rows, minute and hour rollups, stall
      streaks), then the beat's compaction (`blocks.compact_samples`) until no hot row is left:
      1 node x 8 GPUs (125,000 s, 34.7 h for a million) and 8 nodes x 8 GPUs (15,625 s). One GPU
      of each spikes to 100 % for one second at two thirds of the run.
@@ -62,7 +62,7 @@ from django.core.management import call_command
 from django.db import connection, reset_queries
 from django.test import Client
 
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import AcceleratorType, BatchKind, RunStatus
 from runs.models import Attempt, GpuMinute, GpuSample, GpuSampleBlock, Node, Run
 from runs.telemetry import blocks
@@ -117,7 +117,7 @@ def ingest_run(team: Group, run: Run, nodes: list[Node], start: datetime, second
                              66.0, 1950.0, 2619.0, value - 15, value - 30, 0, 0, 0, None, None, None])  # fmt: skip
         if len(rows) >= BATCH or s == seconds - 1:
             batch, _ = ingest.record_batch(team, BatchKind.GPU_SAMPLES, rows, "nvml")
-            stored += ingest.process_batch(batch.pk).inserted
+            stored += ingest_process.process_batch(batch.pk).inserted
             rows = []
     return stored
 

@@ -12,7 +12,7 @@ from billing.policies import enforcement
 from billing.reconcile import usage_source
 
 
-# Sent by name by runs.ingest after a metrics batch with network counters; routed to the billing
+# Sent by name by runs.ingest_process after a metrics batch with network counters; routed to the billing
 # queue. Idempotent: it recomputes whole days of the given runs' derived egress.
 @shared_task(name="billing.derive_egress", acks_late=True, reject_on_worker_lost=True,
              autoretry_for=(OperationalError,), retry_backoff=5, max_retries=3)  # fmt: skip

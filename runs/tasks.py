@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from runs import ingest
+from runs import ingest_process
 
 # Batches are idempotent on natural keys, so a task whose worker died is safely re-run:
 # late acknowledgement plus reject-on-worker-lost puts it back on the queue.
@@ -27,18 +27,18 @@ BATCH_TASK_OPTIONS: dict[str, Any] = {
 
 @shared_task(name="runs.ingest_gpu_samples", **BATCH_TASK_OPTIONS)
 def ingest_gpu_samples(batch_id: int) -> None:
-    ingest.process_batch(batch_id)
+    ingest_process.process_batch(batch_id)
 
 
 @shared_task(name="runs.ingest_metrics", **BATCH_TASK_OPTIONS)
 def ingest_metrics(batch_id: int) -> None:
-    ingest.process_batch(batch_id)
+    ingest_process.process_batch(batch_id)
 
 
 @shared_task(name="runs.requeue_pending_batches", soft_time_limit=60, time_limit=90)
 def requeue_pending_batches(older_than_seconds: int = 120) -> int:
     """Queue again the batches still pending after a while (a broker that lost them, a queue that was down)."""
-    return ingest.requeue_pending(timezone.now() - timedelta(seconds=older_than_seconds))
+    return ingest_process.requeue_pending(timezone.now() - timedelta(seconds=older_than_seconds))
 
 
 # Collectors: each pass is idempotent (natural keys, cursors saved after writes), so a pass

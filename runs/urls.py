@@ -1,19 +1,19 @@
 from django.urls import path
 
-from runs import views
 from runs.clusters import views as cluster_views
 from runs.failures import views as postmortem_views
+from runs.views import detail, lists, telemetry
 
 urlpatterns = [
-    path("", views.run_list, name="run_list"),
-    path("compare/", views.run_compare, name="run_compare"),
-    path("fleet/", views.fleet, name="fleet"),
-    path("<int:pk>/", views.run_detail, name="run_detail"),
-    path("<int:pk>/log/", views.run_log, name="run_log"),
-    path("<int:pk>/log/view/", views.run_log_view, name="run_log_view"),
-    path("<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
-    path("<int:pk>/telemetry.json", views.run_telemetry, name="run_telemetry"),
-    path("<int:pk>/status.json", views.run_status, name="run_status"),
+    path("", lists.run_list, name="run_list"),
+    path("compare/", lists.run_compare, name="run_compare"),
+    path("fleet/", lists.fleet, name="fleet"),
+    path("<int:pk>/", detail.run_detail, name="run_detail"),
+    path("<int:pk>/log/", detail.run_log, name="run_log"),
+    path("<int:pk>/log/view/", detail.run_log_view, name="run_log_view"),
+    path("<int:pk>/cancel/", detail.run_cancel, name="run_cancel"),
+    path("<int:pk>/telemetry.json", telemetry.run_telemetry, name="run_telemetry"),
+    path("<int:pk>/status.json", telemetry.run_status, name="run_status"),
 ]
 
 # Classic clusters and configuration advice (runs/clusters/views.py).

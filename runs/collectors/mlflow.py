@@ -37,7 +37,8 @@ from django.db.models import Q
 from runs.choices import CollectorKind, RunOrigin, TelemetrySource
 from runs.collectors.mlflow_client import MetricCursor, MetricValue, MlflowSource, MlflowSourceError, RunRecord
 from runs.collectors.state import CollectResult, isolated, save_cursor, track
-from runs.ingest import derive_egress_later, node_for
+from runs.ingest import node_for
+from runs.ingest_process import derive_egress_later
 from runs.models import Attempt, CollectorState, GpuSample, MetricPoint, MlflowRun, Node, Run
 from runs.telemetry import blocks
 from runs.telemetry.store import store_gpu_samples, store_metric_points

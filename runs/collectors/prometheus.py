@@ -4,7 +4,7 @@ A fleet that already runs NVIDIA's dcgm-exporter scraped by Prometheus (or Victo
 Mimir, Thanos) needs no agent of ours: each pass reads, for every attempt of an active or
 recently ended run, the exporter's series of the attempt's hosts over the attempt's window, and
 stores them as the run's GPU samples (source `prometheus`) through the ingest path
-(`ingest.record_batch` + `ingest.process_batch`, as every other door does).
+(`ingest.record_batch` + `ingest_process.process_batch`, as every other door does).
 
 1. Attempts: those of runs that are queued/running or ended within RECENTLY_ENDED, plus those
    whose read has not reached their end yet (the cursor lists them). An attempt's window runs
@@ -45,7 +45,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import BatchKind, CollectorKind, RunEventKind, RunStatus, TelemetrySource
 from runs.collectors.prometheus_client import CollectorError, PrometheusSource, QueryRefused
 from runs.collectors.state import CollectResult, count_refusals, save_cursor, track
@@ -376,7 +376,7 @@ def store(
     size = settings.AIRBOARD_MAX_SAMPLES_PER_BATCH
     for i in range(0, len(rows), size):
         batch, _ = ingest.record_batch(run.team, BatchKind.GPU_SAMPLES, rows[i : i + size], TelemetrySource.PROMETHEUS)
-        stored = ingest.process_batch(batch.pk)
+        stored = ingest_process.process_batch(batch.pk)
         counts.inserted += stored.inserted if stored is not None else 0
     counts.rows += len(rows)
     if events:

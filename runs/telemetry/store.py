@@ -44,7 +44,7 @@ INSERT_CHUNK = 1000
 KEYS_PER_QUERY = 1000
 # Columns written by the raw insert, in order; the natural key first. Columns added later go
 # after `processes` (and before `source`): stored ingest batches are positional rows, and one
-# recorded before a column existed is shorter, its missing tail read as NULL (runs/ingest.py).
+# recorded before a column existed is shorter, its missing tail read as NULL (runs/ingest_process.py).
 INSERT_COLUMNS = (
     "run_id", "node_id", "gpu_index", "ts", "utilization_gpu", "utilization_memory", "memory_used_bytes",
     "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",

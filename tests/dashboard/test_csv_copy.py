@@ -25,7 +25,7 @@ from dashboard.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, copy_streamin
 from runs.choices import RunStatus
 from runs.models import GpuSample, Run
 from runs.telemetry.store import store_gpu_samples
-from runs.views import CSV_HEADER, DEFAULT_SORT, filter_runs, runs_csv, sort_runs
+from runs.views.lists import CSV_HEADER, DEFAULT_SORT, filter_runs, runs_csv, sort_runs
 from tests.conftest import T0, World, make_run
 
 pytestmark = [

@@ -23,7 +23,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from billing.models import EgressRecord
-from runs import ingest
+from runs import ingest_process
 from runs.choices import RunSource
 from runs.models import GpuSample, LogChunk, Run
 from tests.conftest import ROOT, World
@@ -128,5 +128,5 @@ def test_the_api_examples_work_as_written(world: World, name: str, heading: str,
     if "/api/v1/egress" in paths:
         assert EgressRecord.objects.filter(run=run).exists()
     (batch,) = [body for path, body in answers if path == "/api/v1/gpu-samples"]
-    ingest.process_batch(batch["id"])  # what the worker does with the accepted batch
+    ingest_process.process_batch(batch["id"])  # what the worker does with the accepted batch
     assert GpuSample.objects.filter(run=run).exists()

@@ -24,7 +24,7 @@ from django.test import Client
 from django.utils import timezone
 
 from dashboard.celery import app
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import BatchStatus
 from runs.models import GpuSample, IngestBatch
 from tests.conftest import T0, World, make_run, serverless_api, start_worker, stop_worker, wait_for
@@ -160,7 +160,7 @@ def test_redis_killed_mid_ingest_then_restarted_stores_every_sample_once(
         post(BATCHES_AFTER)
 
         # The beat sweeper: everything still pending is queued again (some may be queued twice; harmless).
-        swept = ingest.requeue_pending(timezone.now() + timedelta(seconds=1), queue=QUEUE)
+        swept = ingest_process.requeue_pending(timezone.now() + timedelta(seconds=1), queue=QUEUE)
         assert swept >= BATCHES_DURING
         done = wait_for(lambda: not IngestBatch.objects.filter(status=BatchStatus.PENDING).exists(), timeout=120)
         assert done, worker.log()

@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import BatchKind, BatchStatus
 from runs.models import GpuSample, IngestBatch
 from tests.conftest import T0, World, make_run, start_worker, stop_worker, wait_for
@@ -71,7 +71,7 @@ def test_sigkill_mid_batch_then_a_new_worker_stores_every_sample_once(world: Wor
     try:
         if not settings.REDIS_URL:
             # The filesystem broker handed the killed worker's message out already: the sweeper re-queues it.
-            ingest.requeue_pending(timezone.now(), queue=QUEUE)
+            ingest_process.requeue_pending(timezone.now(), queue=QUEUE)
         done = wait_for(lambda: not IngestBatch.objects.filter(status=BatchStatus.PENDING).exists(), timeout=90)
         assert done, second.log()
     finally:

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from pydantic import ValidationError
 
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import BatchKind
 from runs.models import IngestBatch
 from runs.schemas import GPU_SAMPLE_BATCH, GpuSampleBatchIn
@@ -161,7 +161,7 @@ def test_nvlink_is_recorded_after_processes_and_stored(world: World) -> None:
         {"pid": 7, "used_memory_bytes": 1024, "run": "r1"}, {"pid": 8, "used_memory_bytes": None, "run": ""},
     ]  # fmt: skip
     assert row[ingest.SAMPLE_V1_WIDTH :] == [184_320.0 * 1024, 179_200.0 * 1024]
-    ingest.process_batch(batch.pk)
+    ingest_process.process_batch(batch.pk)
     stored = run.gpu_samples.get()
     assert (stored.nvlink_tx_kbps, stored.nvlink_rx_kbps) == (184_320.0 * 1024, 179_200.0 * 1024)
     # A value past any NVLink generation (10 PB/s) is refused with the field named.

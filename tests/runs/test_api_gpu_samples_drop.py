@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from runs import ingest
+from runs import ingest_process
 from runs.choices import TelemetrySource
 from runs.models import CollectorState, GpuSample, IngestBatch, RunEvent
 from tests.conftest import World, make_run, serverless_api
@@ -55,7 +55,7 @@ def test_bad_rows_are_dropped_and_counted_the_rest_stored_and_a_resend_is_a_no_o
         assert expected in problems
     batch = IngestBatch.objects.get(pk=out["batch"]["id"])
     assert batch.team == world.vision and batch.row_count == 1
-    ingest.process_batch(batch.pk)
+    ingest_process.process_batch(batch.pk)
     stored = GpuSample.objects.get(run=run)
     assert (stored.source, stored.gpu_index, stored.power_watts) == (TelemetrySource.NVML, 0, 650.5)
     assert stored.node.attempt.run == run and stored.node.host == "10.0.0.1"

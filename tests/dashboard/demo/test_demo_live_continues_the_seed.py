@@ -14,7 +14,7 @@ from dashboard.demo import live as demo_live
 from dashboard.demo.seed import EXPERIMENT_BY_SLUG, run_curve
 from dashboard.demo.write import seed_demo
 from runs.choices import BatchStatus, RunStatus
-from runs.ingest import process_batch
+from runs.ingest_process import process_batch
 from runs.logs import chunk_texts
 from runs.models import GpuMinute, GpuSample, IngestBatch, MetricPoint, Node, Run
 

@@ -34,7 +34,7 @@ from billing.models import AcceleratorPrice, BilledUsage, PolicyAction, UsagePol
 from billing.policies import enforcement
 from billing.reconcile import compare, importing
 from dashboard.models import ApiKey, ApiKeyRole
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.collectors.logsource import RefusedPath, open_inside
 from runs.collectors.mlflow import claims
@@ -356,7 +356,7 @@ def test_agent_batches_need_a_team_key_and_never_reach_another_teams_run(world: 
     assert (out["rows"], out["dropped_rows"], out["events"], out["dropped_events"]) == (1, 1, 0, 1)
     assert "samples[0].run: no run '1001' (serverless) in your team" in out["problems"]
     assert IngestBatch.objects.get(pk=out["batch"]["id"]).team == world.nlp
-    ingest.process_batch(out["batch"]["id"])
+    ingest_process.process_batch(out["batch"]["id"])
     assert not GpuSample.objects.filter(run=theirs).exists() and not RunEvent.objects.filter(run=theirs).exists()
     assert GpuSample.objects.filter(run=mine).count() == 1
     state = CollectorState.objects.get(name="agent")

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from billing.models import InstancePrice
 from runs.clusters.costs import cluster_costs
-from runs.collectors.runsource import cluster_fields
+from runs.collectors.run_records import cluster_fields
 from runs.models import Cluster
 from tests.conftest import TESTS, World
 

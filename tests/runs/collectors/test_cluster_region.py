@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.collectors.runsource import cluster_fields, region_from_zone
+from runs.collectors.run_records import cluster_fields, region_from_zone
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from billing.models import CostDaily, InstancePrice
 from runs.choices import RunSource
 from runs.clusters.costs import cluster_costs
 from runs.collectors.cluster_events import collect_events, parse_events, store_events
-from runs.collectors.runsource import cluster_fields
+from runs.collectors.run_records import cluster_fields
 from runs.models import Cluster, ClusterEvent
 from runs.models.uptime import stretches
 from tests.conftest import TESTS, World, make_run

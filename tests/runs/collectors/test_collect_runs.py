@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from dashboard.commands import CollectorError
 from dashboard.redaction import redact
 from runs.choices import RunSource, RunStatus
-from runs.collectors import runsource
+from runs.collectors import run_records, runsource
 from runs.collectors.databricks_cli import get_run_argv, unwrap_list
 from runs.models import Attempt, Cluster, ClusterEvent, CollectorState, Run
 from tests.conftest import (
@@ -264,7 +264,7 @@ def test_a_run_that_cannot_be_fetched_stays_tracked(world: World) -> None:
     ],
 )
 def test_databricks_states_map_to_airboard_statuses(record: dict[str, Any], expected: str) -> None:
-    assert runsource.map_status(record)[0] == expected
+    assert run_records.map_status(record)[0] == expected
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from runs.collectors import jobs_records, runsource
+from runs.collectors import jobs_records, run_records
 from runs.collectors.databricks_cli import SdkClient
 from tests.conftest import TESTS
 
@@ -87,9 +87,9 @@ def client() -> Iterator[SdkClient]:
 def reading(record: dict[str, Any]) -> dict[str, Any]:
     """What the collectors take from one run record."""
     return {
-        "status": runsource.map_status(record),
+        "status": run_records.map_status(record),
         "kind": jobs_records.classify(record, {}),
-        "workload": runsource.workload_fields(record),
+        "workload": run_records.workload_fields(record),
         "attempts": [(t.get("run_id"), t.get("attempt_number")) for t in jobs_records.task_attempts(record)],
         "clusters": jobs_records.cluster_ids_of(record),
         "window": (record.get("start_time"), record.get("end_time")),
@@ -115,8 +115,8 @@ def test_runs_fetched_by_id_and_a_missing_one_named(client: SdkClient) -> None:
 def test_clusters_read_as_the_cli_paths_do(client: SdkClient) -> None:
     clusters = client.list_clusters()
     assert clusters is not None
-    assert [runsource.cluster_fields(c) | {"raw": None} for c in clusters] == [
-        runsource.cluster_fields(c) | {"raw": None} for c in CLUSTERS
+    assert [run_records.cluster_fields(c) | {"raw": None} for c in clusters] == [
+        run_records.cluster_fields(c) | {"raw": None} for c in CLUSTERS
     ]
 
 

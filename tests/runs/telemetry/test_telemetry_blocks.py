@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from runs import ingest
+from runs import ingest, ingest_process
 from runs.choices import BatchKind, BatchStatus
 from runs.models import GpuHour, GpuMinute, GpuSample, GpuSampleBlock, IngestBatch, Node, Run
 from runs.telemetry import blocks, charts, partitions, stalls
@@ -256,7 +256,7 @@ def test_a_stored_batch_drops_its_rows_and_a_resend_is_still_a_duplicate(world: 
     rows = [[run.pk, node.pk, 0, (T0 + timedelta(seconds=s)).isoformat(), 97.5, *([None] * 15), None] for s in range(5)]
     batch, _ = ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, rows, "nvml")
 
-    assert ingest.process_batch(batch.pk).inserted == 5
+    assert ingest_process.process_batch(batch.pk).inserted == 5
 
     stored = IngestBatch.objects.get(pk=batch.pk)
     assert (stored.status, stored.inserted, stored.rows) == (BatchStatus.DONE, 5, {"source": "nvml", "rows": []})
@@ -274,7 +274,7 @@ def test_a_batch_recorded_before_nvlink_still_processes_and_a_new_one_stores_it(
            for s in range(3)]  # fmt: skip
     assert len(old[0]) == old_width == 21
     old_batch, _ = ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, old, "nvml")
-    assert ingest.process_batch(old_batch.pk).inserted == 3
+    assert ingest_process.process_batch(old_batch.pk).inserted == 3
     first = GpuSample.objects.get(run=run, ts=T0)
     assert (first.utilization_gpu, first.processes, first.nvlink_tx_kbps, first.nvlink_rx_kbps) == (
         97.5, processes, None, None,
@@ -288,7 +288,7 @@ def test_a_batch_recorded_before_nvlink_still_processes_and_a_new_one_stores_it(
     values = dict.fromkeys(ingest.SAMPLE_VALUE_COLUMNS) | {"utilization_gpu": 50.0, "nvlink_tx_kbps": 184_320_000.0}
     new = [[run.pk, node.pk, 1, T0.isoformat(), *(values[name] for name in ingest.SAMPLE_VALUE_COLUMNS)]]
     new_batch, _ = ingest.record_batch(world.vision, BatchKind.GPU_SAMPLES, new, "nvml")
-    assert ingest.process_batch(new_batch.pk).inserted == 1
+    assert ingest_process.process_batch(new_batch.pk).inserted == 1
     assert GpuSample.objects.get(run=run, gpu_index=1).nvlink_tx_kbps == 184_320_000.0
     assert GpuMinute.objects.get(run=run, gpu_index=1).nvlink_tx_kbps_max == 184_320_000.0
 

@@ -118,7 +118,7 @@ def test_cost_without_a_price_says_why(world: World, run: Run) -> None:
 
 
 def test_log_lines_with_numbers_and_the_tail_cap(world: World, run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("runs.views.INLINE_LINE_LIMIT", 10)
+    monkeypatch.setattr("runs.views.detail.INLINE_LINE_LIMIT", 10)
     write_log(node_of(run), "".join(f"step {i} loss=0.{i}\n" for i in range(1, 26)))
     html = page(world.client_for(world.alice), run)
     assert '<a class="ln" href="#L25">25</a>step 25 loss=0.25' in html

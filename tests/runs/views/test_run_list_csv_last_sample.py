@@ -17,7 +17,7 @@ from billing.models import AcceleratorPrice, RunCostFigure
 from runs.glance import CsvCells
 from runs.models import GpuMinute, GpuSample, Run
 from runs.telemetry.store import store_gpu_samples
-from runs.views import runs_csv
+from runs.views.lists import runs_csv
 from tests.conftest import T0, World, make_run
 
 PASS = T0 + timedelta(days=2)

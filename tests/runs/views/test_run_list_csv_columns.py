@@ -25,7 +25,7 @@ from runs import glance
 from runs.choices import RunStatus
 from runs.models import GpuSample, Run
 from runs.telemetry.store import store_gpu_samples
-from runs.views import COLUMNS, CSV_HEADER
+from runs.views.lists import COLUMNS, CSV_HEADER
 from tests.conftest import T0, World, make_run
 
 pytestmark = pytest.mark.django_db
