@@ -31,7 +31,6 @@ from django.utils import timezone
 from billing.choices import BudgetPeriod, SpentAction
 from billing.costs import reports, spend
 from billing.costs.serverless import accelerator_prices
-from billing.engine import BilledSpend, policy_billed
 from billing.models import Admission, CostDaily, PolicyVersion, UsagePolicy
 from billing.prices.money import (
     CENT,
@@ -47,6 +46,7 @@ from billing.prices.money import (
     utc,
     utc_midnight,
 )
+from billing.reconcile.billed import BilledSpend, policy_billed
 from dashboard.figures import base_layout
 from runs.choices import Region, RunStatus
 from runs.models import Run
@@ -222,7 +222,7 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     4. Forecast, linear in elapsed time, once MIN_FORECAST_DAYS of the period have passed:
        spend / elapsed x period length. Before that, a provisional one from the trailing run
        rate (`reports.trailing_window`, reaching back across the period's start): shown, never alerted on.
-    5. Beside it, what imported usage records billed for the same runs and days (`billing.engine`).
+    5. Beside it, what imported usage records billed for the same runs and days (`billed.policy_billed`).
     """
     now = utc(now or timezone.now())
     start, end = period_bounds(policy, now.date())

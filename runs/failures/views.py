@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
-from billing.prices.money import format_usd
+from billing.engine import format_usd
 from dashboard import access
 from runs.choices import PostMortemStatus, RunStatus
 from runs.failures import logtime, postmortem
