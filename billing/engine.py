@@ -1,16 +1,29 @@
-"""The one function that answers what a run cost: `run_costs` (and `run_cost` for one run).
+"""The one door from runs into billing: everything runs asks of billing, it asks here.
 
-The estimate is `billing.costs.run_costs.breakdowns_for_runs` (serverless accelerator-hours, a share
-of classic cluster uptime, egress, idle GPUs), the same the rollups write, so a run page adds
-up to what the cost pages show. Where the provider's usage records are linked to the run, the
-billed figure comes from `billing.reconcile` beside it. Pages and template tags compute no money.
+`lint-imports` keeps it so (pyproject.toml, "Runs enters billing through one door"): outside
+billing only the project package (dashboard/) imports billing's modules, and runs imports this
+one alone. Billing's own modules never import the door; they import the modules behind it.
+What runs asks, by topic:
 
-Money by period has its door here too: a team's month (`team_months`: the estimate from
-`billing.costs.spend.team_month`, the billed figure beside it), and the billed figure of any
-scope a cost page, a policy, the API or `/metrics` shows (`billed_between`, `billed_by_team`,
-`policy_billed`, `billed_by_team_and_policy`): imported usage records dated in the range
-(`billing.reconcile.billed`). Each is None where no imported record covers the scope, and the
-pages then show the estimate alone.
+- A run's cost: `run_costs` (and `run_cost` for one run), answered in `billing.reconcile.answers`.
+  The estimate is `billing.costs.run_costs.breakdowns_for_runs` (serverless accelerator-hours, a
+  share of classic cluster uptime, egress, idle GPUs), the same the rollups write, so a run page
+  adds up to what the cost pages show; where the provider's usage records are linked to the run,
+  the billed figure comes from `billing.reconcile` beside it. `RunFigures` answers the same for
+  the run list's CSV, a chunk at a time. Pages and template tags compute no money.
+- Pieces of money runs' pages show: classic clusters' uptime, idle and what-if
+  (`cluster_costs`, `team_totals`: billing.costs.clusters), stalled GPUs so far (`stall_costs`:
+  billing.costs.stalls; runs finds the stalls), failed attempts (`failed_attempts_cost`).
+- Budget policies (billing.policies.budget): launch admission (`admit`, `Decision`,
+  `Violation`), whether a run may name a policy (`naming_problem`), and which policy a collected
+  run's Databricks usage policy id names (`policy_for_databricks_id`, the run source).
+- Money to the cent for display (`format_usd`, `to_cents`: billing.prices.money).
+- Money by period: a team's month (`team_months`: the estimate from
+  `billing.costs.spend.team_month`, the billed figure beside it), and the billed figure of any
+  scope a cost page, a policy, the API or `/metrics` shows (`billed_between`, `billed_by_team`,
+  `policy_billed`, `billed_by_team_and_policy`): imported usage records dated in the range
+  (`billing.reconcile.billed`). Each is None where no imported record covers the scope, and the
+  pages then show the estimate alone.
 """
 
 from __future__ import annotations
@@ -19,76 +32,37 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
 
 from django.db.models import F, Q, QuerySet, TextField, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from billing.costs.failed import price_book
+from billing.costs.clusters import ClusterCost, TeamClusterCost, cluster_costs, team_totals
+from billing.costs.failed import failed_attempts_cost, price_book
 from billing.costs.figures import stored_figures, unusable
 from billing.costs.reports import CostFilters
 from billing.costs.run_costs import RunBreakdown, breakdowns_for_runs
 from billing.costs.spend import TeamMonth, team_month
+from billing.costs.stalls import stall_costs
 from billing.models import BilledUsage, RunCostFigure
-from billing.prices.money import BILLED, Figure, month_start, utc
-from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, scoped_usage
-from billing.reconcile.compare import BilledFigure, per_run
+from billing.policies.admission import Decision, Violation, admit
+from billing.policies.naming import naming_problem, policy_for_databricks_id
+from billing.prices.money import format_usd, month_start, to_cents, utc
+from billing.reconcile.answers import RunCostAnswer, run_cost, run_costs
+from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, policy_billed, scoped_usage
 from dashboard.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
 from runs.models import Run
 
 __all__ = [
-    "BilledSpend", "RunCostAnswer", "RunFigures", "TeamSpend", "billed_between", "billed_by_team",
-    "billed_by_team_and_policy", "policy_billed", "run_cost", "run_costs", "team_months",
+    "BilledSpend", "ClusterCost", "Decision", "RunBreakdown", "RunCostAnswer", "RunFigures",
+    "TeamClusterCost", "TeamSpend", "Violation", "admit", "billed_between", "billed_by_team",
+    "billed_by_team_and_policy", "breakdowns_for_runs", "cluster_costs", "failed_attempts_cost", "format_usd",
+    "naming_problem", "policy_billed", "policy_for_databricks_id", "run_cost", "run_costs", "stall_costs",
+    "team_months", "team_totals", "to_cents",
 ]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class RunCostAnswer:
-    """A run's estimate (`breakdown`) and, when usage records are linked, what was billed."""
-
-    breakdown: RunBreakdown
-    billed: BilledFigure | None
-
-    @property
-    def estimate(self) -> Figure:
-        return self.breakdown.figure
-
-    @property
-    def billed_figure(self) -> Figure | None:
-        if self.billed is None:
-            return None
-        unpriced = (f"{self.billed.unpriced} usage record(s) without a list price",) if self.billed.unpriced else ()
-        return Figure(self.billed.billed, BILLED, self.breakdown.as_of, unpriced)
-
-    def as_json(self) -> dict[str, Any]:
-        """The API's `cost`: the run page's figure. `usd`, `kind` (estimated or lower bound),
-        `reasons` (what is unpriced or counted at its least) and `as_of` are the estimate's;
-        `billed` is the linked usage records' figure, null until one is imported."""
-        estimate = self.estimate.as_json()
-        billed = self.billed_figure
-        return {
-            "usd": estimate["usd"],
-            "kind": estimate["kind"],
-            "reasons": estimate["unpriced"],
-            "as_of": estimate["as_of"],
-            "running": self.breakdown.running,
-            # billed_figure is None exactly when self.billed is.
-            "billed": None
-            if billed is None or self.billed is None
-            else billed.as_json() | {"records": self.billed.records},
-        }
-
-
-def run_costs(runs: Iterable[Run], now: datetime | None = None) -> dict[int, RunCostAnswer]:
-    """Each run's cost answer, keyed by run id, in a constant number of queries."""
-    runs = list(runs)
-    as_of = utc(now or timezone.now(), "now")
-    breakdowns = breakdowns_for_runs(runs, now=as_of)
-    billed = per_run(runs, now=as_of, breakdowns=breakdowns) if runs else {}
-    return {
-        run.pk: RunCostAnswer(breakdowns[run.pk], billed[run.pk] if billed[run.pk].records else None) for run in runs
-    }
+# --- Many runs' cost, as the run list's CSV reads it -----------------------------------------
 
 
 class RunFigures:
@@ -132,11 +106,6 @@ class RunFigures:
         return out
 
 
-def run_cost(run: Run, now: datetime | None = None) -> RunCostAnswer:
-    """`run_costs` for one run: what the run page shows."""
-    return run_costs([run], now=now)[run.pk]
-
-
 # --- Money by period: the estimate and, where usage records are imported, the bill ----------
 
 
@@ -151,19 +120,6 @@ def billed_by_team(
     """`billed_between` per team (by id) over [start, end]; teams without records are absent."""
     usage = scoped_usage(team_ids, CostFilters(start, end))
     return {key[0]: spend for key, spend in billed_by(usage, ("run__team_id",), now or timezone.now()).items()}
-
-
-def policy_billed(
-    name: str, team_ids: list[int] | None, start: date, last: date, now: datetime | None = None
-) -> BilledSpend | None:
-    """Billed for the runs naming policy `name` in `team_ids` (None: every team), dated in [start, last]:
-    the runs the policy's spend sums (`billing.policies.budget.policy_rows`)."""
-    usage = BilledUsage.objects.filter(
-        run__usage_policy_name=name, usage_date__gte=start, usage_date__lte=last, run__isnull=False
-    )
-    if team_ids is not None:
-        usage = usage.filter(run__team_id__in=team_ids)
-    return billed_spend(usage, now or timezone.now())
 
 
 def billed_by_team_and_policy(start: date, end: date, now: datetime | None = None) -> dict[tuple, BilledSpend]:

@@ -321,9 +321,6 @@ AIRBOARD_CLUSTER_SOURCE_COMMAND = env_str("AIRBOARD_CLUSTER_SOURCE_COMMAND", "")
 # ("databricks api post /api/2.1/clusters/events --json {request}"), so next_page is followed.
 AIRBOARD_CLUSTER_EVENTS_COMMAND = env_str("AIRBOARD_CLUSTER_EVENTS_COMMAND", "")
 
-# --- Wiring the two apps (not configuration): the project names billing's pieces that runs calls ---
-# A collected run's Databricks usage policy id -> the Airboard policy covering its team.
-AIRBOARD_RUN_POLICY_RESOLVER = "billing.policies.naming.policy_for_databricks_id"
 # Team that collected runs belong to when their creator is in no team.
 AIRBOARD_RUN_SOURCE_TEAM = env_str("AIRBOARD_RUN_SOURCE_TEAM", "")
 AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS = env_int("AIRBOARD_RUN_SOURCE_INTERVAL_SECONDS", 60, minimum=5)

@@ -25,8 +25,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
-from billing.engine import RunCostAnswer, run_cost, run_costs
-from billing.policies.naming import naming_problem
+from billing.engine import RunCostAnswer, naming_problem, run_cost, run_costs
 from dashboard import fair_ingest
 from dashboard.api import Access, InvalidRows, batch_runs, bearer, check_count, find_run, read_auth
 from dashboard.schemas import ERRORS, Timestamp

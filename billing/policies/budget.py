@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from billing.choices import BudgetPeriod
 from billing.costs import reports, spend
-from billing.engine import BilledSpend, policy_billed
 from billing.models import CostDaily, UsagePolicy
 from billing.prices.money import (
     FORECAST,
@@ -32,6 +31,7 @@ from billing.prices.money import (
     exact_sum,
     utc,
 )
+from billing.reconcile.billed import BilledSpend, policy_billed
 from runs.choices import RunStatus
 from runs.models import Run
 
@@ -166,7 +166,7 @@ def evaluate(policy: UsagePolicy, now: datetime | None = None) -> PolicyStatus:
     4. Forecast, linear in elapsed time, once MIN_FORECAST_DAYS of the period have passed:
        spend / elapsed x period length. Before that, a provisional one from the trailing run
        rate (`reports.trailing_window`, reaching back across the period's start): shown, never alerted on.
-    5. Beside it, what imported usage records billed for the same runs and days (`billing.engine`).
+    5. Beside it, what imported usage records billed for the same runs and days (`billed.policy_billed`).
     """
     now = utc(now or timezone.now())
     start, end = period_bounds(policy, now.date())

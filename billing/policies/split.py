@@ -4,7 +4,7 @@ limits, and its admission decisions, for the policy page.
 Spend by user and experiment sums the CostDaily rollups of the policy's period (the rows its
 budget sums, `policies.policy_rows`) plus the accrual of running runs, as `policies.evaluate`
 does, so the parts add up to the burn-down's total. Spend by run reads each run's cost from
-the one cost engine (`billing.engine.run_costs`) for the runs of the period. Nothing here
+the one cost engine (`billing.reconcile.answers.run_costs`) for the runs of the period. Nothing here
 computes money itself.
 """
 
@@ -18,11 +18,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.costs import reports
-from billing.engine import RunCostAnswer, run_costs
 from billing.models import Admission, UsagePolicy
 from billing.policies.admission import Violation, constraint_violations
 from billing.policies.budget import covered_team_ids, period_bounds, policy_accrual, policy_rows
 from billing.prices.money import utc, utc_midnight
+from billing.reconcile.answers import RunCostAnswer, run_costs
 from runs.models import Run
 
 TOP = 10

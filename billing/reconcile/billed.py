@@ -21,6 +21,7 @@ from decimal import Decimal
 
 from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet, Sum
+from django.utils import timezone
 
 from billing.costs.reports import CostFilters
 from billing.models import BilledUsage
@@ -126,3 +127,16 @@ def billed_by(usage: QuerySet[BilledUsage], fields: tuple[str, ...], as_of: date
         rows[values[:width]].append(values[width:])
     out = {key: _spend(values, as_of) for key, values in rows.items()}
     return {key: spend for key, spend in out.items() if spend is not None}
+
+
+def policy_billed(
+    name: str, team_ids: list[int] | None, start: date, last: date, now: datetime | None = None
+) -> BilledSpend | None:
+    """Billed for the runs naming policy `name` in `team_ids` (None: every team), dated in [start, last]:
+    the runs the policy's spend sums (`billing.policies.budget.policy_rows`)."""
+    usage = BilledUsage.objects.filter(
+        run__usage_policy_name=name, usage_date__gte=start, usage_date__lte=last, run__isnull=False
+    )
+    if team_ids is not None:
+        usage = usage.filter(run__team_id__in=team_ids)
+    return billed_spend(usage, now or timezone.now())

@@ -39,10 +39,9 @@ from django.db.models.functions import Cast, Mod
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from billing.costs.run_costs import breakdowns_for_runs
-from billing.prices.money import format_usd, to_cents
+from billing.engine import breakdowns_for_runs, format_usd, to_cents
 from runs.choices import GPUS_PER_NODE, AcceleratorType, RunSource, RunStatus, accelerator_count_problem
-from runs.clusters.costs import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
+from runs.clusters.facts import DEDICATED_MODES, is_gpu_instance, is_ml_runtime, is_photon, runtime_version
 from runs.failures.logphrases import LOG_PHRASES, catch_up
 from runs.models import CLI_RUNTIME_CAP, NOTEBOOK_RUNTIME_CAP, Cluster, LogPhrase, Run, RunUtilization, mean_utilization
 

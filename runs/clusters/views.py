@@ -14,10 +14,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from billing.engine import cluster_costs, team_totals
 from dashboard import access
 from dashboard.csv_export import csv_response
 from runs.clusters.advice import RULE_IDS, RULE_TITLES, advise, findings_for, recent_runs
-from runs.clusters.costs import access_mode, cluster_costs, team_totals
+from runs.clusters.facts import access_mode
 from runs.models import Cluster, Run
 
 

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
+from billing.engine import policy_for_databricks_id
 from dashboard.commands import CollectorError
 from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
 from runs.collectors.cluster_events import collect_events
@@ -63,15 +63,6 @@ NOT_CONFIGURED = "runs: not configured (set AIRBOARD_RUN_SOURCE_COMMAND or DATAB
 MAX_TRACKED_ACTIVE = 1_000
 # `jobs get-run-output` calls a pass makes at most (one per new AI Runtime task try).
 MAX_OUTPUTS_PER_PASS = 200
-
-
-def policy_for_databricks_id(team: Group, policy_id: str) -> tuple[str, str]:
-    """(policy name, problem) for a collected run of `team` attributed to Databricks policy `policy_id`.
-
-    Policies are billing's: the project package wires their resolver in
-    (`AIRBOARD_RUN_POLICY_RESOLVER` in settings), so the run source never imports billing.
-    """
-    return import_string(settings.AIRBOARD_RUN_POLICY_RESOLVER)(team, policy_id)
 
 
 class TeamResolver:

@@ -18,7 +18,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 from django.db.models.functions import Coalesce, TruncDate, TruncWeek
 
-from billing.costs.failed import failed_attempts_cost
+from billing.engine import failed_attempts_cost
 from dashboard import access
 from dashboard.csv_export import cell
 from runs.choices import RunStatus

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
-from billing.prices.money import format_usd
+from billing.engine import format_usd
 from dashboard import access
 from runs.choices import PostMortemStatus
 from runs.failures import detail, postmortem

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.contrib.auth.models import Group
 
-from billing.policies.admission import Decision, Violation, admit
+from billing.engine import Decision, Violation, admit
 from runs.workload.schema import WorkloadError, parse_workload
 
 

@@ -79,7 +79,7 @@ def admit(workload: Workload, team: Group) -> list[str]:
     Delegates to `billing.policies.admission.admit` (usage policy constraints and budget). The launcher
     prints each reason and exits 1 when the list is not empty.
     """
-    from billing.policies.admission import admit as admit_by_policy
+    from billing.engine import admit as admit_by_policy
 
     return [violation.message for violation in admit_by_policy(workload, team).violations]
 

@@ -27,8 +27,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.costs.run_costs import gpu_hour_prices
-from billing.prices.money import billed_hours, exact_product, exact_sum, to_cents
+from billing.engine import stall_costs
 from runs.choices import RunStatus, StallKind
 from runs.models import GpuStreak, Run
 from runs.telemetry.labels import gpu_label
@@ -126,25 +125,17 @@ def stalls_of_runs(runs: Iterable[Run], now: datetime | None = None) -> dict[int
 
 
 def run_stalls(runs: Iterable[Run], now: datetime | None = None) -> list[RunStalls]:
-    """Stalls of each running run, grouped by kind and priced as the cost engine prices a GPU-hour.
-
-    Cost so far = stalled GPU-hours (exact, `billing.prices.money.billed_hours`) x the price of one
-    GPU-hour of the run in force now (`billing.costs.run_costs.gpu_hour_prices`: the accelerator-hour
-    price of a serverless run, the worker instance price per GPU of a classic one), to the cent.
-    """
+    """Stalls of each running run, grouped by kind and priced as the cost engine prices a GPU-hour
+    (`billing.engine.stall_costs`: stalled GPU-hours x the run's GPU-hour price now, to the cent)."""
     now = now or timezone.now()
     running = [r for r in runs if r.status == RunStatus.RUNNING]
-    prices = gpu_hour_prices(running, now) if running else {}
-    result = []
     stalls_by_run = stalls_of_runs(running, now)
+    groups = []
     for run in running:
         stalls = stalls_by_run.get(run.pk, [])
-        price = prices[run.pk].at(now)
         for kind in StallKind:
             gpus = tuple(g for g in stalls if g.kind == kind)
-            if not gpus:
-                continue
-            hours = exact_sum(billed_hours(g.since, g.until) for g in gpus)
-            cost = None if price is None else to_cents(exact_product(hours, price))
-            result.append(RunStalls(run, kind, gpus, cost))
-    return result
+            if gpus:
+                groups.append((run, kind, gpus))
+    costs = stall_costs([(run, [(g.since, g.until) for g in gpus]) for run, _, gpus in groups], now)
+    return [RunStalls(run, kind, gpus, cost) for (run, kind, gpus), cost in zip(groups, costs, strict=True)]

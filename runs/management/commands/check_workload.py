@@ -89,7 +89,7 @@ def _admission(workload: Workload, team_name: str, region: str | None) -> dict[s
     """Admission's decision as a dict; an unknown team is a deny like any other violation."""
     from django.contrib.auth.models import Group
 
-    from billing.policies.admission import admit
+    from billing.engine import admit
 
     team = Group.objects.filter(name=team_name).first()
     if team is None:

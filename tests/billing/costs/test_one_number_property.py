@@ -21,13 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from billing.costs import reports, rollups, spend
-from billing.engine import run_costs
+from billing.engine import cluster_costs, run_costs
 from billing.models import AcceleratorPrice, EgressPrice, EgressRecord, InstancePrice, UsagePolicy
 from billing.policies import budget
 from billing.prices.money import to_cents
 from dashboard.metrics import spend_by_team_and_policy
 from runs.choices import RunSource, RunStatus
-from runs.clusters.costs import cluster_costs
 from runs.models import Attempt, Cluster, ClusterEvent, GpuMinute, Node, Run
 from tests.conftest import World, make_run
 

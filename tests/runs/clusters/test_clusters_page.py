@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+from billing.costs.clusters import serverless_equivalent
+from billing.engine import cluster_costs, team_totals
 from billing.models import AcceleratorPrice, InstancePrice
 from runs.choices import RunSource
-from runs.clusters.costs import access_mode, cluster_costs, instance_gpus, serverless_equivalent, team_totals
+from runs.clusters.facts import access_mode, instance_gpus
 from runs.models import Cluster, ClusterEvent, GpuMinute, Node
 from tests.conftest import T0, World, make_run
 

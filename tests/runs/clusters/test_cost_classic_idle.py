@@ -174,7 +174,7 @@ def test_a_shared_cluster_is_billed_once_split_by_who_was_running(world: World) 
     # Priced alone (a page showing one run), a run still gets only its share.
     assert breakdowns_for_runs([b], now=T0 + timedelta(days=1))[b.pk].compute == Decimal("30.00")
     # The cluster page's uptime cost is what the runs' shares add up to.
-    from runs.clusters.costs import cluster_costs
+    from billing.engine import cluster_costs
 
     assert cluster_costs([cluster], now=T0 + timedelta(days=1))[0].uptime_cost == Decimal("50.00")
 

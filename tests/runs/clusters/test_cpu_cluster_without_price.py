@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from billing.engine import cluster_costs
 from billing.models import InstancePrice
-from runs.clusters.costs import cluster_costs
 from runs.collectors.run_records import cluster_fields
 from runs.models import Cluster
 from tests.conftest import TESTS, World

@@ -19,10 +19,9 @@ from django.urls import reverse
 
 from billing.costs import rollups
 from billing.costs.uptime import cluster_uptime
-from billing.engine import run_costs
+from billing.engine import cluster_costs, run_costs
 from billing.models import CostDaily, InstancePrice
 from runs.choices import RunSource
-from runs.clusters.costs import cluster_costs
 from runs.collectors.cluster_events import collect_events, parse_events, store_events
 from runs.collectors.run_records import cluster_fields
 from runs.models import Cluster, ClusterEvent

@@ -1,7 +1,7 @@
-"""Classic GPU clusters: what their GPUs are, what their uptime cost, busy vs idle, and a what-if.
+"""Classic GPU clusters' money: what their uptime cost, busy vs idle GPU-hours, and a serverless what-if.
 
 A classic ML runtime cluster is billed by uptime, driver + workers, busy or idle (docs/costs.md, "The money rule").
-This module answers, per cluster and per team:
+This module answers, per cluster and per team (runs reads it through `billing.engine`):
 
 - uptime cost: uptime x (driver price + workers x worker price) from `InstancePrice`, split at
   price changes and UTC days by `billing.costs.serverless.compute_cost` (exact Decimals);
@@ -22,7 +22,6 @@ size's `num_workers` or an autoscaling cluster's minimum, stated as an estimate.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -48,9 +47,7 @@ from billing.prices.money import (
 )
 from runs.choices import AcceleratorType, RunSource
 from runs.models import Cluster, GpuMinute, Run
-from runs.models.instance_types import GpuSpec, cluster_gpus, instance_gpus, is_gpu_instance
-
-__all__ = ["GpuSpec", "instance_gpus", "is_gpu_instance"]
+from runs.models.instance_types import cluster_gpus, instance_gpus, is_gpu_instance
 
 
 def serverless_equivalent(instance_type: str) -> str | None:
@@ -258,35 +255,3 @@ def team_totals(costs: Iterable[ClusterCost]) -> list[TeamClusterCost]:
                 row.what_if_cost += cost.what_if_cost
                 row.compared_uptime_cost += cost.uptime_cost
     return [teams[name] for name in sorted(teams)]
-
-
-# Access modes that dedicate a cluster to one user or group (old and new API names).
-DEDICATED_MODES = {"SINGLE_USER", "DATA_SECURITY_MODE_DEDICATED", "DEDICATED"}
-STANDARD_MODES = {"USER_ISOLATION", "DATA_SECURITY_MODE_STANDARD", "STANDARD"}
-
-
-def access_mode(cluster: Cluster) -> str:
-    """The access mode in words: dedicated (to whom), standard, or the raw mode."""
-    mode = (cluster.data_security_mode or "").upper()
-    if mode in DEDICATED_MODES:
-        return f"dedicated to {cluster.single_user_name}" if cluster.single_user_name else "dedicated"
-    if mode in STANDARD_MODES:
-        return "standard (shared)"
-    return mode.lower().replace("_", " ") if mode else "not set"
-
-
-def is_photon(cluster: Cluster) -> bool:
-    """Photon asked for, by the engine field or a '-photon-' runtime version."""
-    return (cluster.runtime_engine or "").upper() == "PHOTON" or "photon" in (cluster.spark_version or "").lower()
-
-
-def is_ml_runtime(cluster: Cluster) -> bool:
-    """The cluster asks for the ML runtime ('15.4.x-gpu-ml-scala2.12', '14.3.x-cpu-ml-...')."""
-    version = (cluster.spark_version or "").lower()
-    return "-ml-" in version or "gpu-ml" in version
-
-
-def runtime_version(cluster: Cluster) -> tuple[int, int] | None:
-    """(major, minor) of the runtime version, or None when it does not parse."""
-    match = re.match(r"^(\d+)\.(\d+)", cluster.spark_version or "")
-    return (int(match[1]), int(match[2])) if match else None
