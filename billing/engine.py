@@ -34,7 +34,7 @@ from billing.models import BilledUsage, RunCostFigure
 from billing.prices.money import BILLED, Figure, month_start, utc
 from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, scoped_usage
 from billing.reconcile.matching import BilledFigure, per_run
-from dashboard.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
+from dashboard.kit.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
 from runs.models import Run
 
 __all__ = [
@@ -113,7 +113,7 @@ class RunFigures:
 
     def stored_cells(self) -> QuerySet[RunCostFigure]:
         """The usable stored figures as the CSV writes them: the run's id, usd, kind and an empty
-        bill (a run with a stored figure has no billed usage), in SQL (dashboard.csv_export's rules)."""
+        bill (a run with a stored figure has no billed usage), in SQL (dashboard.kit.csv_export's rules)."""
         usable = RunCostFigure.objects.filter(priced_version=F("version"), price_book=self.book)
         cells = Concat(
             SqlDecimalCell(F("usd")), Value(","), SqlTextCell(F("kind")), Value(","), output_field=TextField()

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from billing.choices import GroupBy
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, UsagePolicy
-from dashboard import access, regions
-from dashboard.schemas import DATE_BOUNDS
+from dashboard.kit import access, regions
+from dashboard.kit.schemas import DATE_BOUNDS
 from runs.choices import AcceleratorType, Region
 
 # The stacked spend chart can be split by these (the tables cover the rest).

@@ -30,8 +30,8 @@ from billing.prices import history
 from billing.prices.money import estimate
 from billing.prices.pricebook import export_price_csv, load_price_csv
 from billing.reconcile import matching as reconcile
-from dashboard import access
-from dashboard.csv_export import csv_response
+from dashboard.kit import access
+from dashboard.kit.csv_export import csv_response
 
 # Rows in the "top" tables; the CSV download has them all.
 TOP = 20

@@ -26,7 +26,7 @@ from django.db.models import Max, Q, TextField, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from dashboard.queue import enqueue_on_commit
+from dashboard.kit.queue import enqueue_on_commit
 from runs.choices import (
     GPUS_PER_NODE,
     AcceleratorType,

@@ -27,7 +27,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from billing.engine import run_cost
-from dashboard.csv_export import (
+from dashboard.kit.csv_export import (
     STREAM_CHUNK_ROWS,
     SqlIntegerCell,
     copy_streaming_response,
@@ -35,8 +35,8 @@ from dashboard.csv_export import (
     csv_streaming_response,
     sql_cell,
 )
-from dashboard.figures import escaped
-from dashboard.schemas import EARLIEST, LATEST
+from dashboard.kit.figures import escaped
+from dashboard.kit.schemas import EARLIEST, LATEST
 from runs import cancel, compare, glance
 from runs.choices import CancelOutcome
 from runs.forms import MAX_QUERY_LENGTH, RunFilterForm
@@ -228,7 +228,7 @@ def runs_csv(
     the glance cells too for a run with no utilization this hour and a stored cost figure still
     the engine's (`CsvCells.sql`), the others' from `CsvCells` every STREAM_CHUNK_ROWS runs;
     else tuples are read in chunks and written by the one Python writer, the glance cells from
-    `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/test_csv_copy.py).
+    `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/kit/test_csv_copy.py).
     `in_index_order`: `runs` are the visible runs in the default order, filtered at most by date
     (`index_ordered`), which the COPY reads from run_submitted_id_idx in one process.
     """

@@ -47,7 +47,7 @@ from billing.prices.money import (
     utc,
     utc_midnight,
 )
-from dashboard.figures import base_layout
+from dashboard.kit.figures import base_layout
 from runs.choices import Region, RunStatus
 from runs.models import Run
 

@@ -18,8 +18,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.reconcile import matching as reconcile
-from dashboard import access
-from dashboard.csv_export import csv_response
+from dashboard.kit import access
+from dashboard.kit.csv_export import csv_response
 
 FIGURE_HEADER = ["estimated_usd", "billed_usd", "difference_usd", "difference_percent"]
 

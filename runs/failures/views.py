@@ -23,7 +23,7 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
 from billing.prices.money import format_usd
-from dashboard import access
+from dashboard.kit import access
 from runs.choices import PostMortemStatus, RunStatus
 from runs.failures import logtime, postmortem
 from runs.failures import stats as failure_stats
