@@ -19,9 +19,9 @@ from billing import engine
 from billing.choices import GroupBy
 from billing.costs import egress, reports, spend
 from billing.prices.money import estimate
-from dashboard import fair_ingest
-from dashboard.api import Access, InvalidRows, batch_runs, bearer, read_auth
-from dashboard.schemas import ERRORS, ExternalId, RegionName, Timestamp, refuse_nul
+from dashboard.api import fair_ingest
+from dashboard.api.core import Access, InvalidRows, batch_runs, bearer, read_auth
+from dashboard.kit.schemas import ERRORS, ExternalId, RegionName, Timestamp, refuse_nul
 from runs.choices import RunSource
 
 router = Router(tags=["costs"])

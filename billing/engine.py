@@ -50,7 +50,7 @@ from billing.policies.naming import naming_problem, policy_for_databricks_id
 from billing.prices.money import format_usd, month_start, to_cents, utc
 from billing.reconcile.answers import RunCostAnswer, run_cost, run_costs
 from billing.reconcile.billed import BilledSpend, billed_by, billed_spend, policy_billed, scoped_usage
-from dashboard.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
+from dashboard.kit.csv_export import SqlDecimalCell, SqlIntegerCell, SqlTextCell
 from runs.models import Run
 
 __all__ = [
@@ -87,7 +87,7 @@ class RunFigures:
 
     def stored_cells(self) -> QuerySet[RunCostFigure]:
         """The usable stored figures as the CSV writes them: the run's id, usd, kind and an empty
-        bill (a run with a stored figure has no billed usage), in SQL (dashboard.csv_export's rules)."""
+        bill (a run with a stored figure has no billed usage), in SQL (dashboard.kit.csv_export's rules)."""
         usable = RunCostFigure.objects.filter(priced_version=F("version"), price_book=self.book)
         cells = Concat(
             SqlDecimalCell(F("usd")), Value(","), SqlTextCell(F("kind")), Value(","), output_field=TextField()

@@ -17,8 +17,8 @@ from django.utils import timezone
 from billing import overview
 from billing.costs import charts, reports
 from billing.costs.forms import CostFilterForm
-from dashboard import access
-from dashboard.csv_export import csv_response
+from dashboard.kit import access
+from dashboard.kit.csv_export import csv_response
 
 # Rows in the "top" tables; the CSV download has them all.
 TOP = 20

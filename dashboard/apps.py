@@ -8,10 +8,8 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
 
-        from dashboard import (
-            lookups,  # noqa: F401  (registers field__any)
-            taskstate,  # noqa: F401  (records every Celery task's pass, in workers)
-        )
-        from dashboard.pg import session_settings
+        from dashboard import taskstate  # noqa: F401  (records every Celery task's pass, in workers)
+        from dashboard.kit import lookups  # noqa: F401  (registers field__any)
+        from dashboard.kit.pg import session_settings
 
         connection_created.connect(session_settings, dispatch_uid="airboard-session-settings")

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from dashboard import access
+from dashboard.kit import access
 from dashboard.metrics import exposition
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

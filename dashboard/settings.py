@@ -15,7 +15,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from dashboard.env import env_bool, env_float, env_int, env_list, env_str, env_url
+from dashboard.kit.env import env_bool, env_float, env_int, env_list, env_str, env_url
 from dashboard.schedule import BEAT_SCHEDULE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "ninja",
-    # Login lockout on every login form, the admin's included (dashboard/security.py).
+    # Login lockout on every login form, the admin's included (dashboard/kit/security.py).
     "axes",
     "dashboard",
     "runs",
@@ -55,10 +55,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Security block (dashboard/security.py): the CSP header, and a 413 for oversized bodies
+    # Security block (dashboard/kit/security.py): the CSP header, and a 413 for oversized bodies
     # before anything reads them.
-    "dashboard.security.ContentSecurityPolicyMiddleware",
-    "dashboard.security.RequestBodyLimitMiddleware",
+    "dashboard.kit.security.ContentSecurityPolicyMiddleware",
+    "dashboard.kit.security.RequestBodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -230,7 +230,7 @@ AIRBOARD_IDLE_UTILIZATION_PERCENT = env_float("AIRBOARD_IDLE_UTILIZATION_PERCENT
 # ended) is under this percent (runs/telemetry/underuse.py).
 AIRBOARD_UNDERUSED_PERCENT = env_float("AIRBOARD_UNDERUSED_PERCENT", 40.0, minimum=0)
 
-# --- Security: caches, rate limits, login lockout, CSP (dashboard/security.py, ratelimit.py) ---
+# --- Security: caches, rate limits, login lockout, CSP (dashboard/kit/security.py, ratelimit.py) ---
 # Counters for rate limits and login lockout live in the cache. On Redis every web process
 # shares them; the in-memory default counts per process (fine for the one-machine setup).
 if REDIS_URL:
@@ -245,7 +245,7 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "airboard"}}
 # Requests per minute one API key may make to write operations (POST); past it, 429 + Retry-After.
 AIRBOARD_INGEST_RATE_PER_MINUTE = env_int("AIRBOARD_INGEST_RATE_PER_MINUTE", 600, minimum=1)
-# Rows (samples, metric points, egress records) one key may write a minute (dashboard/fair_ingest.py).
+# Rows (samples, metric points, egress records) one key may write a minute (dashboard/api/fair_ingest.py).
 AIRBOARD_INGEST_ROWS_PER_MINUTE = env_int("AIRBOARD_INGEST_ROWS_PER_MINUTE", 600_000, minimum=1)
 # Distinct (run, attempt, node) one telemetry request may name: each may create a node.
 AIRBOARD_MAX_NODES_PER_BATCH = env_int("AIRBOARD_MAX_NODES_PER_BATCH", 512, minimum=1)
@@ -258,18 +258,18 @@ AIRBOARD_LOGIN_WINDOW_SECONDS = env_int("AIRBOARD_LOGIN_WINDOW_SECONDS", 900, mi
 # process and machine, and kept across restarts; the limits above are read per request.
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_FAILURE_LIMIT = "dashboard.security.login_failure_limit"
-AXES_COOLOFF_TIME = "dashboard.security.login_cool_off"
-AXES_USERNAME_CALLABLE = "dashboard.security.login_username"
-AXES_CLIENT_IP_CALLABLE = "dashboard.security.login_client_ip"
-AXES_LOCKOUT_CALLABLE = "dashboard.security.login_locked_out"
+AXES_FAILURE_LIMIT = "dashboard.kit.security.login_failure_limit"
+AXES_COOLOFF_TIME = "dashboard.kit.security.login_cool_off"
+AXES_USERNAME_CALLABLE = "dashboard.kit.security.login_username"
+AXES_CLIENT_IP_CALLABLE = "dashboard.kit.security.login_client_ip"
+AXES_LOCKOUT_CALLABLE = "dashboard.kit.security.login_locked_out"
 AXES_RESET_ON_SUCCESS = True
 # Successful logins are not logged by axes: its access log would store every user's IP and agent.
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
 # Reverse proxies in front of the web process whose X-Forwarded-For is trusted (0: use REMOTE_ADDR).
 AIRBOARD_TRUSTED_PROXIES = env_int("AIRBOARD_TRUSTED_PROXIES", 0, minimum=0)
-# A Content-Security-Policy replacing the default one (dashboard/security.py says why it is as it is).
+# A Content-Security-Policy replacing the default one (dashboard/kit/security.py says why it is as it is).
 AIRBOARD_CSP = env_str("AIRBOARD_CSP", "")
 
 # --- Usage policies: alert email, webhooks, cancels (billing/policies/alerts.py, enforcement.py) ---
@@ -290,7 +290,7 @@ DEFAULT_FROM_EMAIL = env_str("AIRBOARD_EMAIL_FROM", "airboard@localhost")
 AIRBOARD_WEBHOOK_TIMEOUT_SECONDS = env_float("AIRBOARD_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 AIRBOARD_WEBHOOK_RETRIES = env_int("AIRBOARD_WEBHOOK_RETRIES", 3, minimum=0)
 # Webhooks to private, loopback and link-local addresses: refused unless the receivers live on
-# the private network (dashboard/outbound.py). Metadata host names are refused either way.
+# the private network (dashboard/kit/outbound.py). Metadata host names are refused either way.
 AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("AIRBOARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
 AIRBOARD_WEBHOOK_BACKOFF_SECONDS = env_float("AIRBOARD_WEBHOOK_BACKOFF_SECONDS", 1.0, minimum=0)
 # Cancelling a run a policy stops: a command template ({run_id} = the source's run id; split

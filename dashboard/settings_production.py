@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 # Before the base settings run: a missing DJANGO_SECRET_KEY must fail, not invent a key file.
 os.environ.setdefault("AIRBOARD_REQUIRE_SECRET_KEY", "1")
 
-from dashboard.env import env_bool, env_int, env_str
+from dashboard.kit.env import env_bool, env_int, env_str
 from dashboard.settings import *  # noqa: F403
 from dashboard.settings import PASSWORD_HASHERS
 

@@ -20,8 +20,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from dashboard.kit.redaction import redact
 from dashboard.models import TaskState
-from dashboard.redaction import redact
 from dashboard.schedule import BEAT_SCHEDULE
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 
 from billing.api import router as billing_router
 from dashboard import metrics_views, views
-from dashboard.api import api
+from dashboard.api.core import api
 from runs.api import router as runs_router
 from runs.telemetry.api import router as telemetry_router
 

@@ -16,10 +16,11 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.engine import TeamSpend, team_months
-from dashboard import access, ratelimit, taskstate
-from dashboard.csv_export import csv_response
+from dashboard import taskstate
 from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
-from dashboard.redaction import redact
+from dashboard.kit import access, ratelimit
+from dashboard.kit.csv_export import csv_response
+from dashboard.kit.redaction import redact
 from runs import glance
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.models import CollectorState, MlflowRun, Run
@@ -187,7 +188,7 @@ def per_address_login_limit(view: Callable[..., HttpResponse]) -> Callable[..., 
 class LoginView(auth_views.LoginView):
     """Django's login, plus the demo credentials while demo data exists on the embedded default.
 
-    Lockout: django-axes (settings AXES_*, dashboard/security.py) counts failures per username
+    Lockout: django-axes (settings AXES_*, dashboard/kit/security.py) counts failures per username
     and address in the database, on every login form, the admin's included; after
     AIRBOARD_LOGIN_FAILURES in the window the form answers 429 with Retry-After, without
     checking the password. Keyed by username and address together so that a stranger cannot

@@ -26,9 +26,9 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from billing.engine import RunCostAnswer, naming_problem, run_cost, run_costs
-from dashboard import fair_ingest
-from dashboard.api import Access, InvalidRows, batch_runs, bearer, check_count, find_run, read_auth
-from dashboard.schemas import ERRORS, Timestamp
+from dashboard.api import fair_ingest
+from dashboard.api.core import Access, InvalidRows, batch_runs, bearer, check_count, find_run, read_auth
+from dashboard.kit.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.collectors import agent as agent_door

@@ -23,9 +23,9 @@ from typing import Any
 
 from django.conf import settings
 
-from dashboard.commands import scrubbed_env
-from dashboard.outbound import SIGNATURE_HEADER, send, sign
-from dashboard.redaction import redact
+from dashboard.kit.commands import scrubbed_env
+from dashboard.kit.outbound import SIGNATURE_HEADER, send, sign
+from dashboard.kit.redaction import redact
 from runs.choices import CancelOutcome, RunEventKind, RunOrigin, RunSource, RunStatus
 from runs.models import Run, RunEvent
 
@@ -90,7 +90,7 @@ def run_cancel_command(template: str, run_id: str) -> tuple[str, str]:
     The template is split first and {run_id} substituted into each argument after, so a run
     id can never add arguments or reach a shell. A template that does not split (an unclosed
     quote) fails the cancel like a command that exits non-zero, never the page or the pass. The
-    output is kept redacted, as every command's error is (dashboard.commands): the policy page
+    output is kept redacted, as every command's error is (dashboard.kit.commands): the policy page
     shows it to the team.
     """
     try:

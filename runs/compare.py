@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import Avg
 
-from dashboard.figures import base_layout, plotly_text
+from dashboard.kit.figures import base_layout, plotly_text
 from runs.models import GpuMinute, MetricPoint, Run
 from runs.telemetry.charts import METRIC_ROW_HEIGHT, SYSTEM_METRIC_PREFIX, Figure
 from runs.telemetry.tier_reads import plotly_time

@@ -8,8 +8,8 @@ from django import forms
 from django.contrib.auth.models import AnonymousUser, Group, User
 from django.db import models
 
-from dashboard import access
-from dashboard.schemas import DATE_BOUNDS
+from dashboard.kit import access
+from dashboard.kit.schemas import DATE_BOUNDS
 from runs.choices import AcceleratorType, Region, RunStatus
 
 # Search boxes take at most this many characters; longer is a form error, not a slow query.

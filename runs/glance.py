@@ -33,7 +33,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from billing.engine import RunCostAnswer, RunFigures, run_costs
-from dashboard.csv_export import SqlDatetimeCell, Tail
+from dashboard.kit.csv_export import SqlDatetimeCell, Tail
 from runs.models import GpuHour, GpuMinute, Node, Run
 from runs.telemetry import underuse
 
@@ -133,7 +133,7 @@ class CsvCells:
         self.costs = RunFigures(now)
 
     def sql(self) -> tuple[list[Q], list[Expression], Tail]:
-        """The CSV_HEADER cells for COPY (dashboard.csv_export's rules): which runs' cells must come
+        """The CSV_HEADER cells for COPY (dashboard.kit.csv_export's rules): which runs' cells must come
         from `__call__` (the runs any of the returned conditions selects; csv_export._splice reads
         their ids first, the union of one query a condition), the first two cells as SQL, and the
         cost cells of every other run as a `Tail` (the stored figures', read beside the COPY).

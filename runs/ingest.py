@@ -25,7 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q, Value
 from django.utils import timezone
 
-from dashboard.queue import enqueue_on_commit
+from dashboard.kit.queue import enqueue_on_commit
 from runs.choices import (
     GPUS_PER_NODE,
     AcceleratorType,

@@ -16,7 +16,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from dashboard.queue import enqueue_on_commit
+from dashboard.kit.queue import enqueue_on_commit
 from runs.choices import BatchKind, BatchStatus, TelemetrySource
 from runs.ingest import METRIC_COLUMNS, SAMPLE_COLUMNS, enqueue_batch, gc_paused
 from runs.models import IngestBatch, MetricPoint

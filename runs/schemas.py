@@ -21,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationE
 # pydantic reads TypedDicts from typing_extensions on Python < 3.12.
 from typing_extensions import TypedDict
 
-from dashboard.schemas import (
+from dashboard.kit.schemas import (
     ExternalId,
     RegionName,
     Timestamp,

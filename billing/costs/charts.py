@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dashboard.figures import base_layout, plotly_text
+from dashboard.kit.figures import base_layout, plotly_text
 
 Figure = dict[str, Any]
 # More stacked series than this and the legend drowns the chart: the rest become "other".

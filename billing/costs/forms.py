@@ -13,7 +13,7 @@ from django.utils import timezone
 from billing.choices import GroupBy
 from billing.costs.reports import CostFilters
 from billing.models import UsagePolicy
-from dashboard.schemas import DATE_BOUNDS
+from dashboard.kit.schemas import DATE_BOUNDS
 from runs.choices import AcceleratorType, Region
 
 # The stacked spend chart can be split by these (the tables cover the rest).

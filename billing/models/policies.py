@@ -17,8 +17,8 @@ from billing.choices import (
     SpentAction,
 )
 from billing.fields import ExactDecimalField
-from dashboard.fields import EncryptedTextField
-from dashboard.outbound import redact_url
+from dashboard.kit.fields import EncryptedTextField
+from dashboard.kit.outbound import redact_url
 from runs.models import Run
 
 # --- Usage and budget policies (billing/policies/budget.py, admission.py, alerts.py, ...) -----------

@@ -31,7 +31,7 @@ from billing.costs import reports
 from billing.models import AlertChannel, BudgetAlert, Delivery, UsagePolicy
 from billing.policies.budget import PolicyStatus
 from billing.prices.money import format_usd, to_cents
-from dashboard.outbound import REFUSED, SIGNATURE_HEADER, redact_url, send, sign
+from dashboard.kit.outbound import REFUSED, SIGNATURE_HEADER, redact_url, send, sign
 
 logger = logging.getLogger(__name__)
 # Error text kept per delivery: enough to read the cause, never a whole HTML error page.

@@ -11,7 +11,7 @@ from typing import Any
 
 from billing.policies.budget import PolicyStatus
 from billing.prices.money import ZERO, exact_sum, utc, utc_midnight
-from dashboard.figures import base_layout
+from dashboard.kit.figures import base_layout
 
 
 def _plot_time(moment: datetime) -> str:

@@ -14,9 +14,9 @@ from django.core.validators import URLValidator, validate_email
 from billing.choices import ChannelKind
 from billing.models import AlertChannel, UsagePolicy
 from billing.policies.versions import setting_label
-from dashboard import access
-from dashboard.outbound import destination_problem
-from dashboard.regions import region_problem
+from dashboard.kit import access
+from dashboard.kit.outbound import destination_problem
+from dashboard.kit.regions import region_problem
 from runs.choices import AcceleratorType
 
 UUID_FORMAT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -169,7 +169,7 @@ class ChannelForm(forms.ModelForm):
             except ValidationError:
                 self.add_error("target", "Give the webhook's http(s) URL.")
             else:
-                # Resolved now and again at each delivery (dashboard/outbound.py): no private,
+                # Resolved now and again at each delivery (dashboard/kit/outbound.py): no private,
                 # loopback, link-local or metadata destinations.
                 problem = destination_problem(target)
                 if problem:

@@ -25,8 +25,8 @@ from billing.policies import budget, charts, pushed, versions
 from billing.policies import split as policy_split
 from billing.policies.forms import MANAGE_POLICIES, ChannelForm, PolicyForm, can_manage_policies
 from billing.prices.money import ZERO
-from dashboard import access
-from dashboard.csv_export import csv_response
+from dashboard.kit import access
+from dashboard.kit.csv_export import csv_response
 from runs.models import Run
 
 # Rows of the delivery, alert and action logs on a policy page.

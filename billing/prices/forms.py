@@ -7,7 +7,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
-from dashboard import access, regions
+from dashboard.kit import access, regions
 
 
 def _check_region(value: str, *, allow_internet: bool = False) -> str:

@@ -38,8 +38,8 @@ from django.db import models, transaction
 from billing.choices import PriceKind
 from billing.models import AcceleratorPrice, EgressPrice, InstancePrice
 from billing.prices import history
-from dashboard import regions
-from dashboard.csv_export import TextSink, unescape, write_csv
+from dashboard.kit import regions
+from dashboard.kit.csv_export import TextSink, unescape, write_csv
 from runs.choices import AcceleratorType
 
 DEFAULT_PRICE_FILE = Path(__file__).resolve().parent.parent / "data" / "default_prices.csv"
@@ -416,7 +416,7 @@ def _format_price(value: Decimal) -> str:
 def export_price_csv(file: TextSink) -> int:
     """Write the whole price book to `file` in the load format; returns the rows written.
 
-    Through the one CSV writer (dashboard/csv_export.py): a `source` note such as
+    Through the one CSV writer (dashboard/kit/csv_export.py): a `source` note such as
     "=HYPERLINK(...)" is written formula-escaped, and `load_price_csv` reads it back as typed.
     """
 

@@ -21,7 +21,7 @@ from billing.models import AcceleratorPrice, EgressPrice, InstancePrice, PriceCh
 from billing.prices import history
 from billing.prices.forms import PRICE_FORMS, PriceUploadForm, can_edit_prices
 from billing.prices.pricebook import export_price_csv, load_price_csv
-from dashboard.csv_export import csv_response
+from dashboard.kit.csv_export import csv_response
 
 MAX_UPLOAD_BYTES = 1_048_576
 

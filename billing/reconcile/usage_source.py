@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from billing.reconcile import importing
-from dashboard.commands import CollectorError, run_command, split_command
+from dashboard.kit.commands import CollectorError, run_command, split_command
 
 
 class UsageSourceError(Exception):

@@ -12,8 +12,8 @@ from django.shortcuts import render
 
 from billing.reconcile import report
 from billing.reconcile.forms import ReconcileFilterForm
-from dashboard import access
-from dashboard.csv_export import csv_response
+from dashboard.kit import access
+from dashboard.kit.csv_export import csv_response
 
 FIGURE_HEADER = ["estimated_usd", "billed_usd", "difference_usd", "difference_percent"]
 

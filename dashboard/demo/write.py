@@ -65,7 +65,7 @@ from dashboard.demo.seed import (
 )
 from dashboard.demo.seed import email as demo_email
 from dashboard.demo.series import PROFILES, Activity, metric_points, minute_rollups, node_skew, raw_samples
-from dashboard.progress import Progress
+from dashboard.kit.progress import Progress
 from runs.choices import RunStatus, TelemetrySource
 from runs.failures import logphrases
 from runs.models import Attempt, GpuMinute, GpuSample, LogChunk, MetricPoint, Node, Run

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from dashboard.figures import escaped
+from dashboard.kit.figures import escaped
 
 register = template.Library()
 

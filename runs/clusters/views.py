@@ -1,6 +1,6 @@
 """Classic cluster pages and the configuration advice page.
 
-Every view scopes to the user's teams first (`dashboard.access`): another team's cluster is a 404,
+Every view scopes to the user's teams first (`dashboard.kit.access`): another team's cluster is a 404,
 not a 403, so the page does not confirm that it exists.
 """
 
@@ -15,8 +15,8 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from billing.engine import cluster_costs, team_totals
-from dashboard import access
-from dashboard.csv_export import csv_response
+from dashboard.kit import access
+from dashboard.kit.csv_export import csv_response
 from runs.clusters.advice import RULE_IDS, RULE_TITLES, advise, findings_for, recent_runs
 from runs.clusters.facts import access_mode
 from runs.models import Cluster, Run

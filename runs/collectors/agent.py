@@ -37,8 +37,8 @@ from ninja import Status
 from ninja.errors import HttpError
 from pydantic import ValidationError
 
-from dashboard import fair_ingest
-from dashboard.api import Access, InvalidRows, check_count, own_source, resolve_runs
+from dashboard.api import fair_ingest
+from dashboard.api.core import Access, InvalidRows, check_count, own_source, resolve_runs
 from runs import ingest
 from runs.choices import BatchKind, CollectorKind, TelemetrySource
 from runs.collectors.state import count_refusals, state_for

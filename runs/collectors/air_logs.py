@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dashboard.commands import CollectorError
+from dashboard.kit.commands import CollectorError
 from runs.collectors.databricks_cli import run_node_log_command
 from runs.collectors.jobs_records import EnvelopeError, air_run_ids, is_air_envelope
 from runs.collectors.mlflow_client import MlflowSource, MlflowSourceError

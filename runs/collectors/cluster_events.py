@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dashboard.commands import CollectorError, run_json, split_command
-from dashboard.schemas import unstorable_json
+from dashboard.kit.commands import CollectorError, run_json, split_command
+from dashboard.kit.schemas import unstorable_json
 from runs.models import Cluster, ClusterEvent
 from runs.models.uptime import MAX_CLUSTER_WORKERS, plausible_workers
 

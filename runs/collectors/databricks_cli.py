@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from dashboard.commands import CollectorError, run_command, run_json, shown, split_command
-from dashboard.redaction import redact
+from dashboard.kit.commands import CollectorError, run_command, run_json, shown, split_command
+from dashboard.kit.redaction import redact
 from runs.collectors.jobs_records import EnvelopeError, air_ended_ids, air_run_ids, is_air_envelope
 
 # Global CLI flags (with a value) that a `get-run` derived from `list-runs` must keep, so it

@@ -29,7 +29,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from dashboard.commands import envelope_error
+from dashboard.kit.commands import envelope_error
 from runs.choices import GPUS_PER_NODE, AcceleratorType
 from runs.models.instance_types import instance_gpus
 

@@ -32,7 +32,7 @@ from django.db.models import Max, Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from dashboard.commands import CollectorError
+from dashboard.kit.commands import CollectorError
 from runs.choices import CollectorKind, RunEventKind, RunOrigin, RunStatus
 from runs.collectors.air_logs import fetch_node_log, mlflow_node_log
 from runs.collectors.mlflow_client import MlflowSource

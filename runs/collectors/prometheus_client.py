@@ -23,8 +23,8 @@ from typing import Any
 
 import requests
 
-from dashboard.commands import CollectorError
-from dashboard.redaction import redact
+from dashboard.kit.commands import CollectorError
+from dashboard.kit.redaction import redact
 
 # The most an answer may weigh: a query sized by the collector is a few MB; a server (or a
 # proxy in front of it) answering more is refused rather than read into memory.

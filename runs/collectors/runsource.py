@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.engine import policy_for_databricks_id
-from dashboard.commands import CollectorError
+from dashboard.kit.commands import CollectorError
 from runs.choices import CollectorKind, RunOrigin, RunSource, RunStatus
 from runs.collectors.cluster_events import collect_events
 from runs.collectors.databricks_cli import RunSourceClient, client_from_settings

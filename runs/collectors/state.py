@@ -11,7 +11,7 @@ from django.db import DataError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from dashboard.redaction import redact
+from dashboard.kit.redaction import redact
 from runs.models import CollectorState
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboard import access
+from dashboard.kit import access
 from runs.failures import charts, logtime
 from runs.failures import stats as failure_stats
 from runs.failures.classify_pass import FAILED_STATUSES, is_error_line

@@ -8,8 +8,8 @@ from django import forms
 from django.contrib.auth.models import AnonymousUser, Group, User
 from django.core.validators import MaxLengthValidator
 
-from dashboard import access
-from dashboard.schemas import DATE_BOUNDS
+from dashboard.kit import access
+from dashboard.kit.schemas import DATE_BOUNDS
 from runs.failures import postmortem
 from runs.failures.rules import CLASSES
 from runs.models import PostMortem

@@ -19,8 +19,8 @@ from django.db.models import QuerySet
 from django.db.models.functions import Coalesce, TruncDate, TruncWeek
 
 from billing.engine import failed_attempts_cost
-from dashboard import access
-from dashboard.csv_export import cell
+from dashboard.kit import access
+from dashboard.kit.csv_export import cell
 from runs.choices import RunStatus
 from runs.failures.classify_pass import FAILED_STATUSES
 from runs.models import FailureAnalysis

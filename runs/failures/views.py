@@ -20,7 +20,7 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 
 from billing.engine import format_usd
-from dashboard import access
+from dashboard.kit import access
 from runs.choices import PostMortemStatus
 from runs.failures import detail, postmortem
 from runs.failures import stats as failure_stats

@@ -50,7 +50,7 @@ from typing import IO, Any
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from dashboard.commands import scrubbed_env
+from dashboard.kit.commands import scrubbed_env
 from runs.choices import RunEventKind, RunOrigin, RunSource, RunStatus
 from runs.ingest import append_log_chunk, node_for, upsert_run
 from runs.models import Run, RunEvent

@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboard import access
+from dashboard.kit import access
 from runs.choices import (
     AcceleratorType,
     RunEventKind,
@@ -168,7 +168,7 @@ class Run(models.Model):
     def duration_seconds_sql(now: datetime) -> models.Func:
         """`duration_between` in whole seconds as SQL (PostgreSQL), a running run's end being `now`.
 
-        For the run list's CSV written by COPY; tests/dashboard/test_csv_copy.py pins it to
+        For the run list's CSV written by COPY; tests/dashboard/kit/test_csv_copy.py pins it to
         `int(duration.total_seconds())` at the same `now`.
         """
         return _DurationSeconds(models.F("ended_at"), models.Value(now), models.F("started_at"))

@@ -18,7 +18,7 @@ most MAX_ANSWER_POINTS points in a per-GPU answer (fewer per series for many GPU
 window is cut to the run's telemetry (`tier_reads.extent`), so a window of centuries reads what
 a run has and no more; the answer names the window it read.
 
-Scoped as the pages are (`dashboard.api.find_run`): another team's run answers 404, as an
+Scoped as the pages are (`dashboard.api.core.find_run`): another team's run answers 404, as an
 unknown id does. Values are in their stored units (`UNITS`). For users: docs/run-telemetry-api.md.
 """
 
@@ -34,8 +34,8 @@ from ninja import Query, Router, Schema
 from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import Field
 
-from dashboard.api import find_run, read_auth
-from dashboard.schemas import ERRORS, Timestamp
+from dashboard.api.core import find_run, read_auth
+from dashboard.kit.schemas import ERRORS, Timestamp
 from runs.choices import RunSource
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, Run
 from runs.telemetry import charts, envelope, tier_reads

@@ -22,7 +22,7 @@ from typing import Any
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from dashboard.figures import base_layout, plotly_markup
+from dashboard.kit.figures import base_layout, plotly_markup
 from runs.choices import RunEventKind, RunStatus
 from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, Node, Run, RunEvent
 from runs.telemetry import tier_reads
@@ -168,7 +168,7 @@ def gpus_in_scope(run: Run, end: datetime | None, node_ids: Collection[int] | No
 
 
 def time_layout(title: str, y_title: str, *, series_count: int, height: int = 340, **extra: Any) -> dict[str, Any]:
-    """A time chart's layout on the shared base (dashboard/figures.py).
+    """A time chart's layout on the shared base (dashboard/kit/figures.py).
 
     An empty `title` leaves the heading to the page (one chart per section needs none).
     """

@@ -48,7 +48,7 @@ from django.db import connection, transaction
 from django.db.models import Avg, Count, ExpressionWrapper, FloatField, Max, Min, Q, Sum, Value
 from django.db.models.functions import Floor
 
-from dashboard.figures import PlotlyMarkup, plotly_markup
+from dashboard.kit.figures import PlotlyMarkup, plotly_markup
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, Run, RunEnvelope
 from runs.telemetry import blocks, charts, envelope_store, tier_reads
 from runs.telemetry.downsample import Tier, tier_step

@@ -18,8 +18,8 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Case, F, FloatField, Sum, When
 from django.utils import timezone
 
-from dashboard import access
-from dashboard.figures import plotly_markup
+from dashboard.kit import access
+from dashboard.kit.figures import plotly_markup
 from runs.choices import RunStatus
 from runs.models import GpuHour, GpuMinute
 from runs.telemetry.charts import Figure, time_layout

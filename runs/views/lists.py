@@ -19,7 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import render
 from django.utils import timezone
 
-from dashboard.csv_export import (
+from dashboard.kit.csv_export import (
     STREAM_CHUNK_ROWS,
     SqlIntegerCell,
     copy_streaming_response,
@@ -162,7 +162,7 @@ def runs_csv(
     the glance cells too for a run with no utilization this hour and a stored cost figure still
     the engine's (`CsvCells.sql`), the others' from `CsvCells` every STREAM_CHUNK_ROWS runs;
     else tuples are read in chunks and written by the one Python writer, the glance cells from
-    `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/test_csv_copy.py).
+    `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/kit/test_csv_copy.py).
     `in_index_order`: `runs` are the visible runs in the default order, filtered at most by date
     (`index_ordered`), which the COPY reads from run_submitted_id_idx in one process.
     """

@@ -14,8 +14,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from dashboard.figures import escaped
-from dashboard.schemas import EARLIEST, LATEST
+from dashboard.kit.figures import escaped
+from dashboard.kit.schemas import EARLIEST, LATEST
 from runs import compare, glance
 from runs.models import Run
 from runs.telemetry import charts, envelope

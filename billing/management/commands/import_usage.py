@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from billing.reconcile import usage_source
 from billing.reconcile.importing import ImportResult, import_usage
-from dashboard.progress import Progress
+from dashboard.kit.progress import Progress
 
 
 class Command(BaseCommand):

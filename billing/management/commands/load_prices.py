@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.prices.pricebook import DEFAULT_PRICE_FILE, load_default_prices, load_price_csv
-from dashboard.progress import Progress
+from dashboard.kit.progress import Progress
 
 # A bar only for files long enough to take a while; the shipped book (tens of rows) loads at once.
 PROGRESS_MIN_ROWS = 500

@@ -20,7 +20,7 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
 from dashboard.demo.constants import DEMO_USERNAME, demo_password, is_embedded_default
-from dashboard.env import env_int, env_str
+from dashboard.kit.env import env_int, env_str
 
 QUEUES = "ingest,collect,billing"
 # Experiments of dashboard/demo/workloads/*.yaml: their runs show the demo was launched already.

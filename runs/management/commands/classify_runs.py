@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from dashboard.progress import Progress
+from dashboard.kit.progress import Progress
 from runs.failures.classify_pass import FAILED_STATUSES, classify_run
 from runs.models import Run
 

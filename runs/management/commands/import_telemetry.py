@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dashboard.progress import Progress
+from dashboard.kit.progress import Progress
 from runs.choices import RunSource, TelemetrySource
 from runs.ingest import node_for
 from runs.models import GpuSample, Run

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from billing.models import PriceChange, UsagePolicy
-from dashboard.csv_export import STREAM_CHUNK_ROWS, cell, csv_response, csv_streaming_response
+from dashboard.kit.csv_export import STREAM_CHUNK_ROWS, cell, csv_response, csv_streaming_response
 from runs.choices import RunStatus
 from runs.models import Cluster, CollectorState, GpuSample, Node, Run
 from runs.telemetry.store import store_gpu_samples

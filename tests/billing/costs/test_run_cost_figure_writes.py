@@ -31,7 +31,7 @@ from billing.costs.run_costs import breakdowns_for_runs
 from billing.engine import run_costs
 from billing.models import AcceleratorPrice, EgressRecord, RunCostFigure
 from billing.reconcile import importing, linking
-from dashboard.csv_export import cell
+from dashboard.kit.csv_export import cell
 from runs.choices import RunOrigin, RunSource, RunStatus
 from runs.ingest import upsert_run
 from runs.models import Attempt, Cluster, Run

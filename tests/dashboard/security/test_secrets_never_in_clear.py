@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.test import Client
 
-from dashboard.env import env_url
+from dashboard.kit.env import env_url
 from dashboard.models import ApiKeyRole
 from runs.models import Run
 from tests.dashboard.test_access_every_url import Seeded, fill_url, page_routes, seeded  # noqa: F401

@@ -1,4 +1,4 @@
-"""Every CSV export is formula-escaped through one path (dashboard/csv_export.py), the price book's too."""
+"""Every CSV export is formula-escaped through one path (dashboard/kit/csv_export.py), the price book's too."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from django.test import Client
 
-from dashboard.security import DEFAULT_CSP
+from dashboard.kit.security import DEFAULT_CSP
 from tests.conftest import ROOT, World
 from tests.dashboard.test_access_every_url import PAGES, Seeded, fill_url, page_routes, seeded  # noqa: F401
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from dashboard import ratelimit
+from dashboard.kit import ratelimit
 from dashboard.models import ApiKeyRole
 from tests.conftest import World, make_run
 
@@ -83,7 +83,7 @@ def test_an_oversized_api_body_is_413_json(world: World, settings) -> None:
 
 
 def test_a_cost_query_ending_in_year_one_is_a_422_not_a_500(world: World) -> None:
-    # Found by tests/dashboard/test_api_fuzz.py: the default 90-day window ran below date.min.
+    # Found by tests/dashboard/api/test_api_fuzz.py: the default 90-day window ran below date.min.
     response = world.api(world.vision).get("/api/v1/costs", {"to": "0001-01-01"})
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == "to"

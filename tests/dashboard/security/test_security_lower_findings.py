@@ -10,8 +10,8 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from dashboard import outbound
-from dashboard.redaction import redact
+from dashboard.kit import outbound
+from dashboard.kit.redaction import redact
 from runs.models import MetricPoint
 from tests.conftest import PASSWORD, T0, World, make_run
 

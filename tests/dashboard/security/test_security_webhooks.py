@@ -1,4 +1,4 @@
-"""Alert webhooks (dashboard/outbound.py): no private, loopback, link-local or metadata destinations,
+"""Alert webhooks (dashboard/kit/outbound.py): no private, loopback, link-local or metadata destinations,
 checked when the channel is saved and again at send time; no redirects; only staff read network errors.
 
 The receivers are real HTTP servers on 127.0.0.1 run by the test.
@@ -20,7 +20,7 @@ from django.utils import timezone
 from billing.choices import ChannelKind, DeliveryStatus
 from billing.models import AlertChannel, Delivery, UsagePolicy
 from billing.policies import alerts
-from dashboard import outbound
+from dashboard.kit import outbound
 
 NOTICE = alerts.Notice("[Airboard] test", "text", {"event": "test"})
 

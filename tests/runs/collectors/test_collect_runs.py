@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.core.management.base import CommandError
 
-from dashboard.commands import CollectorError
-from dashboard.redaction import redact
+from dashboard.kit.commands import CollectorError
+from dashboard.kit.redaction import redact
 from runs.choices import RunSource, RunStatus
 from runs.collectors import run_records, runsource
 from runs.collectors.databricks_cli import get_run_argv, unwrap_list

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.commands import run_command, scrubbed_env
+from dashboard.kit.commands import run_command, scrubbed_env
 from runs.models import Run
 from tests.runs.launch.test_launcher import launch, log_of, write_workload
 

@@ -20,7 +20,7 @@ from django.urls import reverse
 from billing.costs import rollups
 from billing.models import AcceleratorPrice, BilledUsage, RunCostFigure
 from billing.templatetags.billing_tags import usd
-from dashboard.csv_export import cell as write_cell
+from dashboard.kit.csv_export import cell as write_cell
 from runs import glance
 from runs.choices import RunStatus
 from runs.models import GpuSample, Run
@@ -83,7 +83,7 @@ def download(world: World, query: dict | None = None) -> dict[str, dict[str, str
 
 
 def cell(value: object) -> str:
-    """A glance value as the CSV writes it (the one writer's rule, dashboard.csv_export.cell)."""
+    """A glance value as the CSV writes it (the one writer's rule, dashboard.kit.csv_export.cell)."""
     return str(write_cell(value))
 
 

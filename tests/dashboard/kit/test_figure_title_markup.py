@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.figures import PlotlyMarkup, escaped, plotly_markup
+from dashboard.kit.figures import PlotlyMarkup, escaped, plotly_markup
 from runs.models import Node
 from tests.conftest import World, make_run
 from tests.runs.telemetry.test_run_panels import page_panels, store

@@ -24,7 +24,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
-from dashboard import access, ratelimit
+from dashboard.kit import access, ratelimit
 from dashboard.models import ApiKey
 from runs.choices import RunSource
 from runs.models import Run

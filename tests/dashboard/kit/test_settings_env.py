@@ -9,7 +9,7 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from dashboard.env import env_bool, env_int, env_url
+from dashboard.kit.env import env_bool, env_int, env_url
 from tests.conftest import ROOT
 
 

@@ -75,7 +75,7 @@ def cell(value: object) -> object:
 # on a 2-core machine, and reading the rows about as long again. PostgreSQL's COPY writes the same
 # file in C. What COPY is given is the `cell()` rules as SQL, one expression a column kind, and
 # what it writes is pinned byte for byte to `csv_streaming_response`'s file by
-# tests/dashboard/test_csv_copy.py on PostgreSQL; other backends take the Python path.
+# tests/dashboard/kit/test_csv_copy.py on PostgreSQL; other backends take the Python path.
 
 # Every formula prefix is one ASCII character, so "starts with one of them" is a test of the first
 # character's code, `ascii(text) IN (...)`: no substring is built (about half the cost of `left()`).

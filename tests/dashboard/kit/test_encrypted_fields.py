@@ -7,7 +7,7 @@ from django.db import connection
 
 from billing.models import AlertChannel, UsagePolicy
 from billing.policies.alerts import sign
-from dashboard.fields import decrypt, encrypt
+from dashboard.kit.fields import decrypt, encrypt
 
 SLACK_URL = "https://hooks.slack.com/services/T0001/B0002/abcdefghijklmnopqrstuvwx"
 SIGNING_SECRET = "whsec_9f8e7d6c5b4a39281706f5e4d3c2b1a0"

@@ -21,7 +21,7 @@ from django.db.models.expressions import RawSQL
 from django.test.utils import CaptureQueriesContext
 
 from billing.models import AcceleratorPrice
-from dashboard.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, copy_streaming_response, sql_cell
+from dashboard.kit.csv_export import COPY_WORK_MEM, STREAM_CHUNK_ROWS, copy_streaming_response, sql_cell
 from runs.choices import RunStatus
 from runs.models import GpuSample, Run
 from runs.telemetry.store import store_gpu_samples

@@ -1,8 +1,8 @@
-"""dashboard/figures.escaped: a series of numbers passes as it is; any string among values is still escaped."""
+"""dashboard/kit/figures.escaped: a series of numbers passes as it is; any string among values is still escaped."""
 
 from __future__ import annotations
 
-from dashboard.figures import escaped
+from dashboard.kit.figures import escaped
 
 
 def test_numbers_pass_and_strings_among_them_are_escaped() -> None:

@@ -1,7 +1,7 @@
 """Fair ingest: what one request and one key may make the server do (SECURITY.md, "Limits").
 
 Rows per request are capped by AIRBOARD_MAX_SAMPLES_PER_BATCH on every path
-(`dashboard.api.check_count`), requests per key by AIRBOARD_INGEST_RATE_PER_MINUTE. Two more
+(`dashboard.api.core.check_count`), requests per key by AIRBOARD_INGEST_RATE_PER_MINUTE. Two more
 bounds keep one key's pushes from taking the write path from everyone else:
 
 - the distinct (run, attempt, node) a telemetry request names, AIRBOARD_MAX_NODES_PER_BATCH:
@@ -18,8 +18,8 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja.errors import HttpError
 
-from dashboard import ratelimit
-from dashboard.api import Access, RateLimited
+from dashboard.api.core import Access, RateLimited
+from dashboard.kit import ratelimit
 
 
 def check_nodes(count: int) -> None:

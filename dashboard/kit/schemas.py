@@ -13,7 +13,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from ninja import Schema
 from pydantic import AfterValidator, Field
 
-from dashboard.regions import INTERNET, REGION_PATTERN
+from dashboard.kit.regions import INTERNET, REGION_PATTERN
 
 ExternalId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s/\x00]+$")]
 

@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from dashboard import ratelimit
+from dashboard.kit import ratelimit
 
 # script-src is strict: 'self' only, no inline script, no eval. The pages pass data to scripts
 # with json_script (<script type="application/json">), which the browser never executes, so CSP

@@ -1,10 +1,10 @@
-"""dashboard/progress.py: one redrawn line on a terminal, a line per ~10% anywhere else."""
+"""dashboard/kit/progress.py: one redrawn line on a terminal, a line per ~10% anywhere else."""
 
 from __future__ import annotations
 
 import io
 
-from dashboard.progress import Progress
+from dashboard.kit.progress import Progress
 
 
 class Terminal(io.StringIO):

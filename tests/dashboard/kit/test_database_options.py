@@ -1,4 +1,4 @@
-"""PostgreSQL connections run without JIT (dashboard/pg.py): set when a connection opens, by a
+"""PostgreSQL connections run without JIT (dashboard/kit/pg.py): set when a connection opens, by a
 plain SET, so an operator's PGOPTIONS and a connection pooler's startup rules are untouched."""
 
 from __future__ import annotations

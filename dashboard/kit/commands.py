@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from dashboard.redaction import redact
+from dashboard.kit.redaction import redact
 
 # Characters of stderr kept in an error: enough for the CLI's message, never a whole dump.
 STDERR_TAIL_CHARS = 2_000
