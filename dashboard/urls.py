@@ -8,12 +8,14 @@ from billing.api import router as billing_router
 from dashboard import metrics_views, views
 from dashboard.api.core import api
 from runs.api import router as runs_router
+from runs.launch.api import router as admission_router
 from runs.telemetry.api import router as telemetry_router
 
 # The project wires the two apps' APIs into one (imported here, so the import graph and its
 # contracts see the edges; neither app imports the other's).
 api.add_router("/", runs_router)
 api.add_router("/", telemetry_router)
+api.add_router("/", admission_router)
 api.add_router("/", billing_router)
 
 urlpatterns = [

@@ -32,7 +32,6 @@ from dashboard.kit.schemas import ERRORS, Timestamp
 from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.collectors import agent as agent_door
-from runs.launch.admission import admit_yaml
 from runs.models import MAX_RUNTIME, Attempt, FailureAnalysis, IngestBatch, MetricPoint, Node, Run
 from runs.schemas import (
     GPU_SAMPLE_BATCH,
@@ -447,47 +446,6 @@ def push_metrics(request: HttpRequest, payload: MetricBatchIn) -> Status:
 def get_batch(request: HttpRequest, batch_id: int) -> dict[str, Any]:
     batch = get_object_or_404(IngestBatch, pk=batch_id, team__in=Access(request).teams())
     return batch.answer(duplicate=False)
-
-
-# --- Admission (dry run) --------------------------------------------------------------------
-
-
-class AdmissionIn(Schema):
-    workload_yaml: str = Field(..., max_length=1_000_000)
-    team: str = Field(..., max_length=150)
-    user: str = Field("", max_length=150)
-    region: str | None = Field(None, max_length=32)
-
-
-class ViolationOut(Schema):
-    rule: str
-    message: str
-
-
-class AdmissionOut(Schema):
-    decision: Literal["allow", "deny"]
-    violations: list[ViolationOut]
-    warnings: list[str]
-    policy: str | None
-    region: str
-    remaining_budget_usd: str | None
-    estimated_usd_per_hour: str | None
-
-
-@router.post("/admission", auth=read_auth, response={200: AdmissionOut, **ERRORS}, tags=["policies"])
-def admission(request: HttpRequest, payload: AdmissionIn) -> dict:
-    """Would this workload be admitted for this team now? A dry run: nothing is stored.
-
-    A key (ingest or read) answers only for its own team (403 otherwise); a user only for a
-    team they belong to (404 otherwise, as for a team that does not exist).
-    """
-    access = Access(request)
-    if access.key is not None and access.key.team.name != payload.team:
-        raise HttpError(403, "This API key belongs to another team; use a key of the team you ask about.")
-    team = access.teams().filter(name=payload.team).first()
-    if team is None:
-        raise HttpError(404, f"No team named {payload.team!r} that you belong to.")
-    return admit_yaml(payload.workload_yaml, team, region=payload.region or None).as_dict()
 
 
 # --- Reads of what a run page shows besides the run: its MLflow metrics, its failure analysis ---
