@@ -25,7 +25,7 @@ from django.utils import timezone
 from dashboard.kit.figures import base_layout, plotly_markup
 from runs.choices import RunEventKind, RunStatus
 from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, Node, Run, RunEvent
-from runs.telemetry import tier_reads
+from runs.telemetry import life, tier_reads
 from runs.telemetry.downsample import MAX_POINTS, Tier, choose_tier
 from runs.telemetry.tier_reads import GpuSeries, plotly_time
 
@@ -367,25 +367,29 @@ def with_events(figure: Figure | None, events: Sequence[tuple[datetime, str]]) -
     return figure
 
 
-def signals_present(run: Run, node_ids: Collection[int] | None = None) -> frozenset[str]:
+def signals_present(
+    run: Run, node_ids: Collection[int] | None = None, found: life.RunLife | None = None
+) -> frozenset[str]:
     """ROLLUP_FIELDS the run's GPUs (or those of `node_ids`) reported at least once.
 
-    One aggregate over the hour rollups (60 times fewer rows than minutes; ingest keeps them
-    current), else the minutes (rollups written without hours), else the raw rows not rolled up.
+    From the rollups over the run's life (`life.life`, one aggregate; the page's frame passes
+    the one it read as `found`), else the raw rows not rolled up.
     """
-    counts = {field: Count(f"{field}_max") for field in ROLLUP_FIELDS}
-    for model in (GpuHour, GpuMinute):
-        rows = model.objects.filter(run=run)
-        if node_ids is not None:
-            rows = rows.filter(node_id__in=node_ids)
-        found = rows.aggregate(rows=Count("pk"), **counts)
-        if found["rows"]:
-            return frozenset(field for field in ROLLUP_FIELDS if found[field])
+    found = found if found is not None else life.life(run)
+    if found.has_rows(node_ids):
+        return found.signals(node_ids)
+    if node_ids is not None:
+        # Those nodes have no rollups in the tier the others have: their minutes, if any.
+        minutes = GpuMinute.objects.filter(run=run, node_id__in=node_ids)
+        counts = {field: Count(f"{field}_max") for field in ROLLUP_FIELDS}
+        rolled = minutes.aggregate(rows=Count("pk"), **counts)
+        if rolled["rows"]:
+            return frozenset(field for field in ROLLUP_FIELDS if rolled[field])
     raw = GpuSample.objects.filter(run=run)
     if node_ids is not None:
         raw = raw.filter(node_id__in=node_ids)
-    found = raw.aggregate(**{field: Count(field) for field in ROLLUP_FIELDS})
-    return frozenset(field for field in ROLLUP_FIELDS if found[field])
+    values = raw.aggregate(**{field: Count(field) for field in ROLLUP_FIELDS})
+    return frozenset(field for field in ROLLUP_FIELDS if values[field])
 
 
 @dataclass(frozen=True)

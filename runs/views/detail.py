@@ -21,7 +21,7 @@ from runs.choices import CancelOutcome
 from runs.forms import MAX_QUERY_LENGTH
 from runs.logs import INLINE_LINE_LIMIT, build_log_view, chunk_texts, grep_lines
 from runs.models import Attempt, Node, Run
-from runs.telemetry import charts, envelope
+from runs.telemetry import charts, envelope, life
 from runs.views.telemetry import MAX_NODE_INDEX, TELEMETRY_VIEWS
 
 SWEEP_SIBLINGS = 50
@@ -128,10 +128,12 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpu_node, node_error = _gpu_node(request.GET.get("gpu_node"), node_indexes)
     x_axis = "time" if request.GET.get("x") == "time" else "step"
     view = request.GET.get("view") if request.GET.get("view") in TELEMETRY_VIEWS else "envelope"
-    # The frame only: which panels the run has (one aggregate); charts.js asks telemetry.json for
-    # each panel's data as it comes into view, at the panel's width.
+    # The frame only: which panels the run has; charts.js asks telemetry.json for each panel's
+    # data as it comes into view, at the panel's width. One aggregate over the run's rollups
+    # answers the panels, the coverage line and the node-skew table (`life.life`).
     node_ids = None if gpu_node is None else [n.pk for a in attempts for n in a.nodes.all() if n.index == gpu_node]
-    signals = charts.signals_present(run, node_ids)
+    found = life.life(run)
+    signals = charts.signals_present(run, node_ids, found)
     telemetry = charts.RunPanels(None, None, [], signals)
 
     ctx = {
@@ -144,10 +146,10 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "log_attempt": next((a for a in attempts if node and a.pk == node.attempt_id), None),
         "log_query": query,
         "timeline": charts.timeline_figure(attempts, now=now),
-        "coverage": glance.coverage(run, now=now),
+        "coverage": glance.coverage(run, now=now, found=found),
         "range": picked,
         "ranges": ["15m", "1h", "6h", "24h", "all"],
-        "node_skew": glance.node_skew(run),
+        "node_skew": glance.node_skew(run, found),
         "node_indexes": node_indexes,
         "gpu_node": gpu_node,
         "node_error": node_error,
