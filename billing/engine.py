@@ -85,10 +85,14 @@ class RunFigures:
         ids = list(unusable(self.book).values_list("run_id", flat=True))
         return Q(pk__in=ids), "cost_figure__usd", "cost_figure__kind"
 
-    def stored_cells(self) -> QuerySet[RunCostFigure]:
-        """The usable stored figures as the CSV writes them: the run's id, usd, kind and an empty
-        bill (a run with a stored figure has no billed usage), in SQL (dashboard.kit.csv_export's rules)."""
+    def stored_cells(self, team_ids: Iterable[int] | None) -> QuerySet[RunCostFigure]:
+        """The usable stored figures of the runs of `team_ids` (None: every team, for staff) as
+        the CSV writes them: the run's id, usd, kind and an empty bill (a run with a stored figure
+        has no billed usage), in SQL (dashboard.kit.csv_export's rules). Only the caller's teams':
+        another team's runs add nothing to a download's reads."""
         usable = RunCostFigure.objects.filter(priced_version=F("version"), price_book=self.book)
+        if team_ids is not None:
+            usable = usable.filter(run__team_id__in=list(team_ids))
         cells = Concat(
             SqlDecimalCell(F("usd")), Value(","), SqlTextCell(F("kind")), Value(","), output_field=TextField()
         )

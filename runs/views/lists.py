@@ -5,7 +5,7 @@ Every view scopes to `Run.objects.for_user(user)` first (the rule in `runs.views
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import date, datetime, time, timedelta
 from itertools import islice
 
@@ -19,6 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import render
 from django.utils import timezone
 
+from dashboard.kit.access import visible_team_ids
 from dashboard.kit.csv_export import (
     STREAM_CHUNK_ROWS,
     SqlIntegerCell,
@@ -152,7 +153,12 @@ CSV_FIELDS = (
 
 
 def runs_csv(
-    runs: QuerySet[Run], now: datetime, *, by_database: bool, in_index_order: bool = False
+    runs: QuerySet[Run],
+    now: datetime,
+    *,
+    by_database: bool,
+    in_index_order: bool = False,
+    team_ids: Iterable[int] | None,
 ) -> StreamingHttpResponse:
     """The filtered, sorted runs as CSV; times in UTC ISO 8601, so a spreadsheet sorts them.
 
@@ -165,12 +171,13 @@ def runs_csv(
     `CsvCells` for each chunk. Both write the same bytes (tests/dashboard/kit/test_csv_copy.py).
     `in_index_order`: `runs` are the visible runs in the default order, filtered at most by date
     (`index_ordered`), which the COPY reads from run_submitted_id_idx in one process.
+    `team_ids`: the teams `runs` are of (None: every team), whose stored cost figures are read.
     """
     filename = f"runs-{now:%Y-%m-%d}.csv"
 
     added = glance.CsvCells(now)
     if by_database:
-        replaced, glance_cells, tail = added.sql()
+        replaced, glance_cells, tail = added.sql(team_ids)
         cells = [SqlIntegerCell(F("pk")), *(sql_cell(runs, name) for name in CSV_FIELDS)]
         cells.insert(-1, SqlIntegerCell(Run.duration_seconds_sql(now)))
         first, *more = (runs.filter(q).order_by().values_list("pk", flat=True) for q in replaced)
@@ -227,7 +234,10 @@ def run_list(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     runs, sort = sort_runs(runs, request.GET.get("sort", DEFAULT_SORT))
     if request.GET.get("format") == "csv":
         by_database = connection.vendor == "postgresql"
-        return runs_csv(runs, timezone.now(), by_database=by_database, in_index_order=index_ordered(sort, filters))
+        return runs_csv(
+            runs, timezone.now(), by_database=by_database, in_index_order=index_ordered(sort, filters),
+            team_ids=visible_team_ids(request.user),
+        )  # fmt: skip
     page = Paginator(runs, settings.AIRBOARD_RUNS_PER_PAGE).get_page(request.GET.get("page"))
     page.object_list = glance.attach(page.object_list)
 
