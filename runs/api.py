@@ -7,7 +7,7 @@ Anything outside that answers 404, exactly as a run that does not exist.
 from __future__ import annotations
 
 from datetime import datetime
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -33,8 +33,8 @@ from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.collectors import agent as agent_door
 from runs.models import MAX_RUNTIME, Attempt, FailureAnalysis, IngestBatch, MetricPoint, Node, Run
+from runs.sample_structs import SampleBatch, decode_batch, from_model, process_dicts
 from runs.schemas import (
-    GPU_SAMPLE_BATCH,
     BatchOut,
     GpuSampleBatchIn,
     GpuSamplesDroppedOut,
@@ -247,11 +247,13 @@ def append_log(request: HttpRequest, external_id: str, payload: LogChunkIn, sour
 # the first row layout, then the ones appended since (NVLink), left off when all are missing
 # (as `ingest.trim_sample_rows` would trim them, without a pop per row).
 _V1_VALUES = ingest.SAMPLE_V1_WIDTH - (len(ingest.SAMPLE_COLUMNS) - len(ingest.SAMPLE_VALUE_COLUMNS))
-_sample_values = itemgetter(*ingest.SAMPLE_VALUE_COLUMNS[:_V1_VALUES])
-_later_values = itemgetter(*ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:], "gpu")  # "gpu": a tuple however many
+_sample_values = attrgetter(*ingest.SAMPLE_VALUE_COLUMNS[:_V1_VALUES])
+_later_values = attrgetter(*ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:], "gpu")  # "gpu": a tuple however many
 _NO_LATER_VALUES = (None,) * len(ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:])
-_sample_key = itemgetter("run_source", "run", "ts")
-_node_key = itemgetter("run_source", "run", "attempt", "node")
+# Where a row holds its processes: the structs become the dicts GpuProcessIn dumps.
+_PROCESSES_AT = 4 + ingest.SAMPLE_VALUE_COLUMNS.index("processes")
+_sample_key = attrgetter("run_source", "run", "ts")
+_node_key = attrgetter("run_source", "run", "attempt", "node")
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
@@ -283,21 +285,20 @@ def _accept_batch(request: HttpRequest, kind: str, rows: list[list[Any]], source
     return Status(200 if duplicate else 202, batch.answer(duplicate))
 
 
-def _validated_samples(body: bytes) -> dict[str, Any]:
-    """The batch as dicts, checked exactly as GpuSampleBatchIn checks it, or a 422 naming every bad field.
+def _validated_samples(body: bytes) -> SampleBatch:
+    """The batch, checked exactly as GpuSampleBatchIn checks it, or a 422 naming every bad field.
 
-    1. The fast path: GPU_SAMPLE_BATCH, one pass of pydantic-core over the bytes.
-    2. A body with a NUL (JSON can only spell it \\u0000), or one the fast path refuses, goes
-       through GpuSampleBatchIn itself: its errors (and its NUL check on `run` and `host`) are
-       the API's, word for word, and a body it accepts is used as it dumps.
+    1. The fast path: msgspec's decoder over the bytes (runs/sample_structs.py), which accepts
+       only what GpuSampleBatchIn accepts, with the same values.
+    2. A body the fast path cannot vouch for (one with a NUL among them) goes through
+       GpuSampleBatchIn itself: its errors (and its NUL check on `run` and `host`) are the
+       API's, word for word, and a body it accepts becomes the same structs.
     """
-    if b"\\u0000" not in body:
-        try:
-            return GPU_SAMPLE_BATCH.validate_json(body)
-        except PydanticValidationError:
-            pass
+    batch = decode_batch(body)
+    if batch is not None:
+        return batch
     try:
-        return GpuSampleBatchIn.model_validate_json(body).model_dump()
+        return from_model(GpuSampleBatchIn.model_validate_json(body))
     except PydanticValidationError as error:
         # pydantic's ErrorDetails are the dicts ninja's ValidationError carries.
         errors = cast(list[dict[str, Any]], error.errors(include_url=False, include_context=False))
@@ -325,8 +326,8 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
     `?bad_rows=drop` (the node agent's door, runs/collectors/agent.py): bad rows are dropped,
     counted and named instead, the rest stored; the body may carry `events` (gpu_lost, xid).
 
-    The body (GpuSampleBatchIn) is parsed and checked in one pass by pydantic-core into plain
-    dicts (`GPU_SAMPLE_BATCH`), rather than by ninja's json.loads and then 10,000 model
+    The body (GpuSampleBatchIn) is parsed and checked in one pass by msgspec into structs
+    (runs/sample_structs.py), rather than by ninja's json.loads and then 10,000 model
     instances: the accept path's cost per sample, measured by bench/accept.py.
     """
     if bad_rows == "drop":
@@ -335,7 +336,7 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
     body = request.body
     with ingest.gc_paused():
         payload = _validated_samples(body)
-        samples = payload["samples"]  # every field present: absent ones hold GpuSampleIn's defaults
+        samples = payload.samples  # every field present: absent ones hold GpuSampleIn's defaults
         runs, errors = batch_runs(request, samples, "samples", key=_sample_key)
         if errors:
             raise InvalidRows(errors[:500])
@@ -344,7 +345,7 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
         for s in samples:
             key = _node_key(s)
             if not hosts.get(key):
-                hosts[key] = s["host"]
+                hosts[key] = s.host
         fair_ingest.check_nodes(len(hosts))
         fair_ingest.charge_rows(request, len(samples), "samples")
         # The GPUs of a node share their instants: each is formatted once.
@@ -360,16 +361,19 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
             }
             for s in samples:
                 key = _node_key(s)
-                ts = s["ts"]
+                ts = s.ts
                 stamp = stamps.get(ts)
                 if stamp is None:
-                    stamp = stamps[ts] = ts.isoformat()
+                    # decode_batch and from_model leave the instant where the text was.
+                    stamp = stamps[ts] = cast(datetime, ts).isoformat()
                 *later, gpu = _later_values(s)
                 row = [*ids[key], gpu, stamp, *_sample_values(s)]
+                if s.processes is not None:
+                    row[_PROCESSES_AT] = process_dicts(s.processes)
                 if later != no_later:
                     row += later
                 rows.append(row)
-            return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload["source"])
+            return _accept_batch(request, BatchKind.GPU_SAMPLES, rows, payload.source)
 
 
 @router.post(

@@ -13,19 +13,16 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 # pydantic reads TypedDicts from typing_extensions on Python < 3.12.
-from typing_extensions import TypedDict
-
 from dashboard.kit.schemas import (
     ExternalId,
     RegionName,
     Timestamp,
-    aware,
     refuse_nul,
 )
 from runs.choices import AcceleratorType, RunSource, RunStatus, TelemetrySource, accelerator_count_problem
@@ -183,78 +180,11 @@ class GpuSampleIn(BaseModel):
     nvlink_rx_kbps: Annotated[float | None, bounds(0, 1e10)]
 
 
+# The push's body. The HTTP push reads it with msgspec first (runs/sample_structs.py: the same
+# values for a strict subset of what this accepts); this model decides the rest and words every 422.
 class GpuSampleBatchIn(BaseModel):
     source: TelemetrySource = TelemetrySource.API
     samples: list[GpuSampleIn] = Field(min_length=1)
-
-
-# The same batch as plain dicts, for the HTTP push: pydantic-core parses the body and checks
-# every field in one pass (`GPU_SAMPLE_BATCH.validate_json`) without building 10,000 model
-# instances, which was most of a web process's time per sample. The fields and bounds are
-# GpuSampleIn's, read from it below; a body this refuses is checked again by GpuSampleBatchIn
-# for the API's own messages (runs/api.py). tests/runs/test_accept_path.py holds the two to the
-# same JSON schema and the same verdicts.
-def _typed_dict_field(name: str, info: Any) -> Any:
-    # No NUL check on `run` and `host`: a body holding a NUL takes GpuSampleBatchIn's path.
-    annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-    # An absent field reads as GpuSampleIn's default: pydantic-core fills it in while it parses.
-    return annotation if info.is_required() else NotRequired[Annotated[annotation, Field(default=info.default)]]
-
-
-# Built from the models' fields at import, which mypy cannot read: the rows are typed by GpuSampleIn.
-GpuProcessRow = TypedDict(  # type: ignore[misc]
-    "GpuProcessRow", {name: _typed_dict_field(name, info) for name, info in GpuProcessIn.model_fields.items()}
-)
-_SAMPLE_ROW_FIELDS = {name: _typed_dict_field(name, info) for name, info in GpuSampleIn.model_fields.items()}
-_SAMPLE_ROW_FIELDS["processes"] = NotRequired[
-    Annotated[list[GpuProcessRow] | None, Field(default=None, max_length=1000)]
-]
-# The time as a plain datetime here: `aware` (Timestamp's check, a Python call per row) runs once
-# per distinct instant after parsing (`SampleBatchValidator`), not 10,000 times.
-_SAMPLE_ROW_FIELDS["ts"] = datetime
-GpuSampleRow = TypedDict("GpuSampleRow", _SAMPLE_ROW_FIELDS)  # type: ignore[misc]  # as GpuProcessRow
-GpuSampleBatchRows = TypedDict(  # noqa: UP013
-    "GpuSampleBatchRows",
-    {
-        "source": NotRequired[Annotated[TelemetrySource, Field(default=TelemetrySource.API)]],
-        "samples": Annotated[list[GpuSampleRow], Field(min_length=1)],
-    },
-)
-
-
-class SampleBatchValidator:
-    """GpuSampleBatchRows' validator, then Timestamp's `aware` on each distinct instant of the batch.
-
-    The GPUs of a node share their instants (8 samples an instant for an 8-GPU node), so the
-    check that was a Python call per sample (~10 ms of a 10,000-sample batch) runs an eighth as
-    often. A time it refuses raises a ValidationError naming the sample, as the model does.
-    """
-
-    def __init__(self) -> None:
-        self.adapter: TypeAdapter[Any] = TypeAdapter(GpuSampleBatchRows)
-
-    def json_schema(self) -> dict[str, Any]:
-        return self.adapter.json_schema()
-
-    def validate_json(self, body: bytes | str) -> dict[str, Any]:
-        payload = self.adapter.validate_json(body)
-        utc: dict[datetime, datetime] = {}
-        for i, sample in enumerate(payload["samples"]):
-            ts = sample["ts"]
-            at = utc.get(ts)
-            if at is None:  # equal instants share an entry: their UTC value is the same
-                try:
-                    at = utc[ts] = aware(ts)
-                except ValueError as error:
-                    raise ValidationError.from_exception_data(
-                        "GpuSampleBatchRows",
-                        [{"type": "value_error", "loc": ("samples", i, "ts"), "input": ts, "ctx": {"error": error}}],
-                    ) from None
-            sample["ts"] = at
-        return payload
-
-
-GPU_SAMPLE_BATCH = SampleBatchValidator()
 
 
 class MetricPointIn(BaseModel):

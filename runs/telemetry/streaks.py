@@ -23,6 +23,10 @@ make two workers writing one run take turns: the second reads the first's commit
 3. A GPU with a sample at or before its `last_ts` (a late or re-sent one) is recomputed from
    its raw samples of the LOOKBACK before its latest (both parts of the raw tier), as the
    page used to do: a late unflagged sample may split a streak, a late flagged one extend it.
+   Unless all its new samples are older than its latest and that latest is in no streak (the
+   common late batch, e.g. two batches of one node processed out of order): its latest
+   sample, and so its row, stay as they are, and nothing is read (a recompute read ~20,000
+   raw rows, ~270 ms of a worker).
 4. Upsert the rows (one statement).
 """
 
@@ -112,6 +116,8 @@ def advance(rows: Sequence[Sequence[Any]]) -> int:
         samples.sort(key=ts_of)
         streak = stored.get(key, Streak())
         if streak.last_ts is not None and ts_of(samples[0]) <= streak.last_ts:
+            if ts_of(samples[-1]) <= streak.last_ts and streak.hung_since is None and streak.no_process_since is None:
+                continue  # older samples only, behind a latest one in no streak: nothing trailing changes
             late[key] = max(streak.last_ts, ts_of(samples[-1]))
             continue
         streak.hung_since = trailing_start(samples, _is_hung_row, ts_of, streak.hung_since)

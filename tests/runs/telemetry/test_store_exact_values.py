@@ -13,6 +13,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 
 from runs.models import GpuMinute, GpuSample, Node
 from runs.telemetry.store import store_gpu_samples
@@ -59,3 +60,27 @@ def test_a_value_of_another_type_is_stored_as_psycopg_adapts_it(world: World) ->
     stored = GpuSample.objects.filter(run=run).order_by("ts")
     assert [(s.utilization_gpu, s.processes[0]["pid"]) for s in stored] == [(12.5, 0), (12.5, 1), (12.5, 2)]
     assert store_gpu_samples(rows).inserted == 0
+
+
+def test_columns_repeating_a_few_values_come_back_exactly(world: World) -> None:
+    """Columns of a few repeated values are spelt once a value: -0.0 and 0.0 stay apart, ints stay ints."""
+    run = make_run(world.vision)
+    node = Node.objects.get(attempt__run=run)
+    signed = [0.0, -0.0]
+    rows = [
+        GpuSample(run=run, node=node, gpu_index=s % 8, ts=T0 + timedelta(seconds=s), utilization_gpu=signed[s % 2],
+                  memory_used_bytes=2**53 + 1 if s % 3 else None, memory_total_bytes=80 * 2**30,
+                  power_watts=[650.125, 0.1 + 0.2, None][s % 3], temperature_c=float(s % 2),
+                  processes=[{"pid": 1}] if s % 4 else None)
+        for s in range(400)
+    ]  # fmt: skip
+    assert store_gpu_samples(rows).inserted == 400
+    stored = {s.ts: s for s in GpuSample.objects.filter(run=run)}
+    for sent in rows:
+        got = stored[sent.ts]
+        assert got.utilization_gpu == sent.utilization_gpu
+        if connection.vendor == "postgresql":  # SQLite keeps an integral REAL as an integer: no -0.0
+            assert str(got.utilization_gpu) == str(sent.utilization_gpu)  # the sign of a zero kept
+        for field in ("memory_used_bytes", "memory_total_bytes", "power_watts", "temperature_c", "processes"):
+            assert getattr(got, field) == getattr(sent, field), field
+        assert type(got.memory_used_bytes) is type(sent.memory_used_bytes)
