@@ -33,7 +33,6 @@ from runs import ingest
 from runs.choices import BatchKind, RunOrigin, RunSource, RunStatus, TelemetrySource
 from runs.collectors import agent as agent_door
 from runs.models import MAX_RUNTIME, Attempt, FailureAnalysis, IngestBatch, MetricPoint, Node, Run
-from runs.sample_structs import SampleBatch, decode_batch, from_model, process_dicts
 from runs.schemas import (
     BatchOut,
     GpuSampleBatchIn,
@@ -51,6 +50,7 @@ from runs.schemas import (
 from runs.telemetry.importers.checks import keep_window, run_window
 from runs.telemetry.importers.common import DCGM_FORMATS
 from runs.telemetry.importers.parse import parse_telemetry
+from runs.telemetry.sample_structs import SampleBatch, decode_batch, from_model, process_dicts
 from runs.workload.schema import WorkloadError
 
 router = Router(tags=["runs"])
@@ -288,7 +288,7 @@ def _accept_batch(request: HttpRequest, kind: str, rows: list[list[Any]], source
 def _validated_samples(body: bytes) -> SampleBatch:
     """The batch, checked exactly as GpuSampleBatchIn checks it, or a 422 naming every bad field.
 
-    1. The fast path: msgspec's decoder over the bytes (runs/sample_structs.py), which accepts
+    1. The fast path: msgspec's decoder over the bytes (runs/telemetry/sample_structs.py), which accepts
        only what GpuSampleBatchIn accepts, with the same values.
     2. A body the fast path cannot vouch for (one with a NUL among them) goes through
        GpuSampleBatchIn itself: its errors (and its NUL check on `run` and `host`) are the
@@ -327,7 +327,7 @@ def push_gpu_samples(request: HttpRequest, bad_rows: Literal["refuse", "drop"] =
     counted and named instead, the rest stored; the body may carry `events` (gpu_lost, xid).
 
     The body (GpuSampleBatchIn) is parsed and checked in one pass by msgspec into structs
-    (runs/sample_structs.py), rather than by ninja's json.loads and then 10,000 model
+    (runs/telemetry/sample_structs.py), rather than by ninja's json.loads and then 10,000 model
     instances: the accept path's cost per sample, measured by bench/accept.py.
     """
     if bad_rows == "drop":

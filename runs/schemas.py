@@ -180,7 +180,7 @@ class GpuSampleIn(BaseModel):
     nvlink_rx_kbps: Annotated[float | None, bounds(0, 1e10)]
 
 
-# The push's body. The HTTP push reads it with msgspec first (runs/sample_structs.py: the same
+# The push's body. The HTTP push reads it with msgspec first (runs/telemetry/sample_structs.py: the same
 # values for a strict subset of what this accepts); this model decides the rest and words every 422.
 class GpuSampleBatchIn(BaseModel):
     source: TelemetrySource = TelemetrySource.API

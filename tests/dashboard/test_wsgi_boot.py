@@ -14,7 +14,8 @@ def test_the_wsgi_module_loads_the_urlconf_and_the_apis(tmp_path: Path) -> None:
     # A fresh interpreter: this one has long imported everything.
     code = (
         "import sys, dashboard.wsgi; "
-        "print(all(m in sys.modules for m in ('dashboard.urls', 'runs.api', 'billing.api', 'runs.sample_structs')))"
+        "print(all(m in sys.modules for m in "
+        "('dashboard.urls', 'runs.api', 'billing.api', 'runs.telemetry.sample_structs')))"
     )
     env = {**os.environ, "AIRBOARD_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "dashboard.settings"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

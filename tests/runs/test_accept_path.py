@@ -1,5 +1,5 @@
 """The fast accept path of POST /api/v1/gpu-samples checks exactly what GpuSampleBatchIn checks
-(tests/runs/test_sample_structs.py holds the two to the same values by property test)."""
+(tests/runs/telemetry/test_sample_structs.py holds the two to the same values by property test)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from runs import ingest, ingest_process
 from runs.choices import BatchKind
 from runs.models import IngestBatch
-from runs.sample_structs import decode_batch, from_model
 from runs.schemas import GpuSampleBatchIn
+from runs.telemetry.sample_structs import decode_batch, from_model
 from tests.conftest import T0, World, make_run, serverless_api
 
 GOOD = {

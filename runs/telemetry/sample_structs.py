@@ -17,7 +17,7 @@ only those) the API answers with. So it refuses rather than coerces:
   checked once per distinct id;
 - a body holding a NUL (JSON can only spell it \\u0000): the model's NUL message names the field.
 
-tests/runs/test_sample_structs.py holds the two to the same bounds and, by property test, to
+tests/runs/telemetry/test_sample_structs.py holds the two to the same bounds and, by property test, to
 the same values for every body the structs accept.
 """
 

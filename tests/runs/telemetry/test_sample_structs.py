@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from runs.sample_structs import SampleBatch, decode_batch, from_model, process_dicts
 from runs.schemas import GpuSampleBatchIn
+from runs.telemetry.sample_structs import SampleBatch, decode_batch, from_model, process_dicts
 from tests.conftest import T0
 
 
