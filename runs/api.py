@@ -251,7 +251,7 @@ _sample_values = attrgetter(*ingest.SAMPLE_VALUE_COLUMNS[:_V1_VALUES])
 _later_values = attrgetter(*ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:], "gpu")  # "gpu": a tuple however many
 _NO_LATER_VALUES = (None,) * len(ingest.SAMPLE_VALUE_COLUMNS[_V1_VALUES:])
 # Where a row holds its processes: the structs become the dicts GpuProcessIn dumps.
-_PROCESSES_AT = 4 + ingest.SAMPLE_VALUE_COLUMNS.index("processes")
+_PROCESSES_AT = ingest.SAMPLE_COLUMNS.index("processes")
 _sample_key = attrgetter("run_source", "run", "ts")
 _node_key = attrgetter("run_source", "run", "attempt", "node")
 

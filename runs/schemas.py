@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
-# pydantic reads TypedDicts from typing_extensions on Python < 3.12.
 from dashboard.kit.schemas import (
     ExternalId,
     RegionName,

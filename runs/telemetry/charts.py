@@ -380,11 +380,9 @@ def signals_present(
         return found.signals(node_ids)
     if node_ids is not None:
         # Those nodes have no rollups in the tier the others have: their minutes, if any.
-        minutes = GpuMinute.objects.filter(run=run, node_id__in=node_ids)
-        counts = {field: Count(f"{field}_max") for field in ROLLUP_FIELDS}
-        rolled = minutes.aggregate(rows=Count("pk"), **counts)
-        if rolled["rows"]:
-            return frozenset(field for field in ROLLUP_FIELDS if rolled[field])
+        minutes = life.tier(GpuMinute, run, node_ids)
+        if minutes.nodes:
+            return minutes.signals()
     raw = GpuSample.objects.filter(run=run)
     if node_ids is not None:
         raw = raw.filter(node_id__in=node_ids)

@@ -51,19 +51,22 @@ class RunLife:
 
 def life(run: Run) -> RunLife:
     """One aggregate over the run's hour rollups (else its minute rollups), grouped by node."""
-    counts = {field: Count(f"{field}_max") for field in ROLLUP_FIELDS}
     for model in (GpuHour, GpuMinute):
-        rows = (
-            model.objects.filter(run=run)
-            .values("node_id")
-            .annotate(rows=Count("pk"), util=Avg("utilization_gpu_avg"), **counts)
-            .order_by()
-        )
-        found: dict[int, NodeLife] = {}
-        for row in rows:
-            values: dict[str, Any] = dict(row)
-            signals = frozenset(f for f in ROLLUP_FIELDS if values[f])
-            found[values["node_id"]] = NodeLife(values["node_id"], values["rows"], values["util"], signals)
-        if found:
-            return RunLife(found)
+        found = tier(model, run)
+        if found.nodes:
+            return found
     return RunLife({})
+
+
+def tier(model: type[GpuHour] | type[GpuMinute], run: Run, node_ids: Collection[int] | None = None) -> RunLife:
+    """The run's rollups of one tier (those of `node_ids`, or all), grouped by node."""
+    counts = {field: Count(f"{field}_max") for field in ROLLUP_FIELDS}
+    rows = model.objects.filter(run=run)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=node_ids)
+    found: dict[int, NodeLife] = {}
+    for row in rows.values("node_id").annotate(rows=Count("pk"), util=Avg("utilization_gpu_avg"), **counts).order_by():
+        values: dict[str, Any] = dict(row)
+        signals = frozenset(f for f in ROLLUP_FIELDS if values[f])
+        found[values["node_id"]] = NodeLife(values["node_id"], values["rows"], values["util"], signals)
+    return RunLife(found)
