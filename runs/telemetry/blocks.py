@@ -50,6 +50,7 @@ from django.utils import timezone
 from pcodec import ChunkConfig, standalone
 
 from runs.models import GpuSample, GpuSampleBlock, Node
+from runs.telemetry import hot_reads
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +81,6 @@ NO_PROCESSES, PROCESSES = 0, 1
 MINUTES_PER_PASS = 30
 # Minutes OR-ed into one query when a late batch reopens them (see reopen_minutes).
 MINUTES_PER_QUERY = 200
-# (run, node, time span) terms OR-ed into one read of hot rows (SQLite caps an expression's depth at 1,000).
-HOT_SPANS_PER_QUERY = 200
 PCODEC = ChunkConfig()
 # pg_advisory_xact_lock(MINUTE_LOCK, minutes since 1970): held alone by the compaction pass folding
 # that minute, shared by a batch writing samples into it (see `minute_lock`).
@@ -409,7 +408,8 @@ def raw_rows_of_runs(
     1. The blocks of the window, decoded; each notes its (run, node, minute) as covered.
     2. The runs' nodes (one query; `node_ids` narrows them).
     3. The hot rows of the node-minutes no block covers (`uncovered_spans`), at most
-       HOT_SPANS_PER_QUERY spans a query. A covered minute holds no hot row (`store_sample_rows`
+       HOT_SPANS_PER_QUERY spans a query, each an exact (node_id, ts) index range
+       (runs/telemetry/hot_reads.py). A covered minute holds no hot row (`store_sample_rows`
        reopens it first, and waits for a pass folding it: `minute_lock`), so the hot table is
        never read where compaction deleted rows: the read does not wait for vacuum to remove
        them. A window with no uncovered minute does not read the hot table at all.
@@ -433,15 +433,17 @@ def raw_rows_of_runs(
             if start <= ts <= end and (gpu_index is None or gpu == gpu_index):
                 merged.setdefault((run_id, node_id, gpu, ts), tuple(column[i] for column in columns))
     spans = uncovered_spans(covered, nodes.values_list("attempt__run_id", "pk"), start, end)
-    for first in range(0, len(spans), HOT_SPANS_PER_QUERY):
-        q = Q()
-        for run_id, node_id, a, b in spans[first : first + HOT_SPANS_PER_QUERY]:
-            q |= Q(run_id=run_id, node_id=node_id, ts__gte=a, ts__lt=b)
-        hot = GpuSample.objects.filter(q, ts__gte=start, ts__lte=end)
-        if gpu_index is not None:
-            hot = hot.filter(gpu_index=gpu_index)
-        for run_id, node_id, gpu, ts, *values in hot.values_list("run_id", "node_id", "gpu_index", "ts", *fields):
-            merged.setdefault((run_id, node_id, gpu, ts), tuple(values))
+    after_end = end + timedelta(microseconds=1)
+    cut = [(run_id, node_id, max(a, start), min(b, after_end)) for run_id, node_id, a, b in spans]
+    cut = [span for span in cut if span[2] < span[3]]
+    with hot_reads.index_ranges():
+        for first in range(0, len(cut), hot_reads.HOT_SPANS_PER_QUERY):
+            part = cut[first : first + hot_reads.HOT_SPANS_PER_QUERY]
+            hot = hot_reads.hot_rows({run_id for run_id, *_ in part}, [(node_id, a, b) for _, node_id, a, b in part])
+            if gpu_index is not None:
+                hot = hot.filter(gpu_index=gpu_index)
+            for run_id, node_id, gpu, ts, *values in hot.values_list("run_id", "node_id", "gpu_index", "ts", *fields):
+                merged.setdefault((run_id, node_id, gpu, ts), tuple(values))
     out: dict[int, list[tuple]] = {}
     for (run_id, *key), values in sorted(merged.items()):
         out.setdefault(run_id, []).append((*key, *values))

@@ -44,13 +44,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from django.db import connection, transaction
-from django.db.models import Avg, Count, ExpressionWrapper, FloatField, Max, Min, Q, Sum, Value
+from django.db.models import Avg, Count, ExpressionWrapper, FloatField, Max, Min, Sum, Value
 from django.db.models.functions import Floor
 
 from dashboard.kit.figures import PlotlyMarkup, plotly_markup
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, Run, RunEnvelope
-from runs.telemetry import blocks, charts, envelope_store, tier_reads
+from runs.telemetry import blocks, charts, envelope_store, hot_reads, tier_reads
 from runs.telemetry.downsample import Tier, tier_step
 from runs.telemetry.labels import gpu_label
 
@@ -70,8 +69,6 @@ MINUTE_ROWS_PER_PIXEL = 4
 WORST_FROM_MINUTES = timedelta(hours=2)
 # Fields where the lowest GPU is the worst (an idle GPU); for the others the highest (hottest, fullest).
 LOW_IS_WORSE = frozenset({"utilization_gpu", "sm_active", "tensor_active", "utilization_memory", "sm_clock_mhz"})
-# OR-ed (node, time span) terms of the hot-row read at most; more holes read the window whole.
-HOT_SPANS_PER_QUERY = 200
 BAND_COLOR = "rgba(37,99,235,0.18)"
 LINE_COLOR = "#2563eb"
 
@@ -266,45 +263,35 @@ def _read_raw(
             spans.append((node_id, open_at, minutes[-1] + timedelta(minutes=1)))
     if not spans:
         return
-    acc.add_rows(_hot_rows(run, fields, spans, start, end, t0, w, node_scope), fields)
+    acc.add_rows(_hot_rows(run, fields, spans, start, end, t0, w), fields)
 
 
 def _hot_rows(
     run: Run, fields: Sequence[str], spans: Sequence[tuple[int, datetime, datetime]], start: datetime, end: datetime,
-    t0: float, w: float, node_scope: Collection[int],
+    t0: float, w: float,
 ) -> list[Mapping[str, Any]]:  # fmt: skip
     """The hot rows of `spans` (node, first minute, end) grouped by bucket in SQL: one row a bucket, all GPUs folded.
 
-    The nodes of a run share their live edge, so spans are merged by time into `node IN (...)
-    AND ts in [a, b)` terms, each an exact range of the (run, node, ts) index that holds only
-    the minutes compaction has not folded. PostgreSQL's planner sizes a sequential scan by the
-    live rows it counted, but the scan reads every page compaction emptied until vacuum has run
-    (5,768 pages against 743 through the index, 45-72 ms against 25 ms, for a 64-GPU run's
-    last 9 minutes): the read turns sequential scans off for itself (SET LOCAL).
+    Each span, cut to [start, end], is one exact range of the (node_id, ts) index
+    (`hot_reads.span_filter`), read with no sequential scan and no parallel workers
+    (`hot_reads.index_ranges`): the run's own rows only, never every running run's window
+    or the pages compaction emptied before vacuum has run (runs/telemetry/hot_reads.py).
     """
-    by_time: dict[tuple[datetime, datetime], list[int]] = {}
-    for node_id, a, b in spans:
-        by_time.setdefault((max(a, start), b), []).append(node_id)
-    hot = GpuSample.objects.filter(run=run)
-    if len(by_time) <= HOT_SPANS_PER_QUERY:
-        q = Q()
-        for (a, b), nodes in by_time.items():
-            q |= Q(node_id__in=sorted(nodes), ts__gte=a, ts__lt=b)
-        hot = hot.filter(q, ts__lte=end)
-    else:
-        hot = hot.filter(node_id__in=list(node_scope), ts__gte=start, ts__lte=end)
+    after_end = end + timedelta(microseconds=1)
+    cut = [(node_id, max(a, start), min(b, after_end)) for node_id, a, b in spans]
+    cut = [(node_id, a, b) for node_id, a, b in cut if a < b]
     aggregates: dict[str, Any] = {}
     for f in fields:
         aggregates |= {f"lo_{f}": Min(f), f"hi_{f}": Max(f), f"sum_{f}": Sum(f), f"n_{f}": Count(f)}
-    grouped = hot.annotate(b=_bucket_expression("ts", t0, w)).values("b").annotate(**aggregates).order_by()
-    if connection.vendor != "postgresql":
-        return list(grouped)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        try:
-            return list(grouped)
-        finally:
-            cursor.execute("RESET enable_seqscan")
+    rows: list[Mapping[str, Any]] = []
+    with hot_reads.index_ranges():
+        # Spans are disjoint: a bucket split across queries adds up in `_Buckets.add_rows`.
+        for first in range(0, len(cut), hot_reads.HOT_SPANS_PER_QUERY):
+            part = cut[first : first + hot_reads.HOT_SPANS_PER_QUERY]
+            hot = hot_reads.hot_rows([run.pk], part)
+            grouped = hot.annotate(b=_bucket_expression("ts", t0, w)).values("b").annotate(**aggregates).order_by()
+            rows.extend(grouped)
+    return rows
 
 
 def _worst(

@@ -1,0 +1,127 @@
+"""How the hot raw table (GpuSample) is read: exact (node, time) ranges of its (node_id, ts) index.
+
+The hot table holds the last AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES of every running run's
+GPUs, and the minutes compaction has emptied whose dead rows vacuum has not removed yet. A read
+of one run's live edge must touch that run's rows only, whatever the others hold. Two things
+in PostgreSQL's planner got in the way, both measured on bench/run_page.py's 64-GPU run (its
+last nine minutes, 31,360 rows, beside another team's 126,600 hot rows):
+
+- With `node_id IN (...) AND ts >= a AND ts < b` it may pick the table's plain `ts` index
+  and filter every running run's rows of the window: it did whenever its statistics were
+  older than the last compaction pass (19,185 buffers, 34.7 ms). A row-value range
+  `(node_id, ts) >= (n, a) AND (node_id, ts) < (n, b)` means the same rows, but only an index
+  leading with (node_id, ts) can serve it, so that plan is no longer on offer (855 buffers,
+  13.8 ms). `span_filter` writes every span that way, and `hot_rows` checks the run as
+  `run_id + 0`, so that the natural key's run prefix (every row of the run in a partition,
+  compacted ones included until vacuum has run) is not on offer either.
+- Sequential scans read every page compaction emptied until vacuum has run (5,768 pages against
+  743 through the index), and parallel workers on this 2-core box cost more than they split
+  (17.4 ms with two, 13.8 ms without). `index_ranges` turns both off for the statements it wraps.
+
+SQLite reads row values the same way (3.15+) and has neither setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import (
+    BigIntegerField,
+    BooleanField,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Func,
+    IntegerField,
+    Q,
+    QuerySet,
+    Value,
+)
+
+from runs.models import GpuSample
+
+# (node, time span) terms OR-ed into one read of hot rows (SQLite caps an expression's depth at 1,000).
+HOT_SPANS_PER_QUERY = 200
+
+
+class _Row(Func):
+    """A row value, `(a, b)`, compared element by element in order."""
+
+    template = "(%(expressions)s)"
+
+
+class _RowAtLeast(Func):
+    """`lhs >= rhs` of two row values."""
+
+    arg_joiner = " >= "
+    template = "(%(expressions)s)"
+    output_field = BooleanField()
+
+
+class _RowBelow(Func):
+    """`lhs < rhs` of two row values."""
+
+    arg_joiner = " < "
+    template = "(%(expressions)s)"
+    output_field = BooleanField()
+
+
+def _at(node_id: int, ts: datetime) -> _Row:
+    return _Row(Value(node_id, output_field=IntegerField()), Value(ts, output_field=DateTimeField()))
+
+
+def span_filter(spans: Iterable[tuple[int, datetime, datetime]]) -> Q:
+    """Rows whose (node_id, ts) lies in [(node, a), (node, b)) for one of `spans`: (node, a, b), b excluded.
+
+    Each span is one exact range of the (node_id, ts) index (see the module text). No span: no row.
+    """
+    key = _Row(F("node_id"), F("ts"))
+    terms = [Q(_RowAtLeast(key, _at(node_id, a)), _RowBelow(key, _at(node_id, b))) for node_id, a, b in spans]
+    if not terms:
+        return Q(pk__in=[])
+    q = terms[0]
+    for term in terms[1:]:
+        q |= term
+    return q
+
+
+def hot_rows(run_ids: Collection[int], spans: Iterable[tuple[int, datetime, datetime]]) -> QuerySet[GpuSample]:
+    """The hot rows of `run_ids` in `spans` (`span_filter`).
+
+    The run is checked on every row (a node id is one run's, but the read trusts no caller for
+    that), as `run_id + 0`: a bare `run_id` would put the natural key (run_id, node_id,
+    gpu_index, ts) on offer, whose run prefix walks every row of the run in a partition,
+    compacted ones included until vacuum has run. So the (node_id, ts) ranges stay the only plan.
+    """
+    guard = ExpressionWrapper(F("run_id") + Value(0), output_field=BigIntegerField())
+    return GpuSample.objects.alias(owner_run=guard).filter(span_filter(spans), owner_run__in=sorted(set(run_ids)))
+
+
+# The planner settings `index_ranges` turns off, and the value each takes meanwhile.
+_SETTINGS = (("enable_seqscan", "off"), ("max_parallel_workers_per_gather", "0"))
+
+
+@contextmanager
+def index_ranges() -> Iterator[None]:
+    """On PostgreSQL, the statements inside run without sequential scans or parallel workers.
+
+    One statement reads the settings as they were and sets them for the transaction, one puts
+    them back after: inside an outer transaction a SET LOCAL would last until it ends.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    names = [name for name, _ in _SETTINGS]
+    with transaction.atomic(), connection.cursor() as cursor:
+        reads = ", ".join("current_setting(%s)" for _ in names)
+        sets = ", ".join("set_config(%s, %s, true)" for _ in names)
+        cursor.execute(f"SELECT {reads}, {sets}", [*names, *(part for pair in _SETTINGS for part in pair)])
+        before = cursor.fetchone()[: len(names)]
+        try:
+            yield
+        finally:
+            puts = ", ".join("set_config(%s, %s, true)" for _ in names)
+            cursor.execute(f"SELECT {puts}", [part for pair in zip(names, before, strict=True) for part in pair])
