@@ -64,7 +64,7 @@ from bench.storage import sample_rows
 from runs import ingest, ingest_process
 from runs.choices import BatchKind, RunSource, RunStatus
 from runs.models import GpuHour, GpuMinute, GpuSample, GpuSampleBlock, LogChunk, Node, Run
-from runs.telemetry import blocks, partitions, utilization
+from runs.telemetry import blocks, gpu_life, partitions, utilization
 
 TARGET_MS = 300.0
 TARGET_RATIO = 1.2
@@ -218,6 +218,7 @@ def _copy_rollups(source: list[Run], target: list[Run]) -> int:
         model.objects.bulk_create(rows, batch_size=2000)
         copied += len(rows)
     utilization.rebuild([run.pk for run in target])  # as for any rollups written outside refresh_minutes
+    gpu_life.rebuild([run.pk for run in target])  # and hours outside refresh_hours
     return copied
 
 

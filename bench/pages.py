@@ -50,7 +50,7 @@ from django.test import Client
 
 from runs.choices import AcceleratorType, RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, Node, Run
-from runs.telemetry import utilization
+from runs.telemetry import gpu_life, utilization
 
 TARGET_MS = 300.0
 GPUS_PER_NODE = 8
@@ -138,8 +138,10 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
                             ))  # fmt: skip
                             rows += 1
             print(f"  {rows:,} {table} rows", flush=True)
-    # The minutes came by COPY, not through refresh_minutes: sum them into the runs' summaries.
+    # The minutes came by COPY, not through refresh_minutes: sum them into the runs' summaries,
+    # and the hours into their GPUs' life sums (runs/telemetry/gpu_life.py).
     utilization.rebuild()
+    gpu_life.rebuild()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return team

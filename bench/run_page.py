@@ -58,7 +58,7 @@ from django.test import Client
 from runs import ingest, ingest_process
 from runs.choices import AcceleratorType, BatchKind, RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, GpuSample, GpuSampleBlock, LogChunk, Node, Run
-from runs.telemetry import blocks, envelope_store, utilization
+from runs.telemetry import blocks, envelope_store, gpu_life, utilization
 
 TEAM = "bench-run-page"
 RANGES = ("15m", "1h", "6h", "24h", "all")
@@ -174,6 +174,7 @@ def build(args: argparse.Namespace, now: datetime) -> Group:
             LogChunk.objects.create(node=node, seq=0, text=text, line_count=2000)
     utilization.rebuild()  # the COPYed minutes into the runs' summaries
     envelope_store.rebuild(Run.objects.filter(team=team).values_list("pk", flat=True))  # and into the runs' envelopes
+    gpu_life.rebuild(Run.objects.filter(team=team).values_list("pk", flat=True))  # and the hours into their GPUs' sums
     began = time.perf_counter()
     folded = 0
     while True:

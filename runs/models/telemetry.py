@@ -277,6 +277,39 @@ def mean_utilization(gpu_minutes: int, utilization_sum: int) -> float | None:
     return utilization_sum / UTILIZATION_SCALE / gpu_minutes if gpu_minutes else None
 
 
+class GpuLife(models.Model):
+    """One GPU's hour rollups over the run's life, summed: what the run page's frame and an ended
+    run's under-use flag ask of every hour, read as one row a GPU.
+
+    Kept equal to the sums of the GPU's stored GpuHour rows by runs.telemetry.gpu_life, as
+    RunUtilization is to the minutes: `store.refresh_hours`, under the run's lock, adds what
+    each hour rewrite changes. Utilization means enter as whole millionths of a percent
+    (UTILIZATION_SCALE), so sums kept by differences equal sums taken afresh.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpu_lives", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_lives")
+    gpu_index = models.PositiveSmallIntegerField()
+    hours = models.BigIntegerField(default=0, help_text="GpuHour rows.")
+    mean_hours = models.BigIntegerField(default=0, help_text="Hours with a utilization mean.")
+    mean_sum = models.BigIntegerField(default=0, help_text="Sum of those hours' means, millionths of a percent.")
+    weight = models.BigIntegerField(default=0, help_text="Samples of the hours with a utilization mean.")
+    weighted_sum = models.BigIntegerField(default=0, help_text="Sum of mean x samples, millionths of a percent.")
+    reported = models.JSONField(default=dict, help_text="Field -> hours in which the GPU reported it.")
+    power_limit_watts = models.FloatField(
+        null=True, blank=True, help_text="The highest power limit its hours hold (NVML's enforced limit)."
+    )
+
+    class Meta:
+        constraints = [
+            # One row a GPU; led by run: the frame and the runs table read a run's rows.
+            models.UniqueConstraint(fields=["run", "node", "gpu_index"], name="gpulife_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node_id}/gpu{self.gpu_index}: {self.hours} hours"
+
+
 class GpuStreak(models.Model):
     """Where one GPU's stall streaks stand at its latest sample, kept by ingest (runs.telemetry.streaks).
 

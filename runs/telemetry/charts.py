@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from dashboard.kit.figures import base_layout, plotly_markup
 from runs.choices import RunEventKind, RunStatus
-from runs.models import ROLLUP_FIELDS, Attempt, GpuHour, GpuMinute, GpuSample, Node, Run, RunEvent
+from runs.models import ROLLUP_FIELDS, Attempt, GpuLife, GpuMinute, GpuSample, Node, Run, RunEvent
 from runs.telemetry import life, tier_reads
 from runs.telemetry.downsample import MAX_POINTS, Tier, choose_tier
 from runs.telemetry.tier_reads import GpuSeries, plotly_time
@@ -303,10 +303,10 @@ SIGNAL_NAMES = {
 def power_limit(run: Run) -> float | None:
     """The highest power limit the run's GPUs reported (NVML's enforced limit), for the power panel.
 
-    Hours first: they hold the same maximum in 60 times fewer rows (a 13-day 64-GPU run has
-    1.2 million minutes), and ingest keeps them current; minutes, then raw rows, where a run
-    has none."""
-    found = GpuHour.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
+    Each GPU's highest, kept with its life sums on the write path (runs/telemetry/gpu_life.py):
+    one row a GPU, where the hours were 20,000 rows for 13 days of 64 GPUs; minutes, then raw
+    rows, where a run has none."""
+    found = GpuLife.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
     if found is None:
         found = GpuMinute.objects.filter(run=run).aggregate(limit=Max("power_limit_watts"))["limit"]
     if found is None:

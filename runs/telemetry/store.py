@@ -34,7 +34,7 @@ from django.db.models import Model
 from psycopg import errors as psycopg_errors
 
 from runs.models import ROLLUP_FIELDS, GpuHour, GpuMinute, GpuSample, MetricPoint
-from runs.telemetry import blocks, envelope_store, streaks, utilization
+from runs.telemetry import blocks, envelope_store, gpu_life, streaks, utilization
 from runs.telemetry.upsert_sql import keys_cte, rows_written
 
 # Rows per INSERT statement: 1,000 x 24 columns stays under PostgreSQL's 65,535 bind
@@ -510,13 +510,38 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
     return written
 
 
+def hour_values(keys: Iterable[BucketKey]) -> list[tuple[Any, ...]]:
+    """The stored GpuHour rows at `keys` as runs/telemetry/gpu_life.py sums them: (run_id, node_id,
+    gpu_index, samples, utilization_gpu_avg, power_limit_watts, then per ROLLUP_FIELDS whether it is held)."""
+    table = connection.ops.quote_name(GpuHour._meta.db_table)
+    held = ", ".join(f"h.{connection.ops.quote_name(name + '_max')} IS NOT NULL" for name in ROLLUP_FIELDS)
+    found: list[tuple[Any, ...]] = []
+    for chunk in _chunks(keys):
+        cte, params = keys_cte(KEY_COLUMNS, chunk, HOURS.step)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"{cte} SELECT h.run_id, h.node_id, h.gpu_index, h.samples, h.utilization_gpu_avg, "  # noqa: S608
+                f"h.power_limit_watts, {held} "
+                f"FROM k JOIN {table} h ON h.run_id = k.run_id AND h.node_id = k.node_id "
+                "AND h.gpu_index = k.gpu_index AND h.hour = k.bucket",
+                params,
+            )
+            found += cursor.fetchall()
+    return found
+
+
 def refresh_hours(keys: Iterable[BucketKey]) -> int:
     """Rebuild the GpuHour rows for (run_id, node_id, gpu_index, hour) keys from the minute rollups.
 
     An hour whose minutes were (partly) pruned keeps its stored row (see `_rebuild`). Then the
-    run envelope of those hours is refolded from them (runs/telemetry/envelope_store.py).
+    run envelope of those hours is refolded from them (runs/telemetry/envelope_store.py), and
+    their GPUs' life sums take what changed (runs/telemetry/gpu_life.py). The ingest caller
+    holds the runs' locks (`refresh_minutes`), so workers writing one run take turns.
     """
     keys = set(keys)
-    written = _rebuild(HOURS, keys)
-    envelope_store.refresh({(key[0], key[3]) for key in keys}, envelope_store.HOUR)
+    with transaction.atomic():
+        before = hour_values(keys)
+        written = _rebuild(HOURS, keys)
+        gpu_life.add(gpu_life.difference(before, hour_values(keys)))
+        envelope_store.refresh({(key[0], key[3]) for key in keys}, envelope_store.HOUR)
     return written

@@ -19,7 +19,8 @@ A run is judged once it has run MIN_LIFE (10 minutes): a run still loading its d
 under-used yet. Spans:
 
     while active   GpuMinute rows of the last WINDOW   (run, minute, ...) natural key, one range a run
-    once ended     GpuHour rows of its whole life      (run, hour, ...) natural key; hours outlive minutes
+    once ended     GpuLife rows: each GPU's hours      (run, node, gpu) natural key; one row a GPU
+                   summed on the write path (gpu_life.py), whatever the run's age
 
 `underuse_of_runs` answers for any number of runs in at most two grouped queries (one per
 tier), whatever their samples, so the overview's Active now, the runs table and the run page
@@ -37,7 +38,7 @@ from django.conf import settings
 from django.db.models import Case, F, FloatField, Q, QuerySet, Sum, When
 from django.utils import timezone
 
-from runs.models import GpuHour, GpuMinute, Run
+from runs.models import UTILIZATION_SCALE, GpuLife, GpuMinute, Run
 from runs.telemetry.labels import gpu_label
 
 WINDOW = timedelta(minutes=30)
@@ -134,7 +135,13 @@ def gpu_means(runs: Iterable[Run], now: datetime | None = None) -> dict[int, tup
         # The minutes that start within the window: the last 30, the current one partly.
         queries.append((False, GpuMinute.objects.filter(run_id__in=active, minute__gt=now - WINDOW)))
     if ended:
-        queries.append((True, GpuHour.objects.filter(run_id__in=ended)))
+        # Each GPU's hours already summed on the write path (runs/telemetry/gpu_life.py): one row a GPU.
+        lives = GpuLife.objects.filter(run_id__in=ended, weight__gt=0).values_list(
+            "run_id", "node__index", "gpu_index", "weighted_sum", "weight"
+        )
+        for run_id, node_index, gpu, weighted_sum, weight in lives:
+            mean = GpuMean(node_index, gpu, weighted_sum / UTILIZATION_SCALE / weight, weight)
+            out.setdefault(run_id, (True, []))[1].append(mean)
     for whole_life, queryset in queries:
         for row in _weighted(queryset, group):
             if row["weight"]:

@@ -22,7 +22,7 @@ HUNG = {"utilization_gpu": 100.0, "sm_active": 1.0}
 BUSY = {"utilization_gpu": 100.0, "sm_active": 80.0}
 IDLE = {"utilization_gpu": 0.0, "processes": []}
 # The raw-sample read a recompute makes (blocks.raw_rows_of_runs selects the stall fields).
-RAW_READ = '"sm_active"'
+RAW_READ = '"runs_gpusample"."sm_active"'
 
 
 def _run(world: World) -> Run:

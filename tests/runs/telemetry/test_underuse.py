@@ -9,6 +9,7 @@ import time_machine
 
 from runs.choices import RunStatus
 from runs.models import Attempt, GpuHour, GpuMinute, Node, Run
+from runs.telemetry import gpu_life
 from runs.telemetry.underuse import GpuMean, lagging_gpus, underuse, underuse_of_runs
 from tests.conftest import T0, World, make_run
 
@@ -88,6 +89,9 @@ def test_ended_run_judged_on_its_whole_life_by_samples(world: World) -> None:
     GpuHour.objects.create(run=run, node=node, gpu_index=0, hour=T0, samples=1800, utilization_gpu_avg=90.0)
     GpuHour.objects.create(run=run, node=node, gpu_index=0, hour=T0 + timedelta(hours=1), samples=3600,
                            utilization_gpu_avg=10.0)  # fmt: skip
+    # Hours written outside the ingest path get their GPUs' sums as the benchmark's COPY does.
+    assert underuse(run, NOW) is None
+    gpu_life.rebuild([run.pk])
     found = underuse(run, NOW)
     assert found.whole_life and found.mean == pytest.approx((90 * 1800 + 10 * 3600) / 5400)
     assert found.under_used and "over its whole life" in found.message
