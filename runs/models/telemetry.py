@@ -273,7 +273,9 @@ class RunUtilization(models.Model):
 
 
 def mean_utilization(gpu_minutes: int, utilization_sum: int) -> float | None:
-    """A RunUtilization's mean, percent, from its two numbers; None without minutes."""
+    """A mean utilization, percent, from a count and a sum in millionths of a percent (a
+    RunUtilization's two numbers, or a GpuLife's hours and means, or its weight and weighted sum);
+    None when the count is 0."""
     return utilization_sum / UTILIZATION_SCALE / gpu_minutes if gpu_minutes else None
 
 

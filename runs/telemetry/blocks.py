@@ -408,7 +408,7 @@ def raw_rows_of_runs(
     1. The blocks of the window, decoded; each notes its (run, node, minute) as covered.
     2. The runs' nodes (one query; `node_ids` narrows them).
     3. The hot rows of the node-minutes no block covers (`uncovered_spans`), at most
-       HOT_SPANS_PER_QUERY spans a query, each an exact (node_id, ts) index range
+       `hot_reads.HOT_SPANS_PER_QUERY` spans a query, each an exact (node_id, ts) index range
        (runs/telemetry/hot_reads.py). A covered minute holds no hot row (`store_sample_rows`
        reopens it first, and waits for a pass folding it: `minute_lock`), so the hot table is
        never read where compaction deleted rows: the read does not wait for vacuum to remove
@@ -433,13 +433,8 @@ def raw_rows_of_runs(
             if start <= ts <= end and (gpu_index is None or gpu == gpu_index):
                 merged.setdefault((run_id, node_id, gpu, ts), tuple(column[i] for column in columns))
     spans = uncovered_spans(covered, nodes.values_list("attempt__run_id", "pk"), start, end)
-    after_end = end + timedelta(microseconds=1)
-    cut = [(run_id, node_id, max(a, start), min(b, after_end)) for run_id, node_id, a, b in spans]
-    cut = [span for span in cut if span[2] < span[3]]
     with hot_reads.index_ranges():
-        for first in range(0, len(cut), hot_reads.HOT_SPANS_PER_QUERY):
-            part = cut[first : first + hot_reads.HOT_SPANS_PER_QUERY]
-            hot = hot_reads.hot_rows({run_id for run_id, *_ in part}, [(node_id, a, b) for _, node_id, a, b in part])
+        for hot in hot_reads.hot_rows(spans, start, end):
             if gpu_index is not None:
                 hot = hot.filter(gpu_index=gpu_index)
             for run_id, node_id, gpu, ts, *values in hot.values_list("run_id", "node_id", "gpu_index", "ts", *fields):

@@ -277,18 +277,13 @@ def _hot_rows(
     (`hot_reads.index_ranges`): the run's own rows only, never every running run's window
     or the pages compaction emptied before vacuum has run (runs/telemetry/hot_reads.py).
     """
-    after_end = end + timedelta(microseconds=1)
-    cut = [(node_id, max(a, start), min(b, after_end)) for node_id, a, b in spans]
-    cut = [(node_id, a, b) for node_id, a, b in cut if a < b]
     aggregates: dict[str, Any] = {}
     for f in fields:
         aggregates |= {f"lo_{f}": Min(f), f"hi_{f}": Max(f), f"sum_{f}": Sum(f), f"n_{f}": Count(f)}
     rows: list[Mapping[str, Any]] = []
     with hot_reads.index_ranges():
         # Spans are disjoint: a bucket split across queries adds up in `_Buckets.add_rows`.
-        for first in range(0, len(cut), hot_reads.HOT_SPANS_PER_QUERY):
-            part = cut[first : first + hot_reads.HOT_SPANS_PER_QUERY]
-            hot = hot_reads.hot_rows([run.pk], part)
+        for hot in hot_reads.hot_rows([(run.pk, *span) for span in spans], start, end):
             grouped = hot.annotate(b=_bucket_expression("ts", t0, w)).values("b").annotate(**aggregates).order_by()
             rows.extend(grouped)
     return rows

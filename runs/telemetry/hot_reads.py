@@ -23,9 +23,9 @@ SQLite reads row values the same way (3.15+) and has neither setting.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -88,16 +88,29 @@ def span_filter(spans: Iterable[tuple[int, datetime, datetime]]) -> Q:
     return q
 
 
-def hot_rows(run_ids: Collection[int], spans: Iterable[tuple[int, datetime, datetime]]) -> QuerySet[GpuSample]:
-    """The hot rows of `run_ids` in `spans` (`span_filter`).
+def hot_rows(
+    spans: Sequence[tuple[int, int, datetime, datetime]], start: datetime, end: datetime
+) -> list[QuerySet[GpuSample]]:
+    """The hot rows of `spans` (run, node, a, b; b excluded) cut to [start, end], as querysets of
+    at most HOT_SPANS_PER_QUERY spans each (`span_filter`). Spans are disjoint: no row is in two.
 
     The run is checked on every row (a node id is one run's, but the read trusts no caller for
     that), as `run_id + 0`: a bare `run_id` would put the natural key (run_id, node_id,
     gpu_index, ts) on offer, whose run prefix walks every row of the run in a partition,
     compacted ones included until vacuum has run. So the (node_id, ts) ranges stay the only plan.
+    Read them inside `index_ranges`.
     """
+    after_end = end + timedelta(microseconds=1)
+    cut = [(run_id, node_id, max(a, start), min(b, after_end)) for run_id, node_id, a, b in spans]
+    cut = [span for span in cut if span[2] < span[3]]
     guard = ExpressionWrapper(F("run_id") + Value(0), output_field=BigIntegerField())
-    return GpuSample.objects.alias(owner_run=guard).filter(span_filter(spans), owner_run__in=sorted(set(run_ids)))
+    out: list[QuerySet[GpuSample]] = []
+    for first in range(0, len(cut), HOT_SPANS_PER_QUERY):
+        part = cut[first : first + HOT_SPANS_PER_QUERY]
+        runs = sorted({run_id for run_id, *_ in part})
+        nodes = span_filter((node_id, a, b) for _, node_id, a, b in part)
+        out.append(GpuSample.objects.alias(owner_run=guard).filter(nodes, owner_run__in=runs))
+    return out
 
 
 # The planner settings `index_ranges` turns off, and the value each takes meanwhile.

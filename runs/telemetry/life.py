@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db.models import Avg, Count
 
-from runs.models import ROLLUP_FIELDS, UTILIZATION_SCALE, GpuHour, GpuLife, GpuMinute, Run
+from runs.models import ROLLUP_FIELDS, GpuHour, GpuLife, GpuMinute, Run, mean_utilization
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,7 @@ def _from_gpu_lives(run: Run) -> RunLife:
         total[2] += mean_sum
         signals.setdefault(node_id, set()).update(name for name, count in reported.items() if count > 0)
     return RunLife({
-        pk: NodeLife(pk, hours, mean_sum / UTILIZATION_SCALE / mean_hours if mean_hours else None,
-                     frozenset(signals[pk]))
+        pk: NodeLife(pk, hours, mean_utilization(mean_hours, mean_sum), frozenset(signals[pk]))
         for pk, (hours, mean_hours, mean_sum) in sums.items()
     })  # fmt: skip
 

@@ -468,20 +468,26 @@ def _rebuild(tier: Tier, keys: Iterable[BucketKey]) -> int:
     return written
 
 
-def _minute_utilization(keys: Iterable[BucketKey]) -> list[tuple[int, float | None]]:
-    """(run_id, utilization_gpu_avg) of the stored GpuMinute rows at `keys`."""
-    table = connection.ops.quote_name(GpuMinute._meta.db_table)
-    found: list[tuple[int, float | None]] = []
+def _stored_at(tier: Tier, selected: str, keys: Iterable[BucketKey]) -> list[tuple[Any, ...]]:
+    """`selected` (SQL over the target rows, aliased r) of the stored `tier.target` rows at `keys`."""
+    table = connection.ops.quote_name(tier.target._meta.db_table)
+    bucket = connection.ops.quote_name(tier.bucket_field)
+    found: list[tuple[Any, ...]] = []
     for chunk in _chunks(keys):
-        cte, params = keys_cte(KEY_COLUMNS, chunk, ONE_MINUTE)
+        cte, params = keys_cte(KEY_COLUMNS, chunk, tier.step)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"{cte} SELECT m.run_id, m.utilization_gpu_avg FROM k JOIN {table} m ON m.run_id = k.run_id "  # noqa: S608
-                "AND m.node_id = k.node_id AND m.gpu_index = k.gpu_index AND m.minute = k.bucket",
+                f"{cte} SELECT {selected} FROM k JOIN {table} r ON r.run_id = k.run_id "  # noqa: S608
+                f"AND r.node_id = k.node_id AND r.gpu_index = k.gpu_index AND r.{bucket} = k.bucket",
                 params,
             )
             found += cursor.fetchall()
     return found
+
+
+def _minute_utilization(keys: Iterable[BucketKey]) -> list[tuple[int, float | None]]:
+    """(run_id, utilization_gpu_avg) of the stored GpuMinute rows at `keys`."""
+    return _stored_at(MINUTES, "r.run_id, r.utilization_gpu_avg", keys)
 
 
 def refresh_minutes(keys: Iterable[BucketKey]) -> int:
@@ -513,21 +519,9 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
 def hour_values(keys: Iterable[BucketKey]) -> list[tuple[Any, ...]]:
     """The stored GpuHour rows at `keys` as runs/telemetry/gpu_life.py sums them: (run_id, node_id,
     gpu_index, samples, utilization_gpu_avg, power_limit_watts, then per ROLLUP_FIELDS whether it is held)."""
-    table = connection.ops.quote_name(GpuHour._meta.db_table)
-    held = ", ".join(f"h.{connection.ops.quote_name(name + '_max')} IS NOT NULL" for name in ROLLUP_FIELDS)
-    found: list[tuple[Any, ...]] = []
-    for chunk in _chunks(keys):
-        cte, params = keys_cte(KEY_COLUMNS, chunk, HOURS.step)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"{cte} SELECT h.run_id, h.node_id, h.gpu_index, h.samples, h.utilization_gpu_avg, "  # noqa: S608
-                f"h.power_limit_watts, {held} "
-                f"FROM k JOIN {table} h ON h.run_id = k.run_id AND h.node_id = k.node_id "
-                "AND h.gpu_index = k.gpu_index AND h.hour = k.bucket",
-                params,
-            )
-            found += cursor.fetchall()
-    return found
+    held = ", ".join(f"r.{connection.ops.quote_name(name + '_max')} IS NOT NULL" for name in ROLLUP_FIELDS)
+    selected = f"r.run_id, r.node_id, r.gpu_index, r.samples, r.utilization_gpu_avg, r.power_limit_watts, {held}"
+    return _stored_at(HOURS, selected, keys)
 
 
 def refresh_hours(keys: Iterable[BucketKey]) -> int:

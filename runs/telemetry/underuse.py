@@ -38,7 +38,7 @@ from django.conf import settings
 from django.db.models import Case, F, FloatField, Q, QuerySet, Sum, When
 from django.utils import timezone
 
-from runs.models import UTILIZATION_SCALE, GpuLife, GpuMinute, Run
+from runs.models import GpuLife, GpuMinute, Run, mean_utilization
 from runs.telemetry.labels import gpu_label
 
 WINDOW = timedelta(minutes=30)
@@ -136,12 +136,13 @@ def gpu_means(runs: Iterable[Run], now: datetime | None = None) -> dict[int, tup
         queries.append((False, GpuMinute.objects.filter(run_id__in=active, minute__gt=now - WINDOW)))
     if ended:
         # Each GPU's hours already summed on the write path (runs/telemetry/gpu_life.py): one row a GPU.
-        lives = GpuLife.objects.filter(run_id__in=ended, weight__gt=0).values_list(
+        lives = GpuLife.objects.filter(run_id__in=ended).values_list(
             "run_id", "node__index", "gpu_index", "weighted_sum", "weight"
         )
         for run_id, node_index, gpu, weighted_sum, weight in lives:
-            mean = GpuMean(node_index, gpu, weighted_sum / UTILIZATION_SCALE / weight, weight)
-            out.setdefault(run_id, (True, []))[1].append(mean)
+            life_mean = mean_utilization(weight, weighted_sum)
+            if life_mean is not None:  # a GPU that never reported utilization is not judged
+                out.setdefault(run_id, (True, []))[1].append(GpuMean(node_index, gpu, life_mean, weight))
     for whole_life, queryset in queries:
         for row in _weighted(queryset, group):
             if row["weight"]:
