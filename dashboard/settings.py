@@ -378,7 +378,11 @@ AIRBOARD_DEMO_LIVE_RUNNING = env_int("AIRBOARD_DEMO_LIVE_RUNNING", 10, minimum=0
 AIRBOARD_TELEMETRY_RAW_DAYS = env_int("AIRBOARD_TELEMETRY_RAW_DAYS", 14, minimum=1)
 # Raw samples older than this many minutes are compacted into one GpuSampleBlock per node-minute (all
 # the node's GPUs; runs/telemetry/blocks.py); a sample arriving later for a compacted minute reopens that minute.
-AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES", 10, minimum=2)
+# Short, because a live run's page pays per hot row: the agent ships at least once a minute.
+AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_AFTER_MINUTES", 3, minimum=2)
+# While GPU-sample batches wait for a worker, compaction holds back to COMPACT_AFTER minutes before the oldest
+# one was received, so a backlog does not reopen blocks: at most this many minutes before now (blocks.held_cutoff).
+AIRBOARD_TELEMETRY_COMPACT_HOLD_MINUTES = env_int("AIRBOARD_TELEMETRY_COMPACT_HOLD_MINUTES", 10, minimum=2)
 # Days minute rollups are kept; older minutes live on in the hour rollups (runs/telemetry/retention.py).
 # 30 by default: at 1,000 GPUs a day of minutes is ~0.55 GB (docs/scaling.md).
 AIRBOARD_TELEMETRY_MINUTE_DAYS = env_int("AIRBOARD_TELEMETRY_MINUTE_DAYS", 30, minimum=1)
