@@ -554,9 +554,14 @@ def decode_arrays(
         tag = view[at]
         at += 1
         mask_len = (count + 7) // 8 if tag == INTS_WITH_NULLS else 0
-        if tag in (FLOATS, INTS, INTS_WITH_NULLS) and name not in wanted:
-            (length,) = struct.unpack_from("<I", view, at)
-            at += 4 + length + mask_len
+        if name not in wanted:
+            # Stepped over, whatever its tag: nothing is built for a field not asked (a block
+            # holds a dozen, a panel asks one or two).
+            if tag in (FLOATS, INTS, INTS_WITH_NULLS):
+                (length,) = struct.unpack_from("<I", view, at)
+                at += 4 + length + mask_len
+            elif tag in (CONSTANT_FLOAT, CONSTANT_INT):
+                at += 8
             continue
         if tag == ALL_NULL:
             values = np.full(count, np.nan)
@@ -571,6 +576,5 @@ def decode_arrays(
                 present = np.unpackbits(np.frombuffer(view[at : at + mask_len], dtype=np.uint8))[:count]
                 at += mask_len
                 values[present == 0] = np.nan
-        if name in wanted:
-            columns[name] = values
+        columns[name] = values
     return gpus, offsets, columns

@@ -26,16 +26,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import (
     BigIntegerField,
     BooleanField,
     DateTimeField,
+    Expression,
     ExpressionWrapper,
     F,
-    Func,
-    IntegerField,
     Q,
     QuerySet,
     Value,
@@ -47,30 +47,41 @@ from runs.models import GpuSample
 HOT_SPANS_PER_QUERY = 200
 
 
-class _Row(Func):
-    """A row value, `(a, b)`, compared element by element in order."""
+class SpanRanges(Expression):
+    """`((node_id, ts) >= (n, a) AND (node_id, ts) < (n, b)) OR ...` over spans (n, a, b), written at once.
 
-    template = "(%(expressions)s)"
+    One expression for all the spans, its SQL joined as text and its values bound: built from
+    ORM row-value expressions, each span cost ~0.25 ms of Python to resolve and compile (8
+    spans 3 ms, 64 spans 20 ms, more than the read itself).
+    """
 
-
-class _RowAtLeast(Func):
-    """`lhs >= rhs` of two row values."""
-
-    arg_joiner = " >= "
-    template = "(%(expressions)s)"
+    conditional = True
     output_field = BooleanField()
 
+    def __init__(self, spans: Iterable[tuple[int, datetime, datetime]]) -> None:
+        super().__init__()
+        self.spans = list(spans)
+        self.key: tuple[Any, ...] = (F("node_id"), F("ts"))
 
-class _RowBelow(Func):
-    """`lhs < rhs` of two row values."""
+    def get_source_expressions(self) -> list[Any]:
+        return list(self.key)
 
-    arg_joiner = " < "
-    template = "(%(expressions)s)"
-    output_field = BooleanField()
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
+        self.key = tuple(exprs)
 
-
-def _at(node_id: int, ts: datetime) -> _Row:
-    return _Row(Value(node_id, output_field=IntegerField()), Value(ts, output_field=DateTimeField()))
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:  # Django's (sql, params)
+        node_sql, node_params = compiler.compile(self.key[0])
+        ts_sql, ts_params = compiler.compile(self.key[1])
+        if node_params or ts_params:
+            raise ValueError("SpanRanges reads two plain columns")
+        row = f"({node_sql}, {ts_sql})"
+        one = f"({row} >= (%s, %s) AND {row} < (%s, %s))"
+        stamp = DateTimeField()
+        params: list[Any] = []
+        for node_id, a, b in self.spans:
+            params += [int(node_id), stamp.get_db_prep_value(a, connection), int(node_id),
+                       stamp.get_db_prep_value(b, connection)]  # fmt: skip
+        return "(" + " OR ".join([one] * len(self.spans)) + ")", params
 
 
 def span_filter(spans: Iterable[tuple[int, datetime, datetime]]) -> Q:
@@ -78,14 +89,10 @@ def span_filter(spans: Iterable[tuple[int, datetime, datetime]]) -> Q:
 
     Each span is one exact range of the (node_id, ts) index (see the module text). No span: no row.
     """
-    key = _Row(F("node_id"), F("ts"))
-    terms = [Q(_RowAtLeast(key, _at(node_id, a)), _RowBelow(key, _at(node_id, b))) for node_id, a, b in spans]
-    if not terms:
+    spans = list(spans)
+    if not spans:
         return Q(pk__in=[])
-    q = terms[0]
-    for term in terms[1:]:
-        q |= term
-    return q
+    return Q(SpanRanges(spans))
 
 
 def hot_rows(

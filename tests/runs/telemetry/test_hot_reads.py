@@ -114,3 +114,20 @@ def test_the_settings_come_back_as_they_were_after_the_read_inside_a_transaction
         assert cursor.fetchone()[0] == "on"
         cursor.execute("SHOW max_parallel_workers_per_gather")
         assert cursor.fetchone()[0] == "1"
+
+
+def test_many_spans_are_one_expression_with_their_values_bound(world: World) -> None:
+    """201 one-second spans: two queries (HOT_SPANS_PER_QUERY), four bound values a span, every row found once."""
+    run, (node,) = _run(world, "many-spans", 1, range(0, 600))
+    at = lambda s: T0 + timedelta(seconds=s)  # noqa: E731
+    spans = [(run.pk, node.pk, at(2 * i), at(2 * i + 1)) for i in range(201)]
+    reads = hot_reads.hot_rows(spans, at(0), at(600))
+    assert len(reads) == 2
+    found: list[tuple[int, object]] = []
+    for read in reads:
+        sql, params = read.values_list("gpu_index", "ts").query.sql_with_params()
+        assert sql.count(" OR ") == (hot_reads.HOT_SPANS_PER_QUERY if read is reads[0] else 1) - 1
+        # Four values a span, then the run guard's `run_id + 0 IN (run)`.
+        assert len(params) == 4 * sql.count(">= (%s, %s)") + 2
+        found.extend(read.values_list("gpu_index", "ts"))
+    assert sorted(found, key=lambda row: (row[1], row[0])) == [(g, at(2 * i)) for i in range(201) for g in range(8)]
