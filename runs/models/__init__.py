@@ -20,6 +20,7 @@ from runs.models.record import (
     RunQuerySet,
 )
 from runs.models.telemetry import (
+    MEAN_SCALE,
     ROLLUP_FIELDS,
     UTILIZATION_SCALE,
     GpuHour,
@@ -37,6 +38,7 @@ from runs.models.telemetry import (
 __all__ = [
     "CLI_RUNTIME_CAP",
     "MAX_RUNTIME",
+    "MEAN_SCALE",
     "NOTEBOOK_RUNTIME_CAP",
     "ROLLUP_FIELDS",
     "UTILIZATION_SCALE",

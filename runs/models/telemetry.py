@@ -247,6 +247,9 @@ class GpuHour(GpuRollupStats):
 # A minute's mean GPU utilization as a whole number of millionths of a percent: integers add
 # up the same in any order, so a run's sum kept by deltas equals one summed afresh.
 UTILIZATION_SCALE = 1_000_000
+# GpuLife.means: each hour's mean of every other rollup field as a whole number of thousandths of
+# its unit (bytes, watts, degrees, MHz, KB/s, percent), for the same reason.
+MEAN_SCALE = 1_000
 
 
 class RunUtilization(models.Model):
@@ -298,6 +301,11 @@ class GpuLife(models.Model):
     weight = models.BigIntegerField(default=0, help_text="Samples of the hours with a utilization mean.")
     weighted_sum = models.BigIntegerField(default=0, help_text="Sum of mean x samples, millionths of a percent.")
     reported = models.JSONField(default=dict, help_text="Field -> hours in which the GPU reported it.")
+    means = models.JSONField(
+        default=dict,
+        help_text="Field -> [hours with a mean, those means summed in thousandths of its unit (MEAN_SCALE)], "
+        "every rollup field but utilization (mean_hours, mean_sum).",
+    )
     power_limit_watts = models.FloatField(
         null=True, blank=True, help_text="The highest power limit its hours hold (NVML's enforced limit)."
     )

@@ -32,15 +32,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, F, FloatField, Max, Q, Sum
+from django.db.models import Count, F, FloatField, Max, Q, Sum, Value
+from django.db.models.functions import Floor
 
-from runs.models import ROLLUP_FIELDS, GpuHour, GpuLife
+from runs.models import MEAN_SCALE, ROLLUP_FIELDS, UTILIZATION_SCALE, GpuHour, GpuLife
 from runs.telemetry import utilization
 
 GpuKey = tuple[int, int, int]  # (run_id, node_id, gpu_index)
 # One stored hour as `store.hour_values` reads it: the GPU, its samples, its utilization mean,
-# its power limit, then per ROLLUP_FIELDS whether the hour holds that field.
+# its power limit, then per ROLLUP_FIELDS whether the hour holds that field, then per MEAN_FIELDS
+# its mean in MEAN_SCALE units (None when it has none).
 HourRow = Sequence[Any]
+# The fields whose whole-life means GpuLife.means keeps (utilization's are mean_hours and mean_sum).
+MEAN_FIELDS = tuple(name for name in ROLLUP_FIELDS if name != "utilization_gpu")
 SUMS = ("hours", "mean_hours", "mean_sum", "weight", "weighted_sum")
 # Runs per query when rebuilding: keeps IN lists under SQLite's variable limit.
 CHUNK = 2000
@@ -56,13 +60,17 @@ class Sums:
     weight: int = 0
     weighted_sum: int = 0
     reported: Counter[str] = field(default_factory=Counter)
+    # Per MEAN_FIELDS: hours with a mean, and those means summed in MEAN_SCALE units.
+    mean_counts: Counter[str] = field(default_factory=Counter)
+    mean_units: Counter[str] = field(default_factory=Counter)
     # Not a sum: the highest power limit of the hours added. An hour's (a MAX over its minutes)
     # only rises as it gains samples, so the GPU's keeps the higher of stored and new.
     power_limit: float | None = None
 
     def add_hour(
-        self, sign: int, samples: int, mean: float | None, power_limit: float | None, reported: Sequence[Any]
-    ) -> None:
+        self, sign: int, samples: int, mean: float | None, power_limit: float | None, reported: Sequence[Any],
+        means: Sequence[Any] = (),
+    ) -> None:  # fmt: skip
         self.hours += sign
         if sign > 0 and power_limit is not None:
             self.power_limit = power_limit if self.power_limit is None else max(self.power_limit, power_limit)
@@ -75,18 +83,36 @@ class Sums:
         for name, present in zip(ROLLUP_FIELDS, reported, strict=True):
             if present:
                 self.reported[name] += sign
+        for name, units in zip(MEAN_FIELDS, means, strict=False):
+            if units is not None:
+                self.mean_counts[name] += sign
+                self.mean_units[name] += sign * int(units)
 
     @property
     def changes(self) -> bool:
-        return any(getattr(self, name) for name in SUMS) or any(self.reported.values()) or self.power_limit is not None
+        return (
+            any(getattr(self, name) for name in SUMS)
+            or any(self.reported.values())
+            or any(self.mean_counts.values())
+            or any(self.mean_units.values())
+            or self.power_limit is not None
+        )
+
+    @property
+    def means(self) -> dict[str, list[int]]:
+        """GpuLife.means: field -> [hours, units], fields with no hour left out."""
+        return {name: [self.mean_counts[name], self.mean_units[name]] for name in MEAN_FIELDS if self.mean_counts[name]}
 
 
 def difference(before: Iterable[HourRow], after: Iterable[HourRow]) -> dict[GpuKey, Sums]:
     """Per GPU, what replacing hours `before` by hours `after` changes (both as `store.hour_values` reads them)."""
     deltas: dict[GpuKey, Sums] = {}
+    held = len(ROLLUP_FIELDS)
     for sign, rows in ((-1, before), (1, after)):
-        for run_id, node_id, gpu, samples, mean, power_limit, *reported in rows:
-            deltas.setdefault((run_id, node_id, gpu), Sums()).add_hour(sign, samples, mean, power_limit, reported)
+        for run_id, node_id, gpu, samples, mean, power_limit, *rest in rows:
+            deltas.setdefault((run_id, node_id, gpu), Sums()).add_hour(
+                sign, samples, mean, power_limit, rest[:held], rest[held:]
+            )
     return {key: delta for key, delta in deltas.items() if delta.changes}
 
 
@@ -109,6 +135,11 @@ def add(deltas: dict[GpuKey, Sums]) -> None:
         counts = Counter(row.reported)
         counts.update(delta.reported)
         row.reported = {name: counts[name] for name in ROLLUP_FIELDS if counts[name] > 0}
+        hours = Counter({name: pair[0] for name, pair in row.means.items()})
+        units = Counter({name: pair[1] for name, pair in row.means.items()})
+        hours.update(delta.mean_counts)
+        units.update(delta.mean_units)
+        row.means = {name: [hours[name], units[name]] for name in MEAN_FIELDS if hours[name] > 0}
         limits = [value for value in (row.power_limit_watts, delta.power_limit) if value is not None]
         row.power_limit_watts = max(limits) if limits else None
         out.append(row)
@@ -116,8 +147,43 @@ def add(deltas: dict[GpuKey, Sums]) -> None:
         out,
         update_conflicts=True,
         unique_fields=["run", "node", "gpu_index"],
-        update_fields=[*SUMS, "reported", "power_limit_watts"],
+        update_fields=[*SUMS, "reported", "means", "power_limit_watts"],
     )
+
+
+def mean_units_sql(name: str) -> Floor:
+    """An hour's mean of `name` in MEAN_SCALE units, rounded half up: the expression `store.hour_values`
+    writes as SQL, so sums kept by differences equal sums taken afresh (IEEE doubles on both backends)."""
+    return Floor(F(f"{name}_avg") * Value(float(MEAN_SCALE)) + Value(0.5), output_field=FloatField())
+
+
+def mean_units_sql_text(name: str, alias: str, quote: Any) -> str:
+    """`mean_units_sql` as SQL text over rows aliased `alias` (`store.hour_values`)."""
+    return f"FLOOR({alias}.{quote(name + '_avg')} * {float(MEAN_SCALE)!r} + 0.5)"
+
+
+def whole_life_means(run_id: int, fields: Sequence[str], node_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """Each GPU's mean of `fields` over its whole life, the mean of its hours' means, from its GpuLife row:
+    [{node_id, gpu_index, field: mean or None}], one row a GPU (none when the run has no rows).
+
+    What averaging the `{field}_avg` of all of the GPU's GpuHour rows gives, without reading them.
+    """
+    rows = GpuLife.objects.filter(run_id=run_id)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=list(node_ids))
+    out = []
+    for node_id, gpu, mean_hours, mean_sum, means in rows.values_list(
+        "node_id", "gpu_index", "mean_hours", "mean_sum", "means"
+    ):
+        found: dict[str, Any] = {"node_id": node_id, "gpu_index": gpu}
+        for name in fields:
+            if name == "utilization_gpu":
+                found[name] = mean_sum / UTILIZATION_SCALE / mean_hours if mean_hours else None
+            else:
+                hours, units = (means or {}).get(name, (0, 0))
+                found[name] = units / MEAN_SCALE / hours if hours else None
+        out.append(found)
+    return out
 
 
 def aggregate(hours: Any) -> dict[GpuKey, Sums]:
@@ -134,6 +200,8 @@ def aggregate(hours: Any) -> dict[GpuKey, Sums]:
             weighted_sum=Sum(units * F("samples"), output_field=FloatField()),
             power_limit=Max("power_limit_watts"),
             **{f"reported_{name}": Count(f"{name}_max") for name in ROLLUP_FIELDS},
+            **{f"hours_{name}": Count(f"{name}_avg") for name in MEAN_FIELDS},
+            **{f"units_{name}": Sum(mean_units_sql(name)) for name in MEAN_FIELDS},
         )
         .order_by()
     )
@@ -146,6 +214,8 @@ def aggregate(hours: Any) -> dict[GpuKey, Sums]:
             weight=int(row["weight"] or 0),
             weighted_sum=int(row["weighted_sum"] or 0),
             reported=Counter({name: row[f"reported_{name}"] for name in ROLLUP_FIELDS if row[f"reported_{name}"]}),
+            mean_counts=Counter({name: row[f"hours_{name}"] for name in MEAN_FIELDS if row[f"hours_{name}"]}),
+            mean_units=Counter({name: int(row[f"units_{name}"]) for name in MEAN_FIELDS if row[f"hours_{name}"]}),
             power_limit=row["power_limit"],
         )
     return out
@@ -154,7 +224,7 @@ def aggregate(hours: Any) -> dict[GpuKey, Sums]:
 def _row(key: GpuKey, sums: Sums) -> GpuLife:
     run_id, node_id, gpu = key
     values = {name: getattr(sums, name) for name in SUMS}
-    return GpuLife(run_id=run_id, node_id=node_id, gpu_index=gpu, reported=dict(sums.reported),
+    return GpuLife(run_id=run_id, node_id=node_id, gpu_index=gpu, reported=dict(sums.reported), means=sums.means,
                    power_limit_watts=sums.power_limit, **values)  # fmt: skip
 
 
