@@ -27,7 +27,7 @@ Readers take a run's GpuLife rows as its hours' sums: hours written without them
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,7 +162,9 @@ def mean_units_sql_text(name: str, alias: str, quote: Any) -> str:
     return f"FLOOR({alias}.{quote(name + '_avg')} * {float(MEAN_SCALE)!r} + 0.5)"
 
 
-def whole_life_means(run_id: int, fields: Sequence[str], node_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
+def whole_life_means(
+    run_id: int, fields: Sequence[str], node_ids: Iterable[int] | None = None
+) -> list[Mapping[str, Any]]:
     """Each GPU's mean of `fields` over its whole life, the mean of its hours' means, from its GpuLife row:
     [{node_id, gpu_index, field: mean or None}], one row a GPU (none when the run has no rows).
 
@@ -171,7 +173,7 @@ def whole_life_means(run_id: int, fields: Sequence[str], node_ids: Iterable[int]
     rows = GpuLife.objects.filter(run_id=run_id)
     if node_ids is not None:
         rows = rows.filter(node_id__in=list(node_ids))
-    out = []
+    out: list[Mapping[str, Any]] = []
     for node_id, gpu, mean_hours, mean_sum, means in rows.values_list(
         "node_id", "gpu_index", "mean_hours", "mean_sum", "means"
     ):

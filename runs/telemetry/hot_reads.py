@@ -69,7 +69,7 @@ class SpanRanges(Expression):
     def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         self.key = tuple(exprs)
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:  # Django's (sql, params)
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:  # Django's (sql, params)
         node_sql, node_params = compiler.compile(self.key[0])
         ts_sql, ts_params = compiler.compile(self.key[1])
         if node_params or ts_params:
@@ -81,7 +81,7 @@ class SpanRanges(Expression):
         for node_id, a, b in self.spans:
             params += [int(node_id), stamp.get_db_prep_value(a, connection), int(node_id),
                        stamp.get_db_prep_value(b, connection)]  # fmt: skip
-        return "(" + " OR ".join([one] * len(self.spans)) + ")", params
+        return "(" + " OR ".join([one] * len(self.spans)) + ")", tuple(params)
 
 
 def span_filter(spans: Iterable[tuple[int, datetime, datetime]]) -> Q:
