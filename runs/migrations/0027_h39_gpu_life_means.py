@@ -3,7 +3,7 @@
 from django.db import migrations, models
 from django.db.models.functions import Floor
 
-# runs.models.MEAN_SCALE when this was written; the rounding is runs.telemetry.gpu_life.mean_units_sql.
+# runs.models.MEAN_SCALE when this was written; the rounding is runs.telemetry.utilization.units_sql.
 SCALE = 1_000
 # runs.telemetry.gpu_life.MEAN_FIELDS when this was written.
 FIELDS = (

@@ -9,8 +9,8 @@ of 25 such ended runs, and more every hour the run lives. GpuLife holds, per GPU
 answers are made of, so they read one row a GPU whatever the run's age.
 
 The invariant: a GPU's row equals `aggregate` of its stored GpuHour rows, exactly: means enter
-as whole millionths of a percent (`utilization.as_units`, the same rounding in SQL and Python),
-and integers add up the same in any order. It is kept by:
+as whole millionths of a percent, other fields' as thousandths of their unit (`utilization.as_units`,
+the same rounding in SQL and Python), and integers add up the same in any order. It is kept by:
 
 1. `store.refresh_hours`, the one place hour rollups are written from minutes: it reads the
    hours at its keys before and after rebuilding them and adds the difference (`difference`,
@@ -32,16 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, F, FloatField, Max, Q, Sum, Value
-from django.db.models.functions import Floor
+from django.db.models import Count, F, FloatField, Max, Q, Sum
 
-from runs.models import MEAN_SCALE, ROLLUP_FIELDS, UTILIZATION_SCALE, GpuHour, GpuLife
+from runs.models import MEAN_SCALE, ROLLUP_FIELDS, GpuHour, GpuLife, mean_utilization
 from runs.telemetry import utilization
 
 GpuKey = tuple[int, int, int]  # (run_id, node_id, gpu_index)
 # One stored hour as `store.hour_values` reads it: the GPU, its samples, its utilization mean,
 # its power limit, then per ROLLUP_FIELDS whether the hour holds that field, then per MEAN_FIELDS
-# its mean in MEAN_SCALE units (None when it has none).
+# its mean (None when it has none).
 HourRow = Sequence[Any]
 # The fields whose whole-life means GpuLife.means keeps (utilization's are mean_hours and mean_sum).
 MEAN_FIELDS = tuple(name for name in ROLLUP_FIELDS if name != "utilization_gpu")
@@ -83,10 +82,11 @@ class Sums:
         for name, present in zip(ROLLUP_FIELDS, reported, strict=True):
             if present:
                 self.reported[name] += sign
-        for name, units in zip(MEAN_FIELDS, means, strict=False):
+        for name, value in zip(MEAN_FIELDS, means, strict=False):
+            units = utilization.as_units(value, MEAN_SCALE)
             if units is not None:
                 self.mean_counts[name] += sign
-                self.mean_units[name] += sign * int(units)
+                self.mean_units[name] += sign * units
 
     @property
     def changes(self) -> bool:
@@ -151,17 +151,6 @@ def add(deltas: dict[GpuKey, Sums]) -> None:
     )
 
 
-def mean_units_sql(name: str) -> Floor:
-    """An hour's mean of `name` in MEAN_SCALE units, rounded half up: the expression `store.hour_values`
-    writes as SQL, so sums kept by differences equal sums taken afresh (IEEE doubles on both backends)."""
-    return Floor(F(f"{name}_avg") * Value(float(MEAN_SCALE)) + Value(0.5), output_field=FloatField())
-
-
-def mean_units_sql_text(name: str, alias: str, quote: Any) -> str:
-    """`mean_units_sql` as SQL text over rows aliased `alias` (`store.hour_values`)."""
-    return f"FLOOR({alias}.{quote(name + '_avg')} * {float(MEAN_SCALE)!r} + 0.5)"
-
-
 def whole_life_means(
     run_id: int, fields: Sequence[str], node_ids: Iterable[int] | None = None
 ) -> list[Mapping[str, Any]]:
@@ -180,7 +169,7 @@ def whole_life_means(
         found: dict[str, Any] = {"node_id": node_id, "gpu_index": gpu}
         for name in fields:
             if name == "utilization_gpu":
-                found[name] = mean_sum / UTILIZATION_SCALE / mean_hours if mean_hours else None
+                found[name] = mean_utilization(mean_hours, mean_sum)
             else:
                 hours, units = (means or {}).get(name, (0, 0))
                 found[name] = units / MEAN_SCALE / hours if hours else None
@@ -203,7 +192,7 @@ def aggregate(hours: Any) -> dict[GpuKey, Sums]:
             power_limit=Max("power_limit_watts"),
             **{f"reported_{name}": Count(f"{name}_max") for name in ROLLUP_FIELDS},
             **{f"hours_{name}": Count(f"{name}_avg") for name in MEAN_FIELDS},
-            **{f"units_{name}": Sum(mean_units_sql(name)) for name in MEAN_FIELDS},
+            **{f"units_{name}": Sum(utilization.units_sql(f"{name}_avg", MEAN_SCALE)) for name in MEAN_FIELDS},
         )
         .order_by()
     )

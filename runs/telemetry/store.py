@@ -519,12 +519,12 @@ def refresh_minutes(keys: Iterable[BucketKey]) -> int:
 def hour_values(keys: Iterable[BucketKey]) -> list[tuple[Any, ...]]:
     """The stored GpuHour rows at `keys` as runs/telemetry/gpu_life.py sums them: (run_id, node_id,
     gpu_index, samples, utilization_gpu_avg, power_limit_watts, then per ROLLUP_FIELDS whether it is held,
-    then per gpu_life.MEAN_FIELDS its mean in MEAN_SCALE units, rounded in SQL as `gpu_life.aggregate` does)."""
+    then per gpu_life.MEAN_FIELDS its mean)."""
     quote = connection.ops.quote_name
     held = ", ".join(f"r.{quote(name + '_max')} IS NOT NULL" for name in ROLLUP_FIELDS)
-    units = ", ".join(gpu_life.mean_units_sql_text(name, "r", quote) for name in gpu_life.MEAN_FIELDS)
+    means = ", ".join(f"r.{quote(name + '_avg')}" for name in gpu_life.MEAN_FIELDS)
     selected = (
-        f"r.run_id, r.node_id, r.gpu_index, r.samples, r.utilization_gpu_avg, r.power_limit_watts, {held}, {units}"
+        f"r.run_id, r.node_id, r.gpu_index, r.samples, r.utilization_gpu_avg, r.power_limit_watts, {held}, {means}"
     )
     return _stored_at(HOURS, selected, keys)
 

@@ -39,14 +39,15 @@ CHUNK = 2000
 Delta = tuple[int, int]  # (gpu_minutes, utilization_sum)
 
 
-def as_units(value: float | None) -> int | None:
-    """A minute's mean utilization in millionths of a percent, rounded half up (as `units_sql`)."""
-    return None if value is None else math.floor(value * UTILIZATION_SCALE + 0.5)
+def as_units(value: float | None, scale: int = UTILIZATION_SCALE) -> int | None:
+    """A mean as a whole number of 1/`scale` of its unit, rounded half up (as `units_sql`): a
+    minute's utilization in millionths of a percent by default (GpuLife.means: MEAN_SCALE)."""
+    return None if value is None else math.floor(value * scale + 0.5)
 
 
-def units_sql() -> Floor:
-    """`as_units` in SQL over GpuMinute.utilization_gpu_avg (IEEE doubles on both backends)."""
-    return Floor(F("utilization_gpu_avg") * Value(float(UTILIZATION_SCALE)) + Value(0.5), output_field=FloatField())
+def units_sql(column: str = "utilization_gpu_avg", scale: int = UTILIZATION_SCALE) -> Floor:
+    """`as_units` in SQL over a rollup row's `column` (IEEE doubles on both backends)."""
+    return Floor(F(column) * Value(float(scale)) + Value(0.5), output_field=FloatField())
 
 
 def aggregate_minutes(minutes: QuerySet[GpuMinute]) -> dict[int, Delta]:
